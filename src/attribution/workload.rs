@@ -1,0 +1,80 @@
+//! Who a GPU process is: the identity attribution gives a host PID, as OpenTelemetry resource
+//! attributes would name it.
+
+use serde::Serialize;
+
+/// How a workload was tied to the process NVML listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttributionMethod {
+    /// The host PID NVML reported was found under the procfs root.
+    HostPid,
+    /// The host PID was not visible; a local process holding `/dev/nvidia<minor>` open matched
+    /// the device one-to-one.
+    DeviceFile,
+    /// Nothing could be read: only the PID is known.
+    Unresolved,
+}
+
+/// The resolved identity of one GPU process.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Workload {
+    /// Host PID (`process.pid`).
+    pub pid: u32,
+    /// PID inside the process's own PID namespace (`process.vpid`): last `NSpid` entry.
+    pub vpid: Option<u32>,
+    /// `process.executable.name`.
+    pub executable_name: Option<String>,
+    /// `process.owner`: user name, or the numeric uid when it has no name here.
+    pub owner: Option<String>,
+    /// `process.command_line`, only when the user asked for it (it carries secrets).
+    pub command_line: Option<String>,
+    /// `container.id`.
+    pub container_id: Option<String>,
+    /// `container.runtime`: docker, containerd, cri-o, podman.
+    pub container_runtime: Option<String>,
+    /// `k8s.pod.uid`.
+    pub pod_uid: Option<String>,
+    /// From the kubelet pod-resources API.
+    pub pod_name: Option<String>,
+    pub namespace_name: Option<String>,
+    pub container_name: Option<String>,
+    /// `service.name` from the process's own `OTEL_SERVICE_NAME` (or `service.name` in its
+    /// `OTEL_RESOURCE_ATTRIBUTES`); `None` when it set neither.
+    pub service_name: Option<String>,
+    /// The process's own `OTEL_RESOURCE_ATTRIBUTES`, parsed, in order.
+    pub resource_attributes: Vec<(String, String)>,
+    pub attributed_by: AttributionMethod,
+}
+
+impl Workload {
+    /// A workload about which nothing but the PID is known.
+    pub fn unresolved(pid: u32) -> Self {
+        Self {
+            pid,
+            vpid: None,
+            executable_name: None,
+            owner: None,
+            command_line: None,
+            container_id: None,
+            container_runtime: None,
+            pod_uid: None,
+            pod_name: None,
+            namespace_name: None,
+            container_name: None,
+            service_name: None,
+            resource_attributes: Vec::new(),
+            attributed_by: AttributionMethod::Unresolved,
+        }
+    }
+
+    /// `service.name` as the OpenTelemetry specification defaults it:
+    /// the process's own, else `unknown_service:<executable>`, else `unknown_service`.
+    pub fn effective_service_name(&self) -> String {
+        match (&self.service_name, &self.executable_name) {
+            (Some(name), _) => name.clone(),
+            (None, Some(exe)) => format!("unknown_service:{exe}"),
+            (None, None) => "unknown_service".to_string(),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! gpulse: NVIDIA GPU metrics as OpenTelemetry (OTLP), each GPU process under its own resource.
+//!
+//! The pipeline is `sampling` (NVML → `Snapshot`, and the export `Window`), `attribution`
+//! (host PID → `Workload`), `diagnosis` (rules → findings), and `export` (OTLP requests and
+//! their transports). `config` turns flags, environment and file into one validated `Config`;
+//! `cli` holds the command-line definitions. Each stage is a pure function of its input where it
+//! can be; the tasks in `run` only move values between them.
+
+pub mod attribution;
+pub mod config;
+pub mod diagnosis;
+pub mod export;
+pub mod sampling;

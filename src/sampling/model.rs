@@ -1,0 +1,182 @@
+//! The sampled data model: what one NVML pass over the node saw.
+//!
+//! Every dynamic field is an `Option`: `None` means the device or driver did not give the value
+//! (not supported, no permission, lost), and downstream stages omit it instead of reporting zero.
+//! Units are fixed by the field name (`_bytes`, `_watts`, `_mhz`, `_celsius`); ratios are 0–1.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+/// One sampling pass: every device, every GPU process, and the XID events since the last pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Wall-clock time at which the pass started.
+    #[serde(with = "unix_nanos")]
+    pub at: SystemTime,
+    pub driver_version: Option<String>,
+    /// CUDA version the driver supports, as `major.minor` (e.g. `12.4`).
+    pub cuda_driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    pub devices: Vec<DeviceSample>,
+    pub processes: Vec<ProcessSample>,
+    pub events: Vec<XidEvent>,
+}
+
+/// Facts about a device that do not change while it stays attached; read once and cached.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceInfo {
+    /// NVML index (not necessarily the CUDA index).
+    pub index: u32,
+    /// `GPU-…` UUID; the stable identity exported as `hw.id`.
+    pub uuid: String,
+    pub name: String,
+    /// PCI bus id as NVML formats it, e.g. `00000000:3B:00.0`.
+    pub pci_bus_id: String,
+    pub serial: Option<String>,
+    /// `N` of `/dev/nvidiaN`.
+    pub minor_number: Option<u32>,
+    pub memory_total_bytes: Option<u64>,
+    pub max_sm_clock_mhz: Option<u32>,
+    pub max_memory_clock_mhz: Option<u32>,
+    /// `major.minor`, e.g. `9.0` for Hopper.
+    pub compute_capability: Option<String>,
+    /// Number of fans NVML reports; 0 on passively cooled boards.
+    pub fan_count: Option<u32>,
+}
+
+/// Whether a device answered this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceStatus {
+    Ok,
+    /// NVML answered `GPU_IS_LOST` (fell off the bus) or the handle could not be obtained.
+    Lost,
+}
+
+/// One device in one pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceSample {
+    pub info: Arc<DeviceInfo>,
+    pub status: DeviceStatus,
+    /// Ratio of the last sample period during which a kernel ran (`UtilizationRates.gpu`).
+    pub utilization_gpu: Option<f64>,
+    /// Ratio of time device memory was read or written (`UtilizationRates.memory`).
+    pub utilization_memory: Option<f64>,
+    pub utilization_encoder: Option<f64>,
+    pub utilization_decoder: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    /// Memory the driver reserves for itself (`nvmlMemory_v2_t.reserved`).
+    pub memory_reserved_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    /// The enforced power limit.
+    pub power_limit_watts: Option<f64>,
+    /// Energy since the driver was loaded (`TotalEnergyConsumption`, mJ → J).
+    pub energy_joules: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub graphics_clock_mhz: Option<u32>,
+    /// Mean over the device's fans, as a ratio of the maximum speed.
+    pub fan_speed: Option<f64>,
+    /// PCIe throughput over NVML's last 20 ms window, in bytes per second.
+    pub pcie_tx_bytes_per_second: Option<f64>,
+    pub pcie_rx_bytes_per_second: Option<f64>,
+    /// Active clock throttle reasons (`nvmlClocksThrottleReason*` bits).
+    pub throttle_reasons: Option<u64>,
+    /// Volatile ECC counts are reset at driver load; these are the aggregate (lifetime) counts.
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    /// Performance state 0 (max) to 15 (min).
+    pub performance_state: Option<u32>,
+}
+
+impl DeviceSample {
+    /// A sample carrying only the identity of the device, everything else unknown.
+    pub fn empty(info: Arc<DeviceInfo>, status: DeviceStatus) -> Self {
+        Self {
+            info,
+            status,
+            utilization_gpu: None,
+            utilization_memory: None,
+            utilization_encoder: None,
+            utilization_decoder: None,
+            memory_used_bytes: None,
+            memory_free_bytes: None,
+            memory_reserved_bytes: None,
+            memory_total_bytes: None,
+            temperature_celsius: None,
+            power_watts: None,
+            power_limit_watts: None,
+            energy_joules: None,
+            sm_clock_mhz: None,
+            memory_clock_mhz: None,
+            graphics_clock_mhz: None,
+            fan_speed: None,
+            pcie_tx_bytes_per_second: None,
+            pcie_rx_bytes_per_second: None,
+            throttle_reasons: None,
+            ecc_corrected_total: None,
+            ecc_uncorrected_total: None,
+            performance_state: None,
+        }
+    }
+}
+
+/// How a process uses a device, from which NVML list it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+    /// Listed by both the compute and the graphics lists.
+    ComputeAndGraphics,
+}
+
+/// One process on one device in one pass. A process using two GPUs appears twice.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessSample {
+    /// Host PID, as NVML reports it.
+    pub pid: u32,
+    pub device_index: u32,
+    pub device_uuid: String,
+    pub kind: ProcessKind,
+    /// `None` when NVML reports the value as not available (e.g. under some virtualisation).
+    pub gpu_memory_bytes: Option<u64>,
+    /// Ratios from `nvmlDeviceGetProcessUtilization`, `None` when the device gives none for it.
+    pub sm_utilization: Option<f64>,
+    pub memory_utilization: Option<f64>,
+    pub encoder_utilization: Option<f64>,
+    pub decoder_utilization: Option<f64>,
+}
+
+/// An XID error the driver reported through an NVML event set.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct XidEvent {
+    #[serde(with = "unix_nanos")]
+    pub at: SystemTime,
+    pub device_uuid: String,
+    pub device_index: u32,
+    pub xid: u64,
+}
+
+/// Serialises a `SystemTime` as integer nanoseconds since the Unix epoch.
+pub mod unix_nanos {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(to_nanos(*at))
+    }
+
+    /// Nanoseconds since the epoch; 0 for a time before it.
+    pub fn to_nanos(at: SystemTime) -> u64 {
+        at.duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,103 @@
+//! The export window: what the samples taken during one export interval add up to.
+//!
+//! Gauges keep mean/min/max/last so a spike between exports is not lost; counters are cumulative
+//! since `counters_start` (the first time gpulse saw the device), so a backend can compute rates
+//! across gpulse restarts from the start time alone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::model::{DeviceInfo, DeviceStatus, ProcessKind, XidEvent};
+
+/// Summary of one gauge over the samples of a window in which it had a value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Gauge {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    pub last: f64,
+    /// Number of samples that had a value.
+    pub count: u32,
+}
+
+/// Everything one export interval saw.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    /// Time of the first sample in the window.
+    #[serde(with = "super::model::unix_nanos")]
+    pub start: SystemTime,
+    /// Time of the last sample in the window.
+    #[serde(with = "super::model::unix_nanos")]
+    pub end: SystemTime,
+    pub sample_count: u32,
+    pub driver_version: Option<String>,
+    pub cuda_driver_version: Option<String>,
+    pub devices: Vec<DeviceWindow>,
+    pub processes: Vec<ProcessWindow>,
+    /// XID events that arrived during this window, oldest first.
+    pub xid_events: Vec<XidEvent>,
+}
+
+/// One device over one window.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceWindow {
+    pub info: Arc<DeviceInfo>,
+    /// Status at the last sample.
+    pub status: DeviceStatus,
+    /// Samples in this window in which the device was lost.
+    pub lost_samples: u32,
+    pub utilization_gpu: Option<Gauge>,
+    pub utilization_memory: Option<Gauge>,
+    pub utilization_encoder: Option<Gauge>,
+    pub utilization_decoder: Option<Gauge>,
+    pub temperature_celsius: Option<Gauge>,
+    pub power_watts: Option<Gauge>,
+    pub sm_clock_mhz: Option<Gauge>,
+    pub memory_clock_mhz: Option<Gauge>,
+    pub graphics_clock_mhz: Option<Gauge>,
+    pub fan_speed: Option<Gauge>,
+    /// Last values.
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_reserved_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub power_limit_watts: Option<f64>,
+    pub performance_state: Option<u32>,
+    /// Throttle reasons: for each reason bit seen active, the ratio (0–1) of the window's samples
+    /// with a known throttle state in which it was active. Empty map with `Some` = none active.
+    pub throttle_active_ratio: Option<BTreeMap<u64, f64>>,
+    /// Start of the cumulative counters below.
+    #[serde(with = "super::model::unix_nanos")]
+    pub counters_start: SystemTime,
+    /// Energy used since `counters_start`, joules.
+    pub energy_joules_total: Option<f64>,
+    /// PCIe bytes since `counters_start`, integrated from the sampled throughput.
+    pub pcie_tx_bytes_total: Option<u64>,
+    pub pcie_rx_bytes_total: Option<u64>,
+    /// ECC errors counted since `counters_start`.
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    /// XID events since `counters_start`.
+    pub xid_total: u64,
+}
+
+/// One process on one device over one window (present in at least one of its samples).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessWindow {
+    /// Host PID.
+    pub pid: u32,
+    pub device_index: u32,
+    pub device_uuid: String,
+    pub kind: ProcessKind,
+    /// When gpulse first saw this PID on this device.
+    #[serde(with = "super::model::unix_nanos")]
+    pub first_seen: SystemTime,
+    pub gpu_memory_bytes: Option<Gauge>,
+    pub sm_utilization: Option<Gauge>,
+    pub memory_utilization: Option<Gauge>,
+    pub encoder_utilization: Option<Gauge>,
+    pub decoder_utilization: Option<Gauge>,
+}

@@ -1,0 +1,9 @@
+//! All integration tests, one binary (link time), a module per area.
+
+mod attribution;
+mod common;
+mod config;
+mod diagnosis;
+mod export;
+mod run;
+mod sampling;
