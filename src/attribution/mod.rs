@@ -4,4 +4,4 @@
 
 pub mod workload;
 
-pub use workload::{AttributionMethod, Workload};
+pub use workload::{AttributionMethod, ProcessUsage, Workload};

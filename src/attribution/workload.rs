@@ -78,3 +78,14 @@ impl Workload {
         }
     }
 }
+
+/// CPU and memory a GPU process (and its descendants) used over one export window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ProcessUsage {
+    /// `process.cpu.utilization` of the process alone, as a ratio of one core.
+    pub cpu_utilization: Option<f64>,
+    /// The same over the process and its descendants (DataLoader workers), ratio of one core.
+    pub tree_cpu_utilization: Option<f64>,
+    /// Resident set size (`process.memory.usage`).
+    pub memory_rss_bytes: Option<u64>,
+}

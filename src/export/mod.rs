@@ -1,2 +1,9 @@
 //! Export: `Window`s and `Workload`s turned into OTLP requests (one `ResourceMetrics` for the
-//! node's devices and one per GPU process), and the transports that carry them.
+//! node's devices and one per GPU process), the transports that carry them, and the bounded
+//! retry queue between the two.
+
+pub mod logs;
+pub mod metrics;
+pub mod queue;
+pub mod resource;
+pub mod transport;
