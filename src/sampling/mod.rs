@@ -1,10 +1,15 @@
 //! Sampling: one NVML handle for the life of the process, turned into a `Snapshot` each tick, and
 //! the `Window` that aggregates the snapshots of one export interval.
 
+pub mod aggregate;
+pub mod events;
 pub mod model;
+pub mod nvml;
 pub mod window;
 
+pub use aggregate::WindowAggregator;
 pub use model::{
     DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot, XidEvent,
 };
+pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
 pub use window::{DeviceWindow, Gauge, ProcessWindow, Window};

@@ -1,0 +1,296 @@
+//! `gpulse snapshot`: one sample, printed as a table that reads like `nvidia-smi` with a process
+//! section, or as JSON — the stable contract other tools read (`null` where NVML gave nothing).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::sampling::{DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
+
+/// The JSON document `gpulse snapshot --format json` prints. Field names are a stable contract.
+#[derive(Debug, Serialize)]
+pub struct SnapshotReport<'a> {
+    /// Unix time of the sample, in seconds.
+    pub timestamp: f64,
+    pub driver_version: Option<&'a str>,
+    pub cuda_driver_version: Option<&'a str>,
+    pub nvml_version: Option<&'a str>,
+    pub devices: Vec<DeviceReport<'a>>,
+    pub processes: Vec<ProcessReport<'a>>,
+    /// Filled by the diagnosis rules; an empty list when there is nothing to say.
+    pub findings: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceReport<'a> {
+    pub index: u32,
+    pub uuid: &'a str,
+    pub name: &'a str,
+    pub pci_bus_id: &'a str,
+    pub status: DeviceStatus,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_reserved_bytes: Option<u64>,
+    pub utilization_gpu: Option<f64>,
+    pub utilization_memory: Option<f64>,
+    pub utilization_encoder: Option<f64>,
+    pub utilization_decoder: Option<f64>,
+    pub temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    pub energy_joules: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub graphics_clock_mhz: Option<u32>,
+    pub fan_speed: Option<f64>,
+    pub pcie_tx_bytes_per_second: Option<f64>,
+    pub pcie_rx_bytes_per_second: Option<f64>,
+    pub throttle_reasons: Option<Vec<&'static str>>,
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    pub performance_state: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessReport<'a> {
+    pub pid: u32,
+    pub device_index: u32,
+    pub device_uuid: &'a str,
+    pub kind: ProcessKind,
+    pub gpu_memory_bytes: Option<u64>,
+    pub sm_utilization: Option<f64>,
+    pub memory_utilization: Option<f64>,
+    pub encoder_utilization: Option<f64>,
+    pub decoder_utilization: Option<f64>,
+}
+
+/// NVML clock throttle reason bits (`nvmlClocksThrottleReason*` in nvml.h) and their names.
+pub const THROTTLE_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// Names of the reasons set in `bits`; an unknown bit is named by its value.
+pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = THROTTLE_REASONS
+        .iter()
+        .filter(|(bit, _)| bits & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
+    let known: u64 = THROTTLE_REASONS.iter().map(|(bit, _)| bit).sum();
+    if bits & !known != 0 {
+        names.push("other");
+    }
+    names
+}
+
+impl<'a> SnapshotReport<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Self {
+        Self {
+            timestamp: snapshot
+                .at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+            driver_version: snapshot.driver_version.as_deref(),
+            cuda_driver_version: snapshot.cuda_driver_version.as_deref(),
+            nvml_version: snapshot.nvml_version.as_deref(),
+            devices: snapshot.devices.iter().map(DeviceReport::new).collect(),
+            processes: snapshot.processes.iter().map(ProcessReport::new).collect(),
+            findings: Vec::new(),
+        }
+    }
+}
+
+impl<'a> DeviceReport<'a> {
+    fn new(d: &'a DeviceSample) -> Self {
+        Self {
+            index: d.info.index,
+            uuid: &d.info.uuid,
+            name: &d.info.name,
+            pci_bus_id: &d.info.pci_bus_id,
+            status: d.status,
+            memory_total_bytes: d.memory_total_bytes.or(d.info.memory_total_bytes),
+            memory_used_bytes: d.memory_used_bytes,
+            memory_free_bytes: d.memory_free_bytes,
+            memory_reserved_bytes: d.memory_reserved_bytes,
+            utilization_gpu: d.utilization_gpu,
+            utilization_memory: d.utilization_memory,
+            utilization_encoder: d.utilization_encoder,
+            utilization_decoder: d.utilization_decoder,
+            temperature_celsius: d.temperature_celsius,
+            power_watts: d.power_watts,
+            power_limit_watts: d.power_limit_watts,
+            energy_joules: d.energy_joules,
+            sm_clock_mhz: d.sm_clock_mhz,
+            memory_clock_mhz: d.memory_clock_mhz,
+            graphics_clock_mhz: d.graphics_clock_mhz,
+            fan_speed: d.fan_speed,
+            pcie_tx_bytes_per_second: d.pcie_tx_bytes_per_second,
+            pcie_rx_bytes_per_second: d.pcie_rx_bytes_per_second,
+            throttle_reasons: d.throttle_reasons.map(throttle_reason_names),
+            ecc_corrected_total: d.ecc_corrected_total,
+            ecc_uncorrected_total: d.ecc_uncorrected_total,
+            performance_state: d.performance_state,
+        }
+    }
+}
+
+impl<'a> ProcessReport<'a> {
+    fn new(p: &'a ProcessSample) -> Self {
+        Self {
+            pid: p.pid,
+            device_index: p.device_index,
+            device_uuid: &p.device_uuid,
+            kind: p.kind,
+            gpu_memory_bytes: p.gpu_memory_bytes,
+            sm_utilization: p.sm_utilization,
+            memory_utilization: p.memory_utilization,
+            encoder_utilization: p.encoder_utilization,
+            decoder_utilization: p.decoder_utilization,
+        }
+    }
+}
+
+/// The JSON contract, pretty-printed.
+pub fn render_json(report: &SnapshotReport) -> String {
+    serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn opt<T: std::fmt::Display>(value: Option<T>, unit: &str) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| format!("{v}{unit}"))
+}
+
+fn pct(value: Option<f64>) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| format!("{:.0}%", v * 100.0))
+}
+
+fn mib(value: Option<u64>) -> String {
+    value.map_or_else(
+        || "n/a".to_string(),
+        |v| format!("{:.0}MiB", v as f64 / MIB),
+    )
+}
+
+/// The human table: one block per GPU, then the processes.
+pub fn render_table(report: &SnapshotReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Driver {}   CUDA {}   NVML {}",
+        report.driver_version.unwrap_or("n/a"),
+        report.cuda_driver_version.unwrap_or("n/a"),
+        report.nvml_version.unwrap_or("n/a")
+    );
+    let _ = writeln!(
+        out,
+        "{:<3} {:<28} {:<16} {:>5} {:>6} {:>15} {:>19} {:>6} {:>6} {:>11}",
+        "GPU",
+        "Name",
+        "Bus-Id",
+        "Temp",
+        "Fan",
+        "Power/Limit",
+        "Memory used/total",
+        "Util",
+        "MemUt",
+        "SM/Mem MHz"
+    );
+    for d in &report.devices {
+        if d.status == DeviceStatus::Lost {
+            let _ = writeln!(
+                out,
+                "{:<3} {:<28} {:<16} LOST: the GPU is not answering (fallen off the bus?)",
+                d.index,
+                truncate(d.name, 28),
+                d.pci_bus_id
+            );
+            continue;
+        }
+        let power = match (d.power_watts, d.power_limit_watts) {
+            (None, None) => "n/a".to_string(),
+            (p, l) => format!(
+                "{}/{}",
+                p.map_or("n/a".into(), |v| format!("{v:.0}W")),
+                l.map_or("n/a".into(), |v| format!("{v:.0}W"))
+            ),
+        };
+        let clocks = format!(
+            "{}/{}",
+            opt(d.sm_clock_mhz, ""),
+            opt(d.memory_clock_mhz, "")
+        );
+        let _ = writeln!(
+            out,
+            "{:<3} {:<28} {:<16} {:>5} {:>6} {:>15} {:>19} {:>6} {:>6} {:>11}",
+            d.index,
+            truncate(d.name, 28),
+            truncate(d.pci_bus_id, 16),
+            opt(d.temperature_celsius, "C"),
+            pct(d.fan_speed),
+            power,
+            format!("{}/{}", mib(d.memory_used_bytes), mib(d.memory_total_bytes)),
+            pct(d.utilization_gpu),
+            pct(d.utilization_memory),
+            clocks
+        );
+        if let Some(reasons) = &d.throttle_reasons {
+            let notable: Vec<&str> = reasons
+                .iter()
+                .copied()
+                .filter(|r| *r != "gpu_idle")
+                .collect();
+            if !notable.is_empty() {
+                let _ = writeln!(out, "    throttled: {}", notable.join(", "));
+            }
+        }
+    }
+    let _ = writeln!(out);
+    if report.processes.is_empty() {
+        let _ = writeln!(out, "No GPU processes.");
+    } else {
+        let _ = writeln!(
+            out,
+            "{:<3} {:>8} {:<20} {:>12} {:>6} {:>6}",
+            "GPU", "PID", "Type", "GPU memory", "SM", "Mem"
+        );
+        for p in &report.processes {
+            let kind = match p.kind {
+                ProcessKind::Compute => "C",
+                ProcessKind::Graphics => "G",
+                ProcessKind::ComputeAndGraphics => "C+G",
+            };
+            let _ = writeln!(
+                out,
+                "{:<3} {:>8} {:<20} {:>12} {:>6} {:>6}",
+                p.device_index,
+                p.pid,
+                kind,
+                mib(p.gpu_memory_bytes),
+                pct(p.sm_utilization),
+                pct(p.memory_utilization)
+            );
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('…');
+        t
+    }
+}

@@ -1,0 +1,599 @@
+//! The window aggregator: folds the snapshots of one export interval into a `Window`, and keeps
+//! the cumulative counters (energy, PCIe bytes, ECC errors, XIDs) alive across windows.
+//!
+//! Counters only ever grow: a driver reload that resets NVML's own totals is absorbed by adding
+//! only positive differences, so the exported cumulative sums stay monotonic from `counters_start`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, Snapshot, XidEvent};
+use super::window::{DeviceWindow, Gauge, ProcessWindow, Window};
+
+/// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
+/// such gaps count for at most this long.
+const MAX_INTEGRATION_GAP: Duration = Duration::from_secs(10);
+
+/// Running summary of one gauge.
+#[derive(Debug, Clone, Copy)]
+struct GaugeAcc {
+    sum: f64,
+    min: f64,
+    max: f64,
+    last: f64,
+    count: u32,
+}
+
+impl GaugeAcc {
+    fn new(value: f64) -> Self {
+        Self {
+            sum: value,
+            min: value,
+            max: value,
+            last: value,
+            count: 1,
+        }
+    }
+
+    fn add(slot: &mut Option<Self>, value: Option<f64>) {
+        let Some(value) = value else { return };
+        match slot {
+            None => *slot = Some(Self::new(value)),
+            Some(acc) => {
+                acc.sum += value;
+                acc.min = acc.min.min(value);
+                acc.max = acc.max.max(value);
+                acc.last = value;
+                acc.count += 1;
+            }
+        }
+    }
+
+    fn finish(slot: Option<Self>) -> Option<Gauge> {
+        slot.map(|acc| Gauge {
+            mean: acc.sum / f64::from(acc.count),
+            min: acc.min,
+            max: acc.max,
+            last: acc.last,
+            count: acc.count,
+        })
+    }
+}
+
+/// What survives from window to window for one device (keyed by UUID).
+#[derive(Debug, Clone)]
+struct DeviceCounters {
+    start: SystemTime,
+    energy_total: Option<f64>,
+    energy_prev: Option<f64>,
+    pcie_tx_total: Option<f64>,
+    pcie_rx_total: Option<f64>,
+    pcie_prev: Option<(SystemTime, Option<f64>, Option<f64>)>,
+    ecc_corrected_total: Option<u64>,
+    ecc_corrected_prev: Option<u64>,
+    ecc_uncorrected_total: Option<u64>,
+    ecc_uncorrected_prev: Option<u64>,
+    xid_total: u64,
+}
+
+impl DeviceCounters {
+    fn new(start: SystemTime) -> Self {
+        Self {
+            start,
+            energy_total: None,
+            energy_prev: None,
+            pcie_tx_total: None,
+            pcie_rx_total: None,
+            pcie_prev: None,
+            ecc_corrected_total: None,
+            ecc_corrected_prev: None,
+            ecc_uncorrected_total: None,
+            ecc_uncorrected_prev: None,
+            xid_total: 0,
+        }
+    }
+
+    fn add(&mut self, at: SystemTime, s: &DeviceSample) {
+        accumulate_f64(
+            &mut self.energy_total,
+            &mut self.energy_prev,
+            s.energy_joules,
+        );
+        accumulate_u64(
+            &mut self.ecc_corrected_total,
+            &mut self.ecc_corrected_prev,
+            s.ecc_corrected_total,
+        );
+        accumulate_u64(
+            &mut self.ecc_uncorrected_total,
+            &mut self.ecc_uncorrected_prev,
+            s.ecc_uncorrected_total,
+        );
+        let (tx, rx) = (s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second);
+        if let Some((prev_at, prev_tx, prev_rx)) = self.pcie_prev {
+            let dt = at
+                .duration_since(prev_at)
+                .unwrap_or_default()
+                .min(MAX_INTEGRATION_GAP)
+                .as_secs_f64();
+            integrate(&mut self.pcie_tx_total, prev_tx, tx, dt);
+            integrate(&mut self.pcie_rx_total, prev_rx, rx, dt);
+        } else {
+            // The first reading starts the counters at zero, so they exist from the start.
+            self.pcie_tx_total = self.pcie_tx_total.or(tx.map(|_| 0.0));
+            self.pcie_rx_total = self.pcie_rx_total.or(rx.map(|_| 0.0));
+        }
+        self.pcie_prev = Some((at, tx, rx));
+    }
+}
+
+/// Adds the positive change since the previous reading; the first reading starts at zero.
+fn accumulate_f64(total: &mut Option<f64>, prev: &mut Option<f64>, value: Option<f64>) {
+    let Some(value) = value else { return };
+    let delta = prev.map_or(0.0, |p| (value - p).max(0.0));
+    *total = Some(total.unwrap_or(0.0) + delta);
+    *prev = Some(value);
+}
+
+fn accumulate_u64(total: &mut Option<u64>, prev: &mut Option<u64>, value: Option<u64>) {
+    let Some(value) = value else { return };
+    let delta = prev.map_or(0, |p| value.saturating_sub(p));
+    *total = Some(total.unwrap_or(0) + delta);
+    *prev = Some(value);
+}
+
+/// Trapezoid rule over the interval between two throughput readings (bytes/s).
+fn integrate(total: &mut Option<f64>, prev: Option<f64>, now: Option<f64>, dt: f64) {
+    let Some(now) = now else { return };
+    let rate = prev.map_or(now, |p| (p + now) / 2.0);
+    *total = Some(total.unwrap_or(0.0) + rate * dt);
+}
+
+/// The accumulating state of one device in the open window.
+#[derive(Debug)]
+struct DeviceAcc {
+    info: Arc<DeviceInfo>,
+    status: DeviceStatus,
+    lost_samples: u32,
+    utilization_gpu: Option<GaugeAcc>,
+    utilization_memory: Option<GaugeAcc>,
+    utilization_encoder: Option<GaugeAcc>,
+    utilization_decoder: Option<GaugeAcc>,
+    temperature_celsius: Option<GaugeAcc>,
+    power_watts: Option<GaugeAcc>,
+    sm_clock_mhz: Option<GaugeAcc>,
+    memory_clock_mhz: Option<GaugeAcc>,
+    graphics_clock_mhz: Option<GaugeAcc>,
+    fan_speed: Option<GaugeAcc>,
+    memory_used_bytes: Option<u64>,
+    memory_free_bytes: Option<u64>,
+    memory_reserved_bytes: Option<u64>,
+    memory_total_bytes: Option<u64>,
+    power_limit_watts: Option<f64>,
+    performance_state: Option<u32>,
+    throttle_known: u32,
+    throttle_active: BTreeMap<u64, u32>,
+}
+
+impl DeviceAcc {
+    fn new(info: Arc<DeviceInfo>) -> Self {
+        Self {
+            info,
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            utilization_gpu: None,
+            utilization_memory: None,
+            utilization_encoder: None,
+            utilization_decoder: None,
+            temperature_celsius: None,
+            power_watts: None,
+            sm_clock_mhz: None,
+            memory_clock_mhz: None,
+            graphics_clock_mhz: None,
+            fan_speed: None,
+            memory_used_bytes: None,
+            memory_free_bytes: None,
+            memory_reserved_bytes: None,
+            memory_total_bytes: None,
+            power_limit_watts: None,
+            performance_state: None,
+            throttle_known: 0,
+            throttle_active: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, s: &DeviceSample) {
+        self.info = Arc::clone(&s.info);
+        self.status = s.status;
+        if s.status == DeviceStatus::Lost {
+            self.lost_samples += 1;
+        }
+        GaugeAcc::add(&mut self.utilization_gpu, s.utilization_gpu);
+        GaugeAcc::add(&mut self.utilization_memory, s.utilization_memory);
+        GaugeAcc::add(&mut self.utilization_encoder, s.utilization_encoder);
+        GaugeAcc::add(&mut self.utilization_decoder, s.utilization_decoder);
+        GaugeAcc::add(&mut self.temperature_celsius, s.temperature_celsius);
+        GaugeAcc::add(&mut self.power_watts, s.power_watts);
+        GaugeAcc::add(&mut self.sm_clock_mhz, s.sm_clock_mhz.map(f64::from));
+        GaugeAcc::add(
+            &mut self.memory_clock_mhz,
+            s.memory_clock_mhz.map(f64::from),
+        );
+        GaugeAcc::add(
+            &mut self.graphics_clock_mhz,
+            s.graphics_clock_mhz.map(f64::from),
+        );
+        GaugeAcc::add(&mut self.fan_speed, s.fan_speed);
+        // Last values: a later sample without the field (lost device) keeps the last known.
+        self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
+        self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
+        self.memory_reserved_bytes = s.memory_reserved_bytes.or(self.memory_reserved_bytes);
+        self.memory_total_bytes = s.memory_total_bytes.or(self.memory_total_bytes);
+        self.power_limit_watts = s.power_limit_watts.or(self.power_limit_watts);
+        self.performance_state = s.performance_state.or(self.performance_state);
+        if let Some(bits) = s.throttle_reasons {
+            self.throttle_known += 1;
+            let mut remaining = bits;
+            while remaining != 0 {
+                let bit = remaining & remaining.wrapping_neg();
+                *self.throttle_active.entry(bit).or_insert(0) += 1;
+                remaining &= remaining - 1;
+            }
+        }
+    }
+
+    fn finish(self, counters: &DeviceCounters) -> DeviceWindow {
+        let throttle_active_ratio = (self.throttle_known > 0).then(|| {
+            let known = f64::from(self.throttle_known);
+            self.throttle_active
+                .iter()
+                .map(|(&bit, &count)| (bit, f64::from(count) / known))
+                .collect()
+        });
+        DeviceWindow {
+            info: self.info,
+            status: self.status,
+            lost_samples: self.lost_samples,
+            utilization_gpu: GaugeAcc::finish(self.utilization_gpu),
+            utilization_memory: GaugeAcc::finish(self.utilization_memory),
+            utilization_encoder: GaugeAcc::finish(self.utilization_encoder),
+            utilization_decoder: GaugeAcc::finish(self.utilization_decoder),
+            temperature_celsius: GaugeAcc::finish(self.temperature_celsius),
+            power_watts: GaugeAcc::finish(self.power_watts),
+            sm_clock_mhz: GaugeAcc::finish(self.sm_clock_mhz),
+            memory_clock_mhz: GaugeAcc::finish(self.memory_clock_mhz),
+            graphics_clock_mhz: GaugeAcc::finish(self.graphics_clock_mhz),
+            fan_speed: GaugeAcc::finish(self.fan_speed),
+            memory_used_bytes: self.memory_used_bytes,
+            memory_free_bytes: self.memory_free_bytes,
+            memory_reserved_bytes: self.memory_reserved_bytes,
+            memory_total_bytes: self.memory_total_bytes,
+            power_limit_watts: self.power_limit_watts,
+            performance_state: self.performance_state,
+            throttle_active_ratio,
+            counters_start: counters.start,
+            energy_joules_total: counters.energy_total,
+            pcie_tx_bytes_total: counters.pcie_tx_total.map(|b| b.round() as u64),
+            pcie_rx_bytes_total: counters.pcie_rx_total.map(|b| b.round() as u64),
+            ecc_corrected_total: counters.ecc_corrected_total,
+            ecc_uncorrected_total: counters.ecc_uncorrected_total,
+            xid_total: counters.xid_total,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ProcessAcc {
+    device_index: u32,
+    kind: ProcessKind,
+    gpu_memory_bytes: Option<GaugeAcc>,
+    sm_utilization: Option<GaugeAcc>,
+    memory_utilization: Option<GaugeAcc>,
+    encoder_utilization: Option<GaugeAcc>,
+    decoder_utilization: Option<GaugeAcc>,
+}
+
+/// Folds snapshots into windows. One per `gpulse run`; not shared between threads.
+#[derive(Debug, Default)]
+pub struct WindowAggregator {
+    start: Option<SystemTime>,
+    end: Option<SystemTime>,
+    samples: u32,
+    driver_version: Option<String>,
+    cuda_driver_version: Option<String>,
+    /// Open window, by device UUID, in the order devices were first seen in it.
+    devices: Vec<(String, DeviceAcc)>,
+    processes: HashMap<(u32, String), ProcessAcc>,
+    xid_events: Vec<XidEvent>,
+    counters: HashMap<String, DeviceCounters>,
+    first_seen: HashMap<(u32, String), SystemTime>,
+}
+
+impl WindowAggregator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of snapshots in the open window.
+    pub fn sample_count(&self) -> u32 {
+        self.samples
+    }
+
+    /// Adds one snapshot to the open window.
+    pub fn add(&mut self, snapshot: &Snapshot) {
+        let at = snapshot.at;
+        self.start.get_or_insert(at);
+        self.end = Some(at);
+        self.samples += 1;
+        if snapshot.driver_version.is_some() {
+            self.driver_version.clone_from(&snapshot.driver_version);
+        }
+        if snapshot.cuda_driver_version.is_some() {
+            self.cuda_driver_version
+                .clone_from(&snapshot.cuda_driver_version);
+        }
+        for device in &snapshot.devices {
+            let uuid = &device.info.uuid;
+            self.counters
+                .entry(uuid.clone())
+                .or_insert_with(|| DeviceCounters::new(at))
+                .add(at, device);
+            match self.devices.iter_mut().find(|(u, _)| u == uuid) {
+                Some((_, acc)) => acc.add(device),
+                None => {
+                    let mut acc = DeviceAcc::new(Arc::clone(&device.info));
+                    acc.add(device);
+                    self.devices.push((uuid.clone(), acc));
+                }
+            }
+        }
+        for p in &snapshot.processes {
+            let key = (p.pid, p.device_uuid.clone());
+            self.first_seen.entry(key.clone()).or_insert(at);
+            let acc = self.processes.entry(key).or_insert_with(|| ProcessAcc {
+                device_index: p.device_index,
+                kind: p.kind,
+                gpu_memory_bytes: None,
+                sm_utilization: None,
+                memory_utilization: None,
+                encoder_utilization: None,
+                decoder_utilization: None,
+            });
+            if acc.kind != p.kind {
+                acc.kind = ProcessKind::ComputeAndGraphics;
+            }
+            GaugeAcc::add(
+                &mut acc.gpu_memory_bytes,
+                p.gpu_memory_bytes.map(|b| b as f64),
+            );
+            GaugeAcc::add(&mut acc.sm_utilization, p.sm_utilization);
+            GaugeAcc::add(&mut acc.memory_utilization, p.memory_utilization);
+            GaugeAcc::add(&mut acc.encoder_utilization, p.encoder_utilization);
+            GaugeAcc::add(&mut acc.decoder_utilization, p.decoder_utilization);
+        }
+        for event in &snapshot.events {
+            if let Some(counters) = self.counters.get_mut(&event.device_uuid) {
+                counters.xid_total += 1;
+            }
+            self.xid_events.push(event.clone());
+        }
+    }
+
+    /// Closes the open window and starts the next; `None` when no snapshot arrived since the last
+    /// call. Processes not seen in the closed window are forgotten, so a PID that comes back later
+    /// gets a new `first_seen`.
+    pub fn take(&mut self) -> Option<Window> {
+        let (start, end) = (self.start.take()?, self.end.take()?);
+        let samples = std::mem::take(&mut self.samples);
+        let devices = std::mem::take(&mut self.devices)
+            .into_iter()
+            .map(|(uuid, acc)| {
+                let counters = &self.counters[&uuid];
+                acc.finish(counters)
+            })
+            .collect();
+        let processes_acc = std::mem::take(&mut self.processes);
+        self.first_seen
+            .retain(|key, _| processes_acc.contains_key(key));
+        let mut processes: Vec<ProcessWindow> = processes_acc
+            .into_iter()
+            .map(|((pid, device_uuid), acc)| ProcessWindow {
+                first_seen: self.first_seen[&(pid, device_uuid.clone())],
+                pid,
+                device_index: acc.device_index,
+                device_uuid,
+                kind: acc.kind,
+                gpu_memory_bytes: GaugeAcc::finish(acc.gpu_memory_bytes),
+                sm_utilization: GaugeAcc::finish(acc.sm_utilization),
+                memory_utilization: GaugeAcc::finish(acc.memory_utilization),
+                encoder_utilization: GaugeAcc::finish(acc.encoder_utilization),
+                decoder_utilization: GaugeAcc::finish(acc.decoder_utilization),
+            })
+            .collect();
+        processes.sort_by(|a, b| (a.device_index, a.pid).cmp(&(b.device_index, b.pid)));
+        Some(Window {
+            start,
+            end,
+            sample_count: samples,
+            driver_version: self.driver_version.clone(),
+            cuda_driver_version: self.cuda_driver_version.clone(),
+            devices,
+            processes,
+            xid_events: std::mem::take(&mut self.xid_events),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::model::ProcessSample;
+
+    fn info(uuid: &str) -> Arc<DeviceInfo> {
+        Arc::new(DeviceInfo {
+            index: 0,
+            uuid: uuid.into(),
+            name: "Test GPU".into(),
+            pci_bus_id: "00000000:01:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: Some(80),
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        })
+    }
+
+    fn snapshot(
+        at_s: u64,
+        util: Option<f64>,
+        energy: Option<f64>,
+        pcie_tx: Option<f64>,
+    ) -> Snapshot {
+        let mut d = DeviceSample::empty(info("GPU-a"), DeviceStatus::Ok);
+        d.utilization_gpu = util;
+        d.energy_joules = energy;
+        d.pcie_tx_bytes_per_second = pcie_tx;
+        d.memory_used_bytes = Some(at_s * 10);
+        Snapshot {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_s),
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            nvml_version: None,
+            devices: vec![d],
+            processes: vec![],
+            events: vec![],
+        }
+    }
+
+    #[test]
+    fn gauges_keep_mean_min_max_last_and_skip_missing_samples() {
+        let mut agg = WindowAggregator::new();
+        agg.add(&snapshot(1, Some(0.2), None, None));
+        agg.add(&snapshot(2, None, None, None));
+        agg.add(&snapshot(3, Some(0.9), None, None));
+        agg.add(&snapshot(4, Some(0.4), None, None));
+        let w = agg.take().expect("a window");
+        let g = w.devices[0].utilization_gpu.expect("utilisation present");
+        assert_eq!(g.count, 3);
+        assert!((g.mean - 0.5).abs() < 1e-9);
+        assert_eq!((g.min, g.max, g.last), (0.2, 0.9, 0.4));
+        assert_eq!(w.sample_count, 4);
+        assert_eq!(w.devices[0].memory_used_bytes, Some(40));
+        assert!(agg.take().is_none(), "an empty window is not exported");
+    }
+
+    #[test]
+    fn a_field_never_given_stays_absent_not_zero() {
+        let mut agg = WindowAggregator::new();
+        agg.add(&snapshot(1, None, None, None));
+        let w = agg.take().expect("a window");
+        assert!(w.devices[0].utilization_gpu.is_none());
+        assert!(w.devices[0].energy_joules_total.is_none());
+        assert!(w.devices[0].pcie_tx_bytes_total.is_none());
+    }
+
+    #[test]
+    fn counters_are_cumulative_across_windows_and_survive_a_driver_reset() {
+        let mut agg = WindowAggregator::new();
+        agg.add(&snapshot(10, None, Some(1000.0), Some(100.0)));
+        agg.add(&snapshot(12, None, Some(1300.0), Some(300.0)));
+        let w1 = agg.take().expect("window 1");
+        assert_eq!(w1.devices[0].energy_joules_total, Some(300.0));
+        // Trapezoid over 2 s at (100 + 300) / 2 B/s.
+        assert_eq!(w1.devices[0].pcie_tx_bytes_total, Some(400));
+        // The driver reloaded: its energy total restarted near zero.
+        agg.add(&snapshot(14, None, Some(50.0), Some(300.0)));
+        agg.add(&snapshot(16, None, Some(250.0), Some(300.0)));
+        let w2 = agg.take().expect("window 2");
+        assert_eq!(w2.devices[0].energy_joules_total, Some(500.0));
+        assert_eq!(w2.devices[0].pcie_tx_bytes_total, Some(400 + 600 + 600));
+        assert_eq!(w2.devices[0].counters_start, w1.devices[0].counters_start);
+        assert_eq!(
+            w2.devices[0].counters_start,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn throttle_ratio_counts_each_reason_over_known_samples() {
+        let mut agg = WindowAggregator::new();
+        for (i, bits) in [Some(0x4), Some(0x4 | 0x20), Some(0), None]
+            .into_iter()
+            .enumerate()
+        {
+            let mut s = snapshot(i as u64, None, None, None);
+            s.devices[0].throttle_reasons = bits;
+            agg.add(&s);
+        }
+        let w = agg.take().expect("a window");
+        let ratios = w.devices[0].throttle_active_ratio.clone().expect("known");
+        assert!((ratios[&0x4] - 2.0 / 3.0).abs() < 1e-9);
+        assert!((ratios[&0x20] - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(ratios.len(), 2);
+    }
+
+    #[test]
+    fn processes_are_summarised_and_forgotten_once_gone() {
+        let process = |pid, mem| ProcessSample {
+            pid,
+            device_index: 0,
+            device_uuid: "GPU-a".into(),
+            kind: ProcessKind::Compute,
+            gpu_memory_bytes: Some(mem),
+            sm_utilization: Some(0.5),
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+        };
+        let mut agg = WindowAggregator::new();
+        let mut s = snapshot(1, None, None, None);
+        s.processes = vec![process(7, 100)];
+        agg.add(&s);
+        let mut s = snapshot(2, None, None, None);
+        s.processes = vec![process(7, 300)];
+        agg.add(&s);
+        let w = agg.take().expect("window 1");
+        let p = &w.processes[0];
+        assert_eq!(p.pid, 7);
+        let mem = p.gpu_memory_bytes.expect("memory");
+        assert_eq!((mem.max, mem.last, mem.mean), (300.0, 300.0, 200.0));
+        assert_eq!(
+            p.first_seen,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1)
+        );
+        // Gone for a window, then back: a new first_seen.
+        agg.add(&snapshot(3, None, None, None));
+        assert!(agg.take().expect("window 2").processes.is_empty());
+        let mut s = snapshot(4, None, None, None);
+        s.processes = vec![process(7, 100)];
+        agg.add(&s);
+        let w3 = agg.take().expect("window 3");
+        assert_eq!(
+            w3.processes[0].first_seen,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(4)
+        );
+    }
+
+    #[test]
+    fn xid_events_are_listed_and_counted_per_device() {
+        let mut agg = WindowAggregator::new();
+        let mut s = snapshot(1, None, None, None);
+        s.events = vec![XidEvent {
+            at: s.at,
+            device_uuid: "GPU-a".into(),
+            device_index: 0,
+            xid: 79,
+        }];
+        agg.add(&s);
+        let w = agg.take().expect("window");
+        assert_eq!(w.xid_events.len(), 1);
+        assert_eq!(w.devices[0].xid_total, 1);
+        agg.add(&snapshot(2, None, None, None));
+        let w2 = agg.take().expect("window 2");
+        assert!(w2.xid_events.is_empty());
+        assert_eq!(w2.devices[0].xid_total, 1, "the counter is cumulative");
+    }
+}

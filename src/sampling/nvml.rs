@@ -1,0 +1,573 @@
+//! The NVML session: opening `libnvidia-ml.so.1` once, caching what never changes about each
+//! device, and reading everything that does into a `Snapshot` each tick.
+//!
+//! NVML failures are told apart at three levels, as the rest of gpulse depends on it:
+//! - a **field** the device does not give (`NotSupported`, `NoPermission`) is omitted, remembered
+//!   so it is not asked again, and said once in the log;
+//! - a **device** that is lost (`GpuLost`) is reported with `DeviceStatus::Lost` while the others
+//!   go on, and is picked up again when it answers;
+//! - the **session** (library missing, driver not loaded, NVML uninitialised) fails `open` or
+//!   `sample` with a `SessionError` whose message says what to do.
+//!
+//! Only what NVML returns is reported: nothing here assumes the simulator.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::{Device, Nvml};
+
+use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
+
+/// The library name gpulse loads by default. nvml-wrapper's own default, `libnvidia-ml.so`, only
+/// exists where the driver's development package is installed; the `.so.1` is what the driver
+/// (and the NVIDIA container runtime) always provides.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// NVML could not be used at all. Each message says what to do next.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error(
+        "could not load the NVML library {path:?} ({detail}). Install the NVIDIA driver \
+         (it provides libnvidia-ml.so.1), run the container with the NVIDIA container runtime \
+         (NVIDIA_DRIVER_CAPABILITIES=utility), or point --nvml-lib / GPULSE_NVML_LIB at the \
+         library; for a machine without a GPU, use the simulator: \
+         --nvml-lib target/debug/libnvidia_ml.so"
+    )]
+    LibraryNotFound { path: PathBuf, detail: String },
+    #[error(
+        "NVML was loaded from {path:?} but reports that the NVIDIA kernel driver is not loaded. \
+         Check `nvidia-smi` on the host and that the driver module is loaded (`lsmod | grep nvidia`)"
+    )]
+    DriverNotLoaded { path: PathBuf },
+    #[error(
+        "NVML from {path:?} refused access (no permission). Run gpulse with access to the \
+         /dev/nvidia* device files (the NVIDIA container runtime provides them)"
+    )]
+    NoPermission { path: PathBuf },
+    #[error("NVML from {path:?} failed to {action}: {source}")]
+    Nvml {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: NvmlError,
+    },
+}
+
+impl SessionError {
+    fn classify(path: &Path, action: &'static str, error: NvmlError) -> Self {
+        let path = path.to_path_buf();
+        match error {
+            NvmlError::LibloadingError(e) => Self::LibraryNotFound {
+                path,
+                detail: e.to_string(),
+            },
+            NvmlError::LibraryNotFound => Self::LibraryNotFound {
+                path,
+                detail: "library not found".into(),
+            },
+            NvmlError::DriverNotLoaded => Self::DriverNotLoaded { path },
+            NvmlError::NoPermission => Self::NoPermission { path },
+            source => Self::Nvml {
+                path,
+                action,
+                source,
+            },
+        }
+    }
+
+    /// Whether re-opening NVML later may succeed (the driver being reloaded, say), as opposed
+    /// to a configuration mistake such as a wrong library path.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, Self::LibraryNotFound { .. })
+    }
+
+    /// A short, stable name for counting these errors in gpulse's own metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::LibraryNotFound { .. } => "library_not_found",
+            Self::DriverNotLoaded { .. } => "driver_not_loaded",
+            Self::NoPermission { .. } => "no_permission",
+            Self::Nvml { .. } => "session",
+        }
+    }
+}
+
+/// One dynamic field of a device, for remembering which ones a device does not give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Field {
+    Utilization,
+    EncoderUtilization,
+    DecoderUtilization,
+    Memory,
+    Temperature,
+    Power,
+    PowerLimit,
+    Energy,
+    SmClock,
+    MemoryClock,
+    GraphicsClock,
+    Fan,
+    PcieTx,
+    PcieRx,
+    Throttle,
+    EccCorrected,
+    EccUncorrected,
+    PerformanceState,
+    ComputeProcesses,
+    GraphicsProcesses,
+    ProcessUtilization,
+}
+
+/// The open NVML session and what it has learnt about the devices.
+pub struct Sampler {
+    nvml: Arc<Nvml>,
+    lib_path: PathBuf,
+    driver_version: Option<String>,
+    cuda_driver_version: Option<String>,
+    nvml_version: Option<String>,
+    /// Static facts per NVML index, read the first time the device answered.
+    devices: Vec<Option<Arc<DeviceInfo>>>,
+    /// Fields a device said it does not give; not asked again in this session.
+    unsupported: HashSet<(u32, Field)>,
+    /// Newest per-process utilisation timestamp seen per device (µs), so each call returns only
+    /// newer samples.
+    process_util_seen: HashMap<u32, u64>,
+    /// NVML errors by kind since the session opened, for gpulse's own health metrics.
+    error_counts: BTreeMap<&'static str, u64>,
+    /// Fields already warned about for unexpected errors, so the log says it once.
+    warned: HashSet<(u32, Field)>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("lib_path", &self.lib_path)
+            .field("devices", &self.devices.len())
+            .finish()
+    }
+}
+
+impl Sampler {
+    /// Loads NVML from `lib_path` and initialises it.
+    ///
+    /// # Errors
+    /// A `SessionError` saying why NVML cannot be used and what to do about it.
+    pub fn open(lib_path: &Path) -> Result<Self, SessionError> {
+        let nvml = Nvml::builder()
+            .lib_path(OsStr::new(lib_path))
+            .init()
+            .map_err(|e| SessionError::classify(lib_path, "initialise", e))?;
+        let driver_version = nvml.sys_driver_version().ok();
+        let nvml_version = nvml.sys_nvml_version().ok();
+        let cuda_driver_version = nvml.sys_cuda_driver_version().ok().map(|v| {
+            format!(
+                "{}.{}",
+                nvml_wrapper::cuda_driver_version_major(v),
+                nvml_wrapper::cuda_driver_version_minor(v)
+            )
+        });
+        Ok(Self {
+            nvml: Arc::new(nvml),
+            lib_path: lib_path.to_path_buf(),
+            driver_version,
+            cuda_driver_version,
+            nvml_version,
+            devices: Vec::new(),
+            unsupported: HashSet::new(),
+            process_util_seen: HashMap::new(),
+            error_counts: BTreeMap::new(),
+            warned: HashSet::new(),
+        })
+    }
+
+    /// The NVML handle, shared with the XID event thread and `gpulse check`.
+    pub fn nvml(&self) -> &Arc<Nvml> {
+        &self.nvml
+    }
+
+    pub fn lib_path(&self) -> &Path {
+        &self.lib_path
+    }
+
+    /// NVML errors by kind since the session opened.
+    pub fn error_counts(&self) -> &BTreeMap<&'static str, u64> {
+        &self.error_counts
+    }
+
+    /// Static facts of every device seen so far, by index.
+    pub fn device_infos(&self) -> impl Iterator<Item = &Arc<DeviceInfo>> {
+        self.devices.iter().flatten()
+    }
+
+    /// Reads every device and its processes once.
+    ///
+    /// # Errors
+    /// `SessionError` when NVML as a whole stopped answering (the driver was unloaded, say):
+    /// the caller re-opens the session with backoff. A single device failing is not an error:
+    /// it is reported as lost in the snapshot.
+    pub fn sample(&mut self) -> Result<Snapshot, SessionError> {
+        let at = SystemTime::now();
+        let count = match self.nvml.device_count() {
+            Ok(count) => count,
+            Err(e) => {
+                self.count_error("session");
+                return Err(SessionError::classify(&self.lib_path, "count devices", e));
+            }
+        };
+        let mut devices = Vec::with_capacity(count as usize);
+        let mut processes = Vec::new();
+        let nvml = Arc::clone(&self.nvml);
+        for index in 0..count {
+            match nvml.device_by_index(index) {
+                Ok(device) => {
+                    let sample = self.sample_device(index, &device, &mut processes);
+                    devices.push(sample);
+                }
+                Err(e) => {
+                    self.count_error(error_kind(&e));
+                    if !matches!(e, NvmlError::GpuLost) {
+                        self.warn_once(index, Field::Utilization, "get a handle", &e);
+                    }
+                    let info = self.cached_info(index);
+                    devices.push(DeviceSample::empty(info, DeviceStatus::Lost));
+                }
+            }
+        }
+        Ok(Snapshot {
+            at,
+            driver_version: self.driver_version.clone(),
+            cuda_driver_version: self.cuda_driver_version.clone(),
+            nvml_version: self.nvml_version.clone(),
+            devices,
+            processes,
+            events: Vec::new(),
+        })
+    }
+
+    /// The cached facts of a device, or a placeholder naming only its index when it has never
+    /// answered (it was lost before gpulse first saw it).
+    fn cached_info(&self, index: u32) -> Arc<DeviceInfo> {
+        if let Some(Some(info)) = self.devices.get(index as usize) {
+            return Arc::clone(info);
+        }
+        Arc::new(DeviceInfo {
+            index,
+            uuid: format!("unknown-nvml-index-{index}"),
+            name: "unknown".into(),
+            pci_bus_id: String::new(),
+            serial: None,
+            minor_number: None,
+            memory_total_bytes: None,
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        })
+    }
+
+    /// Static facts, read once per device; read again if the UUID at this index changed
+    /// (a different board after a reset or hot-plug).
+    fn device_info(&mut self, index: u32, device: &Device) -> Result<Arc<DeviceInfo>, NvmlError> {
+        let slot = index as usize;
+        if self.devices.len() <= slot {
+            self.devices.resize(slot + 1, None);
+        }
+        if let Some(info) = &self.devices[slot] {
+            return Ok(Arc::clone(info));
+        }
+        let uuid = device.uuid()?;
+        let memory_total_bytes = device.memory_info().ok().map(|m| m.total);
+        let info = Arc::new(DeviceInfo {
+            index,
+            uuid,
+            name: device.name().unwrap_or_else(|_| "unknown".into()),
+            pci_bus_id: device.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+            serial: device.serial().ok(),
+            minor_number: device.minor_number().ok(),
+            memory_total_bytes,
+            max_sm_clock_mhz: device.max_clock_info(Clock::SM).ok(),
+            max_memory_clock_mhz: device.max_clock_info(Clock::Memory).ok(),
+            compute_capability: device
+                .cuda_compute_capability()
+                .ok()
+                .map(|c| format!("{}.{}", c.major, c.minor)),
+            fan_count: device.num_fans().ok(),
+        });
+        self.devices[slot] = Some(Arc::clone(&info));
+        Ok(info)
+    }
+
+    fn sample_device(
+        &mut self,
+        index: u32,
+        device: &Device,
+        processes: &mut Vec<ProcessSample>,
+    ) -> DeviceSample {
+        let info = match self.device_info(index, device) {
+            Ok(info) => info,
+            Err(e) => {
+                self.count_error(error_kind(&e));
+                if !matches!(e, NvmlError::GpuLost) {
+                    self.warn_once(index, Field::Utilization, "read the identity", &e);
+                }
+                return DeviceSample::empty(self.cached_info(index), DeviceStatus::Lost);
+            }
+        };
+        let mut reader = FieldReader {
+            sampler: self,
+            index,
+            lost: false,
+        };
+        let mut s = DeviceSample::empty(Arc::clone(&info), DeviceStatus::Ok);
+        if let Some(u) = reader.read(Field::Utilization, || device.utilization_rates()) {
+            s.utilization_gpu = Some(percent(u.gpu));
+            s.utilization_memory = Some(percent(u.memory));
+        }
+        s.utilization_encoder = reader
+            .read(Field::EncoderUtilization, || device.encoder_utilization())
+            .map(|u| percent(u.utilization));
+        s.utilization_decoder = reader
+            .read(Field::DecoderUtilization, || device.decoder_utilization())
+            .map(|u| percent(u.utilization));
+        if let Some(m) = reader.read(Field::Memory, || device.memory_info()) {
+            s.memory_used_bytes = Some(m.used);
+            s.memory_free_bytes = Some(m.free);
+            s.memory_reserved_bytes = Some(m.reserved);
+            s.memory_total_bytes = Some(m.total);
+        }
+        s.temperature_celsius = reader
+            .read(Field::Temperature, || {
+                device.temperature(TemperatureSensor::Gpu)
+            })
+            .map(f64::from);
+        s.power_watts = reader
+            .read(Field::Power, || device.power_usage())
+            .map(milli);
+        s.power_limit_watts = reader
+            .read(Field::PowerLimit, || device.enforced_power_limit())
+            .map(milli);
+        s.energy_joules = reader
+            .read(Field::Energy, || device.total_energy_consumption())
+            .map(|mj| mj as f64 / 1000.0);
+        s.sm_clock_mhz = reader.read(Field::SmClock, || device.clock_info(Clock::SM));
+        s.memory_clock_mhz = reader.read(Field::MemoryClock, || device.clock_info(Clock::Memory));
+        s.graphics_clock_mhz =
+            reader.read(Field::GraphicsClock, || device.clock_info(Clock::Graphics));
+        s.fan_speed = match info.fan_count {
+            Some(fans) if fans > 0 => reader.read(Field::Fan, || {
+                let mut total = 0u32;
+                for fan in 0..fans {
+                    total += device.fan_speed(fan)?;
+                }
+                Ok(percent(total) / f64::from(fans))
+            }),
+            _ => None,
+        };
+        // NVML reports PCIe throughput in KB/s.
+        s.pcie_tx_bytes_per_second = reader
+            .read(Field::PcieTx, || {
+                device.pcie_throughput(PcieUtilCounter::Send)
+            })
+            .map(|kb| f64::from(kb) * 1024.0);
+        s.pcie_rx_bytes_per_second = reader
+            .read(Field::PcieRx, || {
+                device.pcie_throughput(PcieUtilCounter::Receive)
+            })
+            .map(|kb| f64::from(kb) * 1024.0);
+        s.throttle_reasons = reader
+            .read(Field::Throttle, || device.current_throttle_reasons())
+            .map(|r| r.bits());
+        s.ecc_corrected_total = reader.read(Field::EccCorrected, || {
+            device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+        });
+        s.ecc_uncorrected_total = reader.read(Field::EccUncorrected, || {
+            device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
+        });
+        s.performance_state = reader
+            .read(Field::PerformanceState, || device.performance_state())
+            .and_then(|p| pstate_number(p.as_c()));
+
+        let compute = reader
+            .read(Field::ComputeProcesses, || {
+                device.running_compute_processes()
+            })
+            .unwrap_or_default();
+        let graphics = reader
+            .read(Field::GraphicsProcesses, || {
+                device.running_graphics_processes()
+            })
+            .unwrap_or_default();
+        let has_processes = !compute.is_empty() || !graphics.is_empty();
+        let seen = reader.sampler.process_util_seen.get(&index).copied();
+        let utilization = if has_processes {
+            reader
+                .read(Field::ProcessUtilization, || {
+                    match device.process_utilization_stats(seen) {
+                        // No sample newer than `seen`: nothing ran, not a failure.
+                        Err(NvmlError::NotFound) => Ok(Vec::new()),
+                        other => other,
+                    }
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let lost = reader.lost;
+        if let Some(newest) = utilization.iter().map(|u| u.timestamp).max() {
+            self.process_util_seen.insert(index, newest);
+        }
+        if lost {
+            s.status = DeviceStatus::Lost;
+            return s;
+        }
+        merge_processes(&info, &compute, &graphics, &utilization, processes);
+        s
+    }
+
+    fn count_error(&mut self, kind: &'static str) {
+        *self.error_counts.entry(kind).or_insert(0) += 1;
+    }
+
+    fn warn_once(&mut self, index: u32, field: Field, action: &str, error: &NvmlError) {
+        if self.warned.insert((index, field)) {
+            tracing::warn!(
+                gpu.index = index,
+                "NVML failed to {action} ({field:?}) on GPU {index}: {error}; \
+                 gpulse keeps sampling and will not repeat this warning"
+            );
+        }
+    }
+}
+
+/// Reads one field after another on one device, classifying each failure.
+struct FieldReader<'s> {
+    sampler: &'s mut Sampler,
+    index: u32,
+    /// Set when a call said the GPU is lost: the remaining fields are not asked this tick.
+    lost: bool,
+}
+
+impl FieldReader<'_> {
+    fn read<T>(&mut self, field: Field, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+        if self.lost || self.sampler.unsupported.contains(&(self.index, field)) {
+            return None;
+        }
+        match call() {
+            Ok(value) => Some(value),
+            Err(e @ (NvmlError::NotSupported | NvmlError::NoPermission)) => {
+                self.sampler.count_error(error_kind(&e));
+                self.sampler.unsupported.insert((self.index, field));
+                tracing::info!(
+                    gpu.index = self.index,
+                    "GPU {} does not give {field:?} ({e}); it is left out of the metrics",
+                    self.index
+                );
+                None
+            }
+            Err(NvmlError::GpuLost) => {
+                self.sampler.count_error("gpu_lost");
+                self.lost = true;
+                None
+            }
+            Err(e) => {
+                self.sampler.count_error(error_kind(&e));
+                self.sampler
+                    .warn_once(self.index, field, "read a field", &e);
+                None
+            }
+        }
+    }
+}
+
+/// Compute and graphics lists merged per PID, with the newest utilisation sample of each PID.
+fn merge_processes(
+    info: &DeviceInfo,
+    compute: &[ProcessInfo],
+    graphics: &[ProcessInfo],
+    utilization: &[nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample],
+    out: &mut Vec<ProcessSample>,
+) {
+    let start = out.len();
+    let mut push = |p: &ProcessInfo, kind: ProcessKind| {
+        let memory = match p.used_gpu_memory {
+            UsedGpuMemory::Used(bytes) => Some(bytes),
+            UsedGpuMemory::Unavailable => None,
+        };
+        if let Some(existing) = out[start..].iter_mut().find(|e| e.pid == p.pid) {
+            if existing.kind != kind {
+                existing.kind = ProcessKind::ComputeAndGraphics;
+            }
+            existing.gpu_memory_bytes = existing.gpu_memory_bytes.max(memory);
+            return;
+        }
+        out.push(ProcessSample {
+            pid: p.pid,
+            device_index: info.index,
+            device_uuid: info.uuid.clone(),
+            kind,
+            gpu_memory_bytes: memory,
+            sm_utilization: None,
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+        });
+    };
+    for p in compute {
+        push(p, ProcessKind::Compute);
+    }
+    for p in graphics {
+        push(p, ProcessKind::Graphics);
+    }
+    for process in &mut out[start..] {
+        let newest = utilization
+            .iter()
+            .filter(|u| u.pid == process.pid)
+            .max_by_key(|u| u.timestamp);
+        if let Some(u) = newest {
+            process.sm_utilization = Some(percent(u.sm_util));
+            process.memory_utilization = Some(percent(u.mem_util));
+            process.encoder_utilization = Some(percent(u.enc_util));
+            process.decoder_utilization = Some(percent(u.dec_util));
+        }
+    }
+}
+
+fn percent(value: u32) -> f64 {
+    f64::from(value) / 100.0
+}
+
+fn milli(value: u32) -> f64 {
+    f64::from(value) / 1000.0
+}
+
+/// NVML's `NVML_PSTATE_UNKNOWN` is 32; anything above 15 is not a P-state.
+fn pstate_number(raw: u32) -> Option<u32> {
+    (raw <= 15).then_some(raw)
+}
+
+/// A short, stable name for an NVML error, for counting.
+pub fn error_kind(error: &NvmlError) -> &'static str {
+    match error {
+        NvmlError::NotSupported => "not_supported",
+        NvmlError::NoPermission => "no_permission",
+        NvmlError::GpuLost => "gpu_lost",
+        NvmlError::Timeout => "timeout",
+        NvmlError::DriverNotLoaded => "driver_not_loaded",
+        NvmlError::Uninitialized => "uninitialized",
+        NvmlError::FailedToLoadSymbol(_) => "function_not_found",
+        NvmlError::FunctionNotFound => "function_not_found",
+        NvmlError::InsufficientSize(_) => "insufficient_size",
+        NvmlError::Unknown => "unknown",
+        _ => "other",
+    }
+}
