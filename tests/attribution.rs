@@ -1,1 +1,854 @@
 //! Integration tests: attribution.
+//!
+//! Against the real kernel (cgroups this test creates, a PID namespace from `unshare`, a child's
+//! real environment) where the machine allows it — CI runs as root — and against procfs trees
+//! written to a temp dir for what this kernel cannot produce (other runtimes and drivers,
+//! malformed files, a host whose PIDs are not visible).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpulse::attribution::podresources::proto::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use gpulse::attribution::podresources::proto::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
+};
+use gpulse::attribution::{
+    AttributionMethod, AttributionSettings, Attributor, GpuProcessRef, PodResourcesClient, Workload,
+};
+
+const ID_A: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const ID_B: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+const POD_UID: &str = "6a1f2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b";
+const GPU_0: &str = "GPU-11111111-2222-3333-4444-555555555555";
+const GPU_1: &str = "GPU-66666666-7777-8888-9999-000000000000";
+
+fn settings(proc_root: &Path) -> AttributionSettings {
+    AttributionSettings {
+        proc_root: proc_root.to_path_buf(),
+        include_command_line: false,
+        read_environ: true,
+        kubelet_socket: None,
+    }
+}
+
+fn resolve_one(attributor: &mut Attributor, pid: u32) -> Workload {
+    let mut resolved = attributor.resolve(&[(pid, GPU_0.to_string())]);
+    resolved
+        .remove(&pid)
+        .unwrap_or_else(|| panic!("resolve returns a workload for every pid, not for {pid}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real kernel state.
+
+/// A child process killed and reaped on drop, so no test leaves one behind.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn spawn(command: &mut Command) -> std::io::Result<Self> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(Self)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Cgroup directories this test made, removed deepest first on drop (after the children in them
+/// are gone: declare the guard before the children).
+struct CgroupGuard(Vec<PathBuf>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+impl CgroupGuard {
+    /// Creates `base/relative` and each directory on the way, remembering the ones it made.
+    fn create(&mut self, base: &Path, relative: &str) -> std::io::Result<PathBuf> {
+        let mut dir = base.to_path_buf();
+        for part in relative.split('/') {
+            dir.push(part);
+            if !dir.exists() {
+                std::fs::create_dir(&dir)?;
+                self.0.push(dir.clone());
+            }
+        }
+        Ok(dir)
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn real_cgroups_give_container_runtime_and_pod() {
+    let v1_memory = Path::new("/sys/fs/cgroup/memory");
+    let v2 = Path::new("/sys/fs/cgroup/unified");
+    if !is_root() || !v1_memory.join("cgroup.procs").exists() || !v2.join("cgroup.procs").exists() {
+        eprintln!(
+            "SKIPPED real_cgroups_give_container_runtime_and_pod: needs root and cgroup v1 memory \
+             at {} plus cgroup2 at {}",
+            v1_memory.display(),
+            v2.display()
+        );
+        return;
+    }
+    let mut cgroups = CgroupGuard(Vec::new());
+    let docker = cgroups.create(v1_memory, &format!("docker/{ID_A}"));
+    let pod_slice = format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        POD_UID.replace('-', "_")
+    );
+    let containerd = cgroups.create(v2, &format!("{pod_slice}/cri-containerd-{ID_B}.scope"));
+    let (docker, containerd) = match (docker, containerd) {
+        (Ok(d), Ok(c)) => (d, c),
+        (d, c) => {
+            eprintln!("SKIPPED real_cgroups_give_container_runtime_and_pod: cgroup fs not writable ({d:?}, {c:?})");
+            return;
+        }
+    };
+
+    let in_docker = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("spawn sleep");
+    let in_pod = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("spawn sleep");
+    std::fs::write(docker.join("cgroup.procs"), in_docker.pid().to_string())
+        .expect("move child into the docker cgroup");
+    std::fs::write(containerd.join("cgroup.procs"), in_pod.pid().to_string())
+        .expect("move child into the containerd scope");
+
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+    let resolved = attributor.resolve(&[
+        (in_docker.pid(), GPU_0.to_string()),
+        (in_pod.pid(), GPU_1.to_string()),
+    ]);
+
+    let docker_workload = &resolved[&in_docker.pid()];
+    assert_eq!(docker_workload.attributed_by, AttributionMethod::HostPid);
+    assert_eq!(docker_workload.container_id.as_deref(), Some(ID_A));
+    assert_eq!(docker_workload.container_runtime.as_deref(), Some("docker"));
+    assert_eq!(docker_workload.pod_uid, None);
+    assert_eq!(docker_workload.executable_name.as_deref(), Some("sleep"));
+
+    let pod_workload = &resolved[&in_pod.pid()];
+    assert_eq!(pod_workload.container_id.as_deref(), Some(ID_B));
+    assert_eq!(
+        pod_workload.container_runtime.as_deref(),
+        Some("containerd")
+    );
+    assert_eq!(pod_workload.pod_uid.as_deref(), Some(POD_UID));
+
+    // The children die before the guard removes their cgroups (reverse declaration order).
+    drop(in_pod);
+    drop(in_docker);
+}
+
+/// The host PID of the first child of `parent`, waiting a little for the fork to happen.
+fn child_of(parent: u32) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
+            return Some(pid);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn pid_namespace_gives_vpid() {
+    let unshare =
+        ChildGuard::spawn(Command::new("unshare").args(["--pid", "--fork", "sleep", "30"]));
+    let unshare = match unshare {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("SKIPPED pid_namespace_gives_vpid: cannot run unshare ({error})");
+            return;
+        }
+    };
+    let Some(inner) = child_of(unshare.pid()) else {
+        eprintln!("SKIPPED pid_namespace_gives_vpid: unshare made no child (not root, or no CAP_SYS_ADMIN)");
+        return;
+    };
+    // The namespace's init ignores signals from outside it except SIGKILL; unshare itself dying
+    // does not stop it, so kill it by PID even when an assertion fails.
+    struct KillOnDrop(u32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory-safety preconditions; the PID is our grandchild.
+            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+    let _inner_guard = KillOnDrop(inner);
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+    let workload = resolve_one(&mut attributor, inner);
+    assert_eq!(workload.pid, inner);
+    let vpid = workload.vpid.expect("NSpid is read");
+    assert_ne!(vpid, inner, "the namespaced PID differs from the host PID");
+    assert_eq!(
+        vpid, 1,
+        "the first process in a new PID namespace is its PID 1"
+    );
+}
+
+#[test]
+fn environ_gives_service_name_and_keeps_no_secret() {
+    let secret = "s3cr3t-token-do-not-keep";
+    let child = ChildGuard::spawn(
+        Command::new("sleep")
+            .arg("30")
+            .env("OTEL_SERVICE_NAME", "trainer")
+            .env(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.namespace=ml,deployment.environment.name=prod%2Ceu",
+            )
+            .env("API_TOKEN", secret),
+    )
+    .expect("spawn sleep");
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+    let workload = resolve_one(&mut attributor, child.pid());
+    assert_eq!(workload.service_name.as_deref(), Some("trainer"));
+    assert_eq!(
+        workload.resource_attributes,
+        vec![
+            ("service.namespace".to_string(), "ml".to_string()),
+            (
+                "deployment.environment.name".to_string(),
+                "prod,eu".to_string()
+            ),
+        ]
+    );
+    assert_eq!(
+        workload.command_line, None,
+        "command line is off by default"
+    );
+    let debug = format!("{workload:?}");
+    assert!(!debug.contains(secret), "secret leaked into {debug}");
+    assert!(
+        !debug.contains("API_TOKEN"),
+        "other keys leaked into {debug}"
+    );
+
+    // Switched off: nothing from the environment at all.
+    let mut no_environ = Attributor::new(AttributionSettings {
+        read_environ: false,
+        include_command_line: true,
+        ..settings(Path::new("/proc"))
+    });
+    let workload = resolve_one(&mut no_environ, child.pid());
+    assert_eq!(workload.service_name, None);
+    assert!(workload.resource_attributes.is_empty());
+    assert_eq!(workload.command_line.as_deref(), Some("sleep 30"));
+    // Our own real uid, named through /etc/passwd (or the number where it has no name).
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let owner = workload.owner.expect("owner is read from status");
+    if uid == 0 {
+        assert_eq!(owner, "root");
+    } else {
+        assert!(!owner.is_empty());
+    }
+}
+
+#[test]
+fn usage_counts_a_busy_descendant() {
+    // The shell waits (idle) while its child spins: own CPU low, tree CPU high.
+    let parent = ChildGuard::spawn(Command::new("sh").args([
+        "-c",
+        "sh -c 'end=$(($(date +%s)+5)); while [ $(date +%s) -lt $end ]; do :; done' & wait",
+    ]))
+    .expect("spawn sh");
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+    std::thread::sleep(Duration::from_millis(200));
+    let first = attributor.usage(&[parent.pid()]);
+    assert_eq!(
+        first[&parent.pid()].cpu_utilization,
+        None,
+        "first reading has no rate"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = attributor.usage(&[parent.pid()]);
+    let usage = second[&parent.pid()];
+    let own = usage.cpu_utilization.expect("own rate");
+    let tree = usage.tree_cpu_utilization.expect("tree rate");
+    assert!(own < 0.2, "the waiting shell is idle: {own}");
+    assert!(tree > 0.2, "its spinning child is busy: {tree}");
+    assert!(usage.memory_rss_bytes.is_some_and(|rss| rss > 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture procfs trees.
+
+/// One fake process under a fixture root.
+struct FakeProc {
+    pid: u32,
+    comm: &'static str,
+    ppid: u32,
+    start: u64,
+    cgroup: String,
+    nspid: Vec<u32>,
+    uid: u32,
+    environ: Vec<u8>,
+    cmdline: &'static [u8],
+}
+
+impl FakeProc {
+    fn new(pid: u32, cgroup: impl Into<String>) -> Self {
+        Self {
+            pid,
+            comm: "python3",
+            ppid: 1,
+            start: 1000 + u64::from(pid),
+            cgroup: cgroup.into(),
+            nspid: vec![pid],
+            uid: 1000,
+            environ: Vec::new(),
+            cmdline: b"python3\0train.py\0",
+        }
+    }
+
+    fn write(&self, root: &Path) {
+        let dir = root.join(self.pid.to_string());
+        std::fs::create_dir_all(&dir).expect("mkdir pid dir");
+        let stat = format!(
+            "{} ({}) S {} {} {} 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 4 0 {} 1000000 256 \
+             18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n",
+            self.pid, self.comm, self.ppid, self.pid, self.pid, self.start
+        );
+        let nspid: Vec<String> = self.nspid.iter().map(u32::to_string).collect();
+        let status = format!(
+            "Name:\t{}\nState:\tS (sleeping)\nPid:\t{}\nPPid:\t{}\nUid:\t{u}\t{u}\t{u}\t{u}\n\
+             NSpid:\t{}\nVmRSS:\t  1024 kB\n",
+            self.comm,
+            self.pid,
+            self.ppid,
+            nspid.join("\t"),
+            u = self.uid
+        );
+        std::fs::write(dir.join("stat"), stat).expect("write stat");
+        std::fs::write(dir.join("status"), status).expect("write status");
+        std::fs::write(dir.join("cgroup"), &self.cgroup).expect("write cgroup");
+        std::fs::write(dir.join("environ"), &self.environ).expect("write environ");
+        std::fs::write(dir.join("cmdline"), self.cmdline).expect("write cmdline");
+    }
+}
+
+/// A fixture root with a host passwd next to it, as `<root>/1/root/etc/passwd`.
+fn fixture_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("temp dir");
+    let etc = root.path().join("1/root/etc");
+    std::fs::create_dir_all(&etc).expect("mkdir etc");
+    std::fs::write(
+        etc.join("passwd"),
+        "root:x:0:0:root:/root:/bin/bash\nml:x:1000:1000::/home/ml:/bin/sh\n",
+    )
+    .expect("write passwd");
+    root
+}
+
+fn systemd_pod_cgroup(runtime_scope: &str) -> String {
+    format!(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/{runtime_scope}\n",
+        POD_UID.replace('-', "_")
+    )
+}
+
+/// pid, cgroup file, expected container.id, container.runtime, k8s.pod.uid.
+type RuntimeCase = (
+    u32,
+    String,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+#[test]
+fn fixture_runtimes_and_drivers() {
+    let root = fixture_root();
+    let cases: Vec<RuntimeCase> = vec![
+        (101, systemd_pod_cgroup(&format!("crio-{ID_A}.scope")), Some(ID_A), Some("cri-o"), Some(POD_UID)),
+        (102, format!("0::/machine.slice/libpod-{ID_A}.scope/container\n"), Some(ID_A), Some("podman"), None),
+        (103, systemd_pod_cgroup(&format!("cri-containerd-{ID_B}.scope")), Some(ID_B), Some("containerd"), Some(POD_UID)),
+        (
+            104,
+            format!("11:memory:/kubepods/burstable/pod{POD_UID}/{ID_B}\n10:cpu,cpuacct:/kubepods/burstable/pod{POD_UID}/{ID_B}\n0::/\n"),
+            Some(ID_B), Some("containerd"), Some(POD_UID),
+        ),
+        (105, systemd_pod_cgroup(&format!("crio-conmon-{ID_A}.scope")), None, None, Some(POD_UID)),
+        (106, format!("0::/machine.slice/libpod-conmon-{ID_A}.scope\n"), None, None, None),
+        (107, "0::/user.slice/user-1000.slice/session-2.scope\n".to_string(), None, None, None),
+        // Malformed files: no identity, no panic.
+        (108, "\u{0}\u{1}garbage:::\n::\n".to_string(), None, None, None),
+        (109, String::new(), None, None, None),
+    ];
+    for (pid, cgroup, ..) in &cases {
+        FakeProc::new(*pid, cgroup.clone()).write(root.path());
+    }
+    let mut attributor = Attributor::new(settings(root.path()));
+    let processes: Vec<(u32, String)> = cases.iter().map(|c| (c.0, GPU_0.to_string())).collect();
+    let resolved = attributor.resolve(&processes);
+    for (pid, _, id, runtime, pod) in &cases {
+        let w = &resolved[pid];
+        assert_eq!(w.attributed_by, AttributionMethod::HostPid, "pid {pid}");
+        assert_eq!(w.container_id.as_deref(), *id, "pid {pid}");
+        assert_eq!(w.container_runtime.as_deref(), *runtime, "pid {pid}");
+        assert_eq!(w.pod_uid.as_deref(), *pod, "pid {pid}");
+        // No exe link in a fixture: the comm from stat.
+        assert_eq!(w.executable_name.as_deref(), Some("python3"), "pid {pid}");
+        assert_eq!(
+            w.owner.as_deref(),
+            Some("ml"),
+            "pid {pid}: uid 1000 named by the host passwd"
+        );
+    }
+}
+
+#[test]
+fn fixture_malformed_process_files() {
+    let root = fixture_root();
+    // stat unparsable, status garbage, environ binary noise: a workload, never a panic.
+    let dir = root.path().join("300");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("stat"), "300 (x").expect("write");
+    let resolved = attributor_for(root.path()).resolve(&[(300, GPU_0.to_string())]);
+    assert_eq!(resolved[&300], Workload::unresolved(300));
+
+    let mut proc = FakeProc::new(301, "0::/\n");
+    proc.environ = b"\xff\xfeOTEL_SERVICE_NAME\0OTEL_RESOURCE_ATTRIBUTES=a=1,broken\0".to_vec();
+    proc.uid = 4242;
+    proc.write(root.path());
+    std::fs::write(root.path().join("301/status"), "\0\0 nonsense\nUid:\tx\n").expect("write");
+    let resolved = attributor_for(root.path()).resolve(&[(301, GPU_0.to_string())]);
+    let w = &resolved[&301];
+    assert_eq!(w.attributed_by, AttributionMethod::HostPid);
+    assert_eq!(w.vpid, None);
+    assert_eq!(w.owner, None);
+    assert_eq!(w.service_name, None);
+    assert!(
+        w.resource_attributes.is_empty(),
+        "a malformed OTEL_RESOURCE_ATTRIBUTES is discarded whole"
+    );
+
+    // An uid no passwd names is exported as the number.
+    let mut proc = FakeProc::new(302, "0::/\n");
+    proc.uid = 4242;
+    proc.write(root.path());
+    let resolved = attributor_for(root.path()).resolve(&[(302, GPU_0.to_string())]);
+    assert_eq!(resolved[&302].owner.as_deref(), Some("4242"));
+}
+
+fn attributor_for(root: &Path) -> Attributor {
+    Attributor::new(settings(root))
+}
+
+#[test]
+fn fixture_nspid_command_line_and_environ() {
+    let root = fixture_root();
+    let mut proc = FakeProc::new(
+        400,
+        systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope")),
+    );
+    proc.nspid = vec![400, 57, 1];
+    proc.environ = b"HOME=/root\0OTEL_RESOURCE_ATTRIBUTES=service.name=from-attrs,team=ml\0\
+        PASSWORD=hunter2\0"
+        .to_vec();
+    proc.write(root.path());
+    let mut attributor = Attributor::new(AttributionSettings {
+        include_command_line: true,
+        ..settings(root.path())
+    });
+    let w = resolve_one(&mut attributor, 400);
+    assert_eq!(w.vpid, Some(1));
+    assert_eq!(w.command_line.as_deref(), Some("python3 train.py"));
+    assert_eq!(w.service_name.as_deref(), Some("from-attrs"));
+    assert_eq!(w.effective_service_name(), "from-attrs");
+    assert!(!format!("{w:?}").contains("hunter2"));
+}
+
+#[test]
+fn warm_cache_reads_only_the_start_time() {
+    let root = fixture_root();
+    FakeProc::new(
+        500,
+        systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope")),
+    )
+    .write(root.path());
+    FakeProc::new(501, "0::/\n").write(root.path());
+    let mut attributor = attributor_for(root.path());
+    let both = [(500, GPU_0.to_string()), (501, GPU_1.to_string())];
+    assert_eq!(
+        attributor.resolve(&both)[&500].container_id.as_deref(),
+        Some(ID_A)
+    );
+    assert_eq!(attributor.cached_len(), 2);
+
+    // Same start time: the cgroup file is not read again, the cached identity stays.
+    std::fs::write(
+        root.path().join("500/cgroup"),
+        format!("0::/docker/{ID_B}\n"),
+    )
+    .expect("write");
+    assert_eq!(
+        attributor.resolve(&both)[&500].container_id.as_deref(),
+        Some(ID_A)
+    );
+
+    // The PID is reused (new start time): read again.
+    let mut reused = FakeProc::new(500, format!("0::/docker/{ID_B}\n"));
+    reused.start = 999_999;
+    reused.write(root.path());
+    let w = &attributor.resolve(&both)[&500];
+    assert_eq!(w.container_id.as_deref(), Some(ID_B));
+    assert_eq!(w.container_runtime.as_deref(), Some("docker"));
+
+    // The process exits while its window is still reported: it keeps its identity.
+    std::fs::remove_dir_all(root.path().join("500")).expect("rm");
+    let w = &attributor.resolve(&both)[&500];
+    assert_eq!(w.container_id.as_deref(), Some(ID_B));
+
+    // Not reported anymore: dropped from the cache (bounded memory).
+    attributor.resolve(&[(501, GPU_1.to_string())]);
+    assert_eq!(attributor.cached_len(), 1);
+    // Gone and no longer cached: unresolved, not an error.
+    let w = &attributor.resolve(&both)[&500];
+    assert_eq!(w, &Workload::unresolved(500));
+}
+
+#[test]
+fn unreadable_root_degrades_to_unresolved() {
+    let missing = tempfile::tempdir()
+        .expect("temp dir")
+        .path()
+        .join("no-proc-here");
+    let mut attributor = attributor_for(&missing);
+    for _ in 0..3 {
+        let resolved = attributor.resolve(&[(1, GPU_0.to_string()), (2, GPU_0.to_string())]);
+        assert_eq!(resolved.len(), 2);
+        assert!(resolved
+            .values()
+            .all(|w| w.attributed_by == AttributionMethod::Unresolved));
+    }
+}
+
+#[test]
+fn pid_on_two_gpus_is_one_workload() {
+    let root = fixture_root();
+    FakeProc::new(600, "0::/\n").write(root.path());
+    let resolved =
+        attributor_for(root.path()).resolve(&[(600, GPU_0.to_string()), (600, GPU_1.to_string())]);
+    assert_eq!(resolved.len(), 1);
+}
+
+#[test]
+fn device_file_fallback_when_host_pids_are_not_visible() {
+    let root = fixture_root();
+    // The sidecar's view: local PID 7 holds /dev/nvidia0; NVML says host PID 90001 is on it.
+    let mut local = FakeProc::new(7, format!("0::/kubepods/burstable/pod{POD_UID}/{ID_A}\n"));
+    local.nspid = vec![7];
+    local.write(root.path());
+    let fd = root.path().join("7/fd");
+    std::fs::create_dir_all(&fd).expect("mkdir fd");
+    std::os::unix::fs::symlink("/dev/nvidiactl", fd.join("3")).expect("symlink");
+    std::os::unix::fs::symlink("/dev/nvidia0", fd.join("4")).expect("symlink");
+    // Two local holders of /dev/nvidia1: ambiguous.
+    for pid in [8, 9] {
+        FakeProc::new(pid, "0::/\n").write(root.path());
+        let fd = root.path().join(format!("{pid}/fd"));
+        std::fs::create_dir_all(&fd).expect("mkdir fd");
+        std::os::unix::fs::symlink("/dev/nvidia1", fd.join("4")).expect("symlink");
+    }
+    let mut attributor = attributor_for(root.path());
+    let resolved = attributor.resolve_processes(&[
+        GpuProcessRef {
+            pid: 90001,
+            device_uuid: GPU_0,
+            device_minor: Some(0),
+        },
+        GpuProcessRef {
+            pid: 90002,
+            device_uuid: GPU_1,
+            device_minor: Some(1),
+        },
+    ]);
+    let w = &resolved[&90001];
+    assert_eq!(w.attributed_by, AttributionMethod::DeviceFile);
+    assert_eq!(w.pid, 90001, "process.pid stays the host PID NVML reported");
+    assert_eq!(w.vpid, Some(7));
+    assert_eq!(w.container_id.as_deref(), Some(ID_A));
+    assert_eq!(w.pod_uid.as_deref(), Some(POD_UID));
+    assert_eq!(resolved[&90002], Workload::unresolved(90002));
+
+    // Without minors there is nothing to match on.
+    let resolved = attributor.resolve(&[(90001, GPU_0.to_string())]);
+    assert_eq!(
+        resolved[&90001].attributed_by,
+        AttributionMethod::Unresolved
+    );
+}
+
+#[test]
+fn warm_resolve_of_1024_pids() {
+    let root = fixture_root();
+    let pids: Vec<u32> = (10_000..11_024).collect();
+    for &pid in &pids {
+        FakeProc::new(
+            pid,
+            systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope")),
+        )
+        .write(root.path());
+    }
+    let processes: Vec<(u32, String)> = pids.iter().map(|&p| (p, GPU_0.to_string())).collect();
+    let mut attributor = attributor_for(root.path());
+    let started = Instant::now();
+    let cold = attributor.resolve(&processes);
+    let cold_time = started.elapsed();
+    let started = Instant::now();
+    let warm = attributor.resolve(&processes);
+    let warm_time = started.elapsed();
+    assert_eq!(cold.len(), 1024);
+    assert_eq!(cold, warm);
+    eprintln!("resolve of 1024 PIDs: cold {cold_time:?}, warm {warm_time:?}");
+    assert!(
+        warm_time < cold_time,
+        "a warm resolve reads less than a cold one"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubelet pod-resources over a Unix socket.
+
+#[derive(Clone)]
+struct FakeKubelet {
+    pods: Vec<PodResources>,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for FakeKubelet {
+    async fn list(
+        &self,
+        _request: tonic::Request<ListPodResourcesRequest>,
+    ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
+        Ok(tonic::Response::new(ListPodResourcesResponse {
+            pod_resources: self.pods.clone(),
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _request: tonic::Request<AllocatableResourcesRequest>,
+    ) -> Result<tonic::Response<AllocatableResourcesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not used by gpulse"))
+    }
+
+    async fn get(
+        &self,
+        _request: tonic::Request<GetPodResourcesRequest>,
+    ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not used by gpulse"))
+    }
+}
+
+fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: gpus.iter().map(|g| g.to_string()).collect(),
+                topology: None,
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Serves `kubelet` on `<dir>/kubelet.sock` until the returned task is aborted.
+async fn serve(dir: &Path, kubelet: FakeKubelet) -> (PathBuf, tokio::task::JoinHandle<()>) {
+    let socket = dir.join("kubelet.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind unix socket");
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let server = tokio::spawn(async move {
+        // A single service needs no router (tonic's `router` feature would pull in axum).
+        let _ = tonic::transport::Server::builder()
+            .serve_with_incoming(PodResourcesListerServer::new(kubelet), incoming)
+            .await;
+    });
+    (socket, server)
+}
+
+const GPU_SHARED: &str = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_resources_names_the_process_using_the_gpu() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubelet = FakeKubelet {
+        pods: vec![
+            pod("ml", "train-7f9c", "trainer", &[GPU_0]),
+            pod("ml", "infer-a", "server", &[GPU_SHARED]),
+            pod("ml", "infer-b", "server", &[GPU_SHARED]),
+        ],
+    };
+    let (socket, server) = serve(dir.path(), kubelet).await;
+
+    // The client on its own.
+    let mut client = PodResourcesClient::connect(&socket).await.expect("connect");
+    let listed = client.list().await.expect("list");
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[0].pod_name, "train-7f9c");
+    assert_eq!(listed[0].device_ids, vec![GPU_0.to_string()]);
+
+    let root = fixture_root();
+    let in_pod = systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope"));
+    FakeProc::new(700, in_pod.clone()).write(root.path()); // on GPU_0
+    FakeProc::new(701, in_pod).write(root.path()); // on the shared GPU
+    FakeProc::new(702, "0::/system.slice/sshd.service\n").write(root.path()); // host, on GPU_0
+    let mut attributor = Attributor::new(AttributionSettings {
+        kubelet_socket: Some(socket.clone()),
+        ..settings(root.path())
+    });
+    let directory = attributor
+        .pod_directory()
+        .expect("socket configured")
+        .clone();
+    assert_eq!(directory.refresh().await.expect("refresh"), 3);
+
+    let resolved = tokio::task::block_in_place(|| {
+        attributor.resolve(&[
+            (700, GPU_0.to_string()),
+            (701, GPU_SHARED.to_string()),
+            (702, GPU_0.to_string()),
+        ])
+    });
+    let w = &resolved[&700];
+    assert_eq!(w.pod_name.as_deref(), Some("train-7f9c"));
+    assert_eq!(w.namespace_name.as_deref(), Some("ml"));
+    assert_eq!(w.container_name.as_deref(), Some("trainer"));
+    assert_eq!(w.pod_uid.as_deref(), Some(POD_UID));
+    let ambiguous = &resolved[&701];
+    assert_eq!(ambiguous.pod_name, None, "two pods hold that GPU: no names");
+    assert_eq!(ambiguous.container_name, None);
+    let host = &resolved[&702];
+    assert_eq!(
+        host.pod_name, None,
+        "a process outside any pod gets no pod names"
+    );
+
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_names_stay_consistent_with_cgroup_pod_uids() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubelet = FakeKubelet {
+        pods: vec![pod("ml", "train-0", "trainer", &[GPU_0, GPU_1])],
+    };
+    let (socket, server) = serve(dir.path(), kubelet).await;
+    let root = fixture_root();
+    let other_uid = "11111111-2222-4333-8444-555555555555";
+    FakeProc::new(
+        800,
+        systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope")),
+    )
+    .write(root.path());
+    FakeProc::new(
+        801,
+        format!(
+            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{ID_B}.scope\n",
+            other_uid.replace('-', "_")
+        ),
+    )
+    .write(root.path());
+    let mut attributor = Attributor::new(AttributionSettings {
+        kubelet_socket: Some(socket),
+        ..settings(root.path())
+    });
+    attributor
+        .pod_directory()
+        .expect("socket configured")
+        .refresh()
+        .await
+        .expect("refresh");
+    let resolved = tokio::task::block_in_place(|| {
+        attributor.resolve(&[(800, GPU_0.to_string()), (801, GPU_1.to_string())])
+    });
+    // Both match train-0 by device, but their cgroups say they are in two different pods.
+    assert_eq!(resolved[&800].pod_name, None);
+    assert_eq!(resolved[&801].pod_name, None);
+
+    // Alone, the process matches.
+    let resolved = tokio::task::block_in_place(|| attributor.resolve(&[(800, GPU_0.to_string())]));
+    assert_eq!(resolved[&800].pod_name.as_deref(), Some("train-0"));
+    server.abort();
+}
+
+#[tokio::test]
+async fn missing_kubelet_socket_means_no_pod_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = fixture_root();
+    FakeProc::new(
+        900,
+        systemd_pod_cgroup(&format!("cri-containerd-{ID_A}.scope")),
+    )
+    .write(root.path());
+    let mut attributor = Attributor::new(AttributionSettings {
+        kubelet_socket: Some(dir.path().join("kubelet.sock")),
+        ..settings(root.path())
+    });
+    let error = attributor
+        .pod_directory()
+        .expect("socket configured")
+        .refresh()
+        .await
+        .expect_err("nothing listens there");
+    assert!(error.to_string().contains("does not exist"), "{error}");
+    let resolved = attributor.resolve(&[(900, GPU_0.to_string())]);
+    assert_eq!(resolved[&900].container_id.as_deref(), Some(ID_A));
+    assert_eq!(resolved[&900].pod_name, None);
+}
+
+#[test]
+fn resolve_works_outside_a_runtime_and_is_not_a_map_of_one() {
+    let root = fixture_root();
+    FakeProc::new(1000, "0::/\n").write(root.path());
+    FakeProc::new(1001, "0::/\n").write(root.path());
+    let mut attributor = Attributor::new(AttributionSettings {
+        kubelet_socket: Some(root.path().join("kubelet.sock")),
+        ..settings(root.path())
+    });
+    let resolved: HashMap<u32, Workload> =
+        attributor.resolve(&[(1000, GPU_0.to_string()), (1001, GPU_0.to_string())]);
+    assert_eq!(resolved.len(), 2);
+    assert!(resolved
+        .values()
+        .all(|w| w.attributed_by == AttributionMethod::HostPid));
+}

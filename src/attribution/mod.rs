@@ -1,7 +1,27 @@
 //! Attribution: from the host PIDs NVML reports to `Workload`s — container, pod, namespaced PID,
 //! executable, owner and the process's own service name — read from a procfs root and the
 //! kubelet pod-resources API.
+//!
+//! `Attributor` is the entry point (cache, fallbacks, pod names); the other modules are the pure
+//! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
+//! (`podresources`), the device-file fallback (`devicefile`) and CPU/memory usage (`usage`).
 
+pub mod attributor;
+pub mod cgroup;
+pub mod devicefile;
+pub mod environ;
+pub mod podresources;
+pub mod procfs;
+pub mod usage;
 pub mod workload;
 
+pub use attributor::{
+    AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
+};
+pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
+pub use podresources::{
+    PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
+    DEFAULT_KUBELET_SOCKET,
+};
+pub use usage::UsageTracker;
 pub use workload::{AttributionMethod, ProcessUsage, Workload};

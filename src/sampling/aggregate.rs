@@ -411,7 +411,7 @@ impl WindowAggregator {
                 decoder_utilization: GaugeAcc::finish(acc.decoder_utilization),
             })
             .collect();
-        processes.sort_by(|a, b| (a.device_index, a.pid).cmp(&(b.device_index, b.pid)));
+        processes.sort_by_key(|p| (p.device_index, p.pid));
         Some(Window {
             start,
             end,

@@ -1,0 +1,634 @@
+//! The `Attributor`: resolves the host PIDs of one window to `Workload`s, caching what procfs
+//! said about each process and applying the kubelet's pod names on top.
+//!
+//! ## Cost of a resolve
+//! A PID seen before costs one read of `<root>/<pid>/stat` (about 300 bytes): its start time
+//! (field 22) tells whether it is still the same process. Only a new PID, or a reused one, is read
+//! in full (`stat`, `status`, the `exe` link, `cgroup`, `environ` when allowed, `cmdline` when
+//! asked, `passwd` at most once a minute). Pod names are looked up in the current in-memory
+//! index on every resolve, so a refreshed pod list applies at once without re-reading procfs.
+//! Entries for PIDs the window no longer reports are dropped: memory is bounded by the number of
+//! live GPU processes.
+//!
+//! ## Degrading
+//! Nothing here is an error for the caller. An unreadable procfs root is one warning and
+//! `Unresolved` workloads until it is readable again; a process that exits between two reads
+//! yields what was read (a process already cached keeps its identity for the window that still
+//! reports it); `environ` that is not ours to read is simply absent.
+//!
+//! ## Pod names
+//! Pod-resources has no pod UID, so names are matched by GPU UUID (see `podresources`). To stay
+//! consistent with the cgroup: names go only to processes whose cgroup shows a pod UID (or whose
+//! cgroup could not be read); and within one resolve, if processes with different pod UIDs
+//! would get the same pod, or one pod UID two different pods, those processes get no names.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::cgroup::{parse_cgroup, CgroupIdentity};
+use super::devicefile::{match_one_to_one, scan_device_holders};
+use super::environ::{resolve_identity, scan_environ, OtelIdentity};
+use super::podresources::{
+    spawn_refresher, DeviceMatch, PodContainer, PodDirectory, RefreshHandle, DEFAULT_KUBELET_SOCKET,
+};
+use super::procfs::{executable_name, parse_cmdline, parse_passwd, ProcDir, Stat};
+use super::usage::UsageTracker;
+use super::workload::{AttributionMethod, ProcessUsage, Workload};
+use crate::sampling::window::Window;
+
+/// The environment variable that, like `--proc-root`, points gpulse at the host's procfs
+/// (e.g. `/host/proc`). Resolving flag over variable over default is the caller's job.
+pub const HOST_PROC_ENV: &str = "HOST_PROC";
+/// Where procfs is when nothing says otherwise.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+
+/// How often the `passwd` database is re-read, at most (only when a new process needs it).
+const PASSWD_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// What attribution reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributionSettings {
+    /// The procfs root: `/proc`, or the host's mounted elsewhere (`--proc-root`, `HOST_PROC`).
+    pub proc_root: PathBuf,
+    /// Export `process.command_line`. Off by default: command lines carry secrets.
+    pub include_command_line: bool,
+    /// Read `OTEL_SERVICE_NAME`/`OTEL_RESOURCE_ATTRIBUTES` from `/proc/<pid>/environ`.
+    pub read_environ: bool,
+    /// The kubelet pod-resources socket; `None` disables pod names.
+    pub kubelet_socket: Option<PathBuf>,
+}
+
+impl Default for AttributionSettings {
+    fn default() -> Self {
+        Self {
+            proc_root: PathBuf::from(DEFAULT_PROC_ROOT),
+            include_command_line: false,
+            read_environ: true,
+            kubelet_socket: Some(PathBuf::from(DEFAULT_KUBELET_SOCKET)),
+        }
+    }
+}
+
+/// One GPU process on one device, as NVML listed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuProcessRef<'a> {
+    /// Host PID.
+    pub pid: u32,
+    pub device_uuid: &'a str,
+    /// `N` of the device's `/dev/nvidiaN`; needed only for the device-file fallback.
+    pub device_minor: Option<u32>,
+}
+
+/// What procfs said about a process; pod names are not part of it (they come fresh each time).
+#[derive(Debug, Clone)]
+struct ProcessIdentity {
+    vpid: Option<u32>,
+    executable_name: Option<String>,
+    owner: Option<String>,
+    command_line: Option<String>,
+    cgroup: Option<CgroupIdentity>,
+    otel: OtelIdentity,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    start_time_ticks: u64,
+    identity: ProcessIdentity,
+    generation: u64,
+}
+
+/// The result of looking one PID up.
+enum Lookup<'a> {
+    Found(&'a ProcessIdentity),
+    /// Not under the root (another PID namespace, or gone before we looked).
+    NotVisible,
+    /// There but not readable (hidepid, permissions).
+    Unreadable,
+}
+
+#[derive(Debug, Default)]
+struct Passwd {
+    users: HashMap<u32, String>,
+    loaded_at: Option<Instant>,
+}
+
+/// Resolves GPU processes to workloads; owns the per-PID cache and the usage tracker.
+#[derive(Debug)]
+pub struct Attributor {
+    settings: AttributionSettings,
+    cache: HashMap<u32, CacheEntry>,
+    /// Local processes found by the device-file fallback, cached the same way.
+    local_cache: HashMap<u32, CacheEntry>,
+    generation: u64,
+    passwd: Passwd,
+    root_unreadable: bool,
+    pods: Option<Arc<PodDirectory>>,
+    refresher: Option<RefreshHandle>,
+    usage: UsageTracker,
+}
+
+impl Attributor {
+    /// Builds an attributor. When a kubelet socket is configured and this is called inside a
+    /// tokio runtime, a background task keeps the pod list fresh; outside one, call
+    /// `pod_directory().refresh()` yourself or live without pod names.
+    pub fn new(settings: AttributionSettings) -> Self {
+        let pods = settings
+            .kubelet_socket
+            .as_ref()
+            .map(|socket| Arc::new(PodDirectory::new(socket)));
+        let refresher = match (&pods, tokio::runtime::Handle::try_current()) {
+            (Some(directory), Ok(runtime)) => {
+                Some(spawn_refresher(Arc::clone(directory), &runtime))
+            }
+            (Some(directory), Err(_)) => {
+                tracing::warn!(
+                    socket = %directory.socket().display(),
+                    "attribution started outside a tokio runtime: the kubelet pod list is not \
+                     refreshed in the background, so pod names appear only if refreshed explicitly"
+                );
+                None
+            }
+            (None, _) => None,
+        };
+        Self {
+            usage: UsageTracker::new(&settings.proc_root),
+            settings,
+            cache: HashMap::new(),
+            local_cache: HashMap::new(),
+            generation: 0,
+            passwd: Passwd::default(),
+            root_unreadable: false,
+            pods,
+            refresher,
+        }
+    }
+
+    pub fn settings(&self) -> &AttributionSettings {
+        &self.settings
+    }
+
+    /// The pod list this attributor reads names from, when a kubelet socket is configured.
+    pub fn pod_directory(&self) -> Option<&Arc<PodDirectory>> {
+        self.pods.as_ref()
+    }
+
+    /// Number of processes whose identity is cached.
+    pub fn cached_len(&self) -> usize {
+        self.cache.len() + self.local_cache.len()
+    }
+
+    /// Resolves the PIDs of one window; each pair is a host PID and a device UUID it uses (a
+    /// PID on two GPUs appears twice). No device-file fallback: minors are not known here.
+    pub fn resolve(&mut self, processes: &[(u32, String)]) -> HashMap<u32, Workload> {
+        let refs: Vec<GpuProcessRef<'_>> = processes
+            .iter()
+            .map(|(pid, uuid)| GpuProcessRef {
+                pid: *pid,
+                device_uuid: uuid,
+                device_minor: None,
+            })
+            .collect();
+        self.resolve_processes(&refs)
+    }
+
+    /// Resolves the processes of an export window, with the devices' minor numbers for the
+    /// device-file fallback.
+    pub fn resolve_window(&mut self, window: &Window) -> HashMap<u32, Workload> {
+        let minors: HashMap<&str, u32> = window
+            .devices
+            .iter()
+            .filter_map(|d| Some((d.info.uuid.as_str(), d.info.minor_number?)))
+            .collect();
+        let refs: Vec<GpuProcessRef<'_>> = window
+            .processes
+            .iter()
+            .map(|p| GpuProcessRef {
+                pid: p.pid,
+                device_uuid: &p.device_uuid,
+                device_minor: minors.get(p.device_uuid.as_str()).copied(),
+            })
+            .collect();
+        self.resolve_processes(&refs)
+    }
+
+    /// Resolves GPU processes to workloads, one per distinct PID.
+    pub fn resolve_processes(&mut self, processes: &[GpuProcessRef<'_>]) -> HashMap<u32, Workload> {
+        self.generation += 1;
+        let mut devices_of: HashMap<u32, BTreeSet<&str>> = HashMap::new();
+        let mut minors_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
+        for process in processes {
+            devices_of
+                .entry(process.pid)
+                .or_default()
+                .insert(process.device_uuid);
+            if let Some(minor) = process.device_minor {
+                minors_of.entry(process.pid).or_default().insert(minor);
+            }
+        }
+
+        if !self.root_readable() {
+            self.cache.clear();
+            self.local_cache.clear();
+            return devices_of
+                .keys()
+                .map(|&pid| (pid, Workload::unresolved(pid)))
+                .collect();
+        }
+
+        let mut workloads = HashMap::with_capacity(devices_of.len());
+        let mut invisible: Vec<u32> = Vec::new();
+        let mut cgroup_read: HashSet<u32> = HashSet::new();
+        let mut new_pids = false;
+        for &pid in devices_of.keys() {
+            let generation = self.generation;
+            let (lookup, read_in_full) = lookup(
+                &mut self.cache,
+                &mut self.passwd,
+                &self.settings,
+                generation,
+                pid,
+            );
+            new_pids |= read_in_full;
+            let workload = match lookup {
+                Lookup::Found(identity) => {
+                    if identity.cgroup.is_some() {
+                        cgroup_read.insert(pid);
+                    }
+                    workload_of(pid, identity, AttributionMethod::HostPid)
+                }
+                Lookup::NotVisible => {
+                    invisible.push(pid);
+                    Workload::unresolved(pid)
+                }
+                Lookup::Unreadable => Workload::unresolved(pid),
+            };
+            workloads.insert(pid, workload);
+        }
+
+        if !invisible.is_empty() {
+            new_pids |=
+                self.device_file_fallback(&invisible, &minors_of, &mut workloads, &mut cgroup_read);
+        }
+
+        self.apply_pod_names(&devices_of, &cgroup_read, &mut workloads);
+        if new_pids {
+            if let Some(refresher) = &self.refresher {
+                refresher.request();
+            }
+        }
+
+        let generation = self.generation;
+        self.cache.retain(|_, entry| entry.generation == generation);
+        self.local_cache
+            .retain(|_, entry| entry.generation == generation);
+        workloads
+    }
+
+    /// CPU and memory of the given processes (and their descendants) since the previous call;
+    /// meant once per export window.
+    pub fn usage(&mut self, pids: &[u32]) -> HashMap<u32, ProcessUsage> {
+        self.usage.sample(pids)
+    }
+
+    /// One warning when the root turns unreadable, one line when it is back.
+    fn root_readable(&mut self) -> bool {
+        let readable = std::fs::read_dir(&self.settings.proc_root).is_ok();
+        if !readable && !self.root_unreadable {
+            tracing::warn!(
+                proc_root = %self.settings.proc_root.display(),
+                "procfs root is not readable: GPU processes are exported with process.pid only \
+                 (no container, pod or service). Mount the host's /proc (e.g. --proc-root \
+                 /host/proc or HOST_PROC) and run with hostPID or CAP_SYS_PTRACE"
+            );
+        } else if readable && self.root_unreadable {
+            tracing::info!(
+                proc_root = %self.settings.proc_root.display(),
+                "procfs root is readable again; attributing GPU processes"
+            );
+        }
+        self.root_unreadable = !readable;
+        readable
+    }
+
+    /// Attributes invisible NVML PIDs to local device-file holders. Returns whether a local
+    /// process was read for the first time.
+    fn device_file_fallback(
+        &mut self,
+        invisible: &[u32],
+        minors_of: &HashMap<u32, BTreeSet<u32>>,
+        workloads: &mut HashMap<u32, Workload>,
+        cgroup_read: &mut HashSet<u32>,
+    ) -> bool {
+        let mut by_minor: HashMap<u32, BTreeSet<u32>> = HashMap::new();
+        for pid in invisible {
+            for &minor in minors_of.get(pid).into_iter().flatten() {
+                by_minor.entry(minor).or_default().insert(*pid);
+            }
+        }
+        if by_minor.is_empty() {
+            return false;
+        }
+        let holders = scan_device_holders(&self.settings.proc_root);
+        let visible: HashSet<u32> = workloads
+            .iter()
+            .filter(|(_, w)| w.attributed_by == AttributionMethod::HostPid)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let mut read_new = false;
+        for (nvml_pid, local_pid) in match_one_to_one(&by_minor, &holders, &visible) {
+            let generation = self.generation;
+            let (lookup, read_in_full) = lookup(
+                &mut self.local_cache,
+                &mut self.passwd,
+                &self.settings,
+                generation,
+                local_pid,
+            );
+            read_new |= read_in_full;
+            if let Lookup::Found(identity) = lookup {
+                if identity.cgroup.is_some() {
+                    cgroup_read.insert(nvml_pid);
+                }
+                let mut workload = workload_of(nvml_pid, identity, AttributionMethod::DeviceFile);
+                // The local PID is the process as its own namespace (shared with us) sees it.
+                workload.vpid = identity.vpid.or(Some(local_pid));
+                workloads.insert(nvml_pid, workload);
+            }
+        }
+        read_new
+    }
+
+    fn apply_pod_names(
+        &self,
+        devices_of: &HashMap<u32, BTreeSet<&str>>,
+        cgroup_read: &HashSet<u32>,
+        workloads: &mut HashMap<u32, Workload>,
+    ) {
+        let Some(directory) = &self.pods else {
+            return;
+        };
+        let index = directory.current();
+        if index.is_empty() {
+            return;
+        }
+        let mut matched: HashMap<u32, Arc<PodContainer>> = HashMap::new();
+        for (pid, workload) in workloads.iter() {
+            // A process the cgroup shows outside any pod is not a pod's, whatever GPU it uses.
+            if cgroup_read.contains(pid) && workload.pod_uid.is_none() {
+                continue;
+            }
+            let uuids = devices_of.get(pid).into_iter().flatten().copied();
+            if let DeviceMatch::Unique(container) = index.match_devices(uuids) {
+                matched.insert(*pid, container);
+            }
+        }
+
+        // Consistency with the cgroup's pod UIDs.
+        let mut uids_of_pod: HashMap<(&str, &str), HashSet<&str>> = HashMap::new();
+        let mut pods_of_uid: HashMap<&str, HashSet<(&str, &str)>> = HashMap::new();
+        for (pid, container) in &matched {
+            if let Some(uid) = workloads.get(pid).and_then(|w| w.pod_uid.as_deref()) {
+                let pod = (container.namespace.as_str(), container.pod_name.as_str());
+                uids_of_pod.entry(pod).or_default().insert(uid);
+                pods_of_uid.entry(uid).or_default().insert(pod);
+            }
+        }
+        let mut conflicting: Vec<u32> = Vec::new();
+        for (pid, container) in &matched {
+            let pod = (container.namespace.as_str(), container.pod_name.as_str());
+            let uid = workloads.get(pid).and_then(|w| w.pod_uid.as_deref());
+            let pod_conflict = uids_of_pod.get(&pod).is_some_and(|uids| uids.len() > 1);
+            let uid_conflict = uid
+                .and_then(|uid| pods_of_uid.get(uid))
+                .is_some_and(|pods| pods.len() > 1);
+            if pod_conflict || uid_conflict {
+                conflicting.push(*pid);
+            }
+        }
+        if !conflicting.is_empty() {
+            tracing::debug!(
+                ?conflicting,
+                "GPU processes match pods inconsistently with their cgroup pod UIDs; \
+                 leaving their pod names out"
+            );
+        }
+        for pid in conflicting {
+            matched.remove(&pid);
+        }
+        for (pid, container) in matched {
+            if let Some(workload) = workloads.get_mut(&pid) {
+                workload.pod_name = Some(container.pod_name.clone());
+                workload.namespace_name = Some(container.namespace.clone());
+                workload.container_name = Some(container.container_name.clone());
+            }
+        }
+    }
+}
+
+fn workload_of(pid: u32, identity: &ProcessIdentity, method: AttributionMethod) -> Workload {
+    let cgroup = identity.cgroup.clone().unwrap_or_default();
+    Workload {
+        pid,
+        vpid: identity.vpid,
+        executable_name: identity.executable_name.clone(),
+        owner: identity.owner.clone(),
+        command_line: identity.command_line.clone(),
+        container_id: cgroup.container_id,
+        container_runtime: cgroup.runtime.map(|r| r.as_str().to_string()),
+        pod_uid: cgroup.pod_uid,
+        pod_name: None,
+        namespace_name: None,
+        container_name: None,
+        service_name: identity.otel.service_name.clone(),
+        resource_attributes: identity.otel.resource_attributes.clone(),
+        attributed_by: method,
+    }
+}
+
+/// Finds `pid` in `cache`, re-reading it when it is new or its start time changed; the flag
+/// says whether it was read in full this time.
+fn lookup<'c>(
+    cache: &'c mut HashMap<u32, CacheEntry>,
+    passwd: &mut Passwd,
+    settings: &AttributionSettings,
+    generation: u64,
+    pid: u32,
+) -> (Lookup<'c>, bool) {
+    let dir = ProcDir::new(&settings.proc_root, pid);
+    let stat = match dir.stat() {
+        Ok(Some(stat)) => stat,
+        Ok(None) => {
+            return (
+                keep_cached(cache, generation, pid, Lookup::NotVisible),
+                false,
+            )
+        }
+        Err(error) if is_gone(&error) => {
+            return (
+                keep_cached(cache, generation, pid, Lookup::NotVisible),
+                false,
+            )
+        }
+        Err(_) => {
+            return (
+                keep_cached(cache, generation, pid, Lookup::Unreadable),
+                false,
+            )
+        }
+    };
+    let fresh = cache
+        .get(&pid)
+        .is_some_and(|entry| entry.start_time_ticks == stat.start_time_ticks);
+    if !fresh {
+        let identity = read_identity(pid, &dir, &stat, passwd, settings);
+        // Reused between the first read and now: what was read may mix two processes.
+        let still_same =
+            matches!(dir.stat(), Ok(Some(now)) if now.start_time_ticks == stat.start_time_ticks);
+        if !still_same {
+            cache.remove(&pid);
+            return (Lookup::NotVisible, true);
+        }
+        cache.insert(
+            pid,
+            CacheEntry {
+                start_time_ticks: stat.start_time_ticks,
+                identity,
+                generation,
+            },
+        );
+    }
+    let found = match cache.get_mut(&pid) {
+        Some(entry) => {
+            entry.generation = generation;
+            Lookup::Found(&entry.identity)
+        }
+        None => Lookup::NotVisible,
+    };
+    (found, !fresh)
+}
+
+/// A process that exited keeps its identity for the window that still reports it.
+fn keep_cached<'c>(
+    cache: &'c mut HashMap<u32, CacheEntry>,
+    generation: u64,
+    pid: u32,
+    otherwise: Lookup<'static>,
+) -> Lookup<'c> {
+    match cache.get_mut(&pid) {
+        Some(entry) => {
+            entry.generation = generation;
+            Lookup::Found(&entry.identity)
+        }
+        None => otherwise,
+    }
+}
+
+/// `NotFound`, or `ESRCH` (a process that exited while its files were being opened).
+fn is_gone(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ESRCH)
+}
+
+fn read_identity(
+    pid: u32,
+    dir: &ProcDir,
+    stat: &Stat,
+    passwd: &mut Passwd,
+    settings: &AttributionSettings,
+) -> ProcessIdentity {
+    let status = dir.status().ok();
+    let executable_name = dir
+        .exe_target()
+        .ok()
+        .and_then(|target| executable_name(&target))
+        .or_else(|| (!stat.comm.is_empty()).then(|| stat.comm.clone()))
+        .or_else(|| status.as_ref().and_then(|s| s.name.clone()));
+    let owner = status
+        .as_ref()
+        .and_then(|s| s.real_uid)
+        .map(|uid| user_name(passwd, &settings.proc_root, uid));
+    let command_line = if settings.include_command_line {
+        dir.read("cmdline")
+            .ok()
+            .and_then(|bytes| parse_cmdline(&bytes))
+    } else {
+        None
+    };
+    let cgroup = dir
+        .read_to_string("cgroup")
+        .ok()
+        .map(|text| parse_cgroup(&text));
+    let otel = if settings.read_environ {
+        // Permission denied is normal when not root: no identity, nothing to report.
+        match dir.read("environ") {
+            Ok(bytes) => {
+                let identity = resolve_identity(&scan_environ(&bytes));
+                if let Some(error) = &identity.attributes_error {
+                    tracing::debug!(pid, %error, "ignoring the process's OTEL_RESOURCE_ATTRIBUTES");
+                }
+                identity
+            }
+            Err(_) => OtelIdentity::default(),
+        }
+    } else {
+        OtelIdentity::default()
+    };
+    ProcessIdentity {
+        vpid: status.as_ref().and_then(|s| s.vpid()),
+        executable_name,
+        owner,
+        command_line,
+        cgroup,
+        otel,
+    }
+}
+
+/// The user name for `uid` from the host's `passwd` (`<root>/1/root/etc/passwd`, readable when
+/// the root is the host's procfs and we may look into init's root), else ours (`/etc/passwd`);
+/// the number itself when neither names it.
+fn user_name(passwd: &mut Passwd, proc_root: &Path, uid: u32) -> String {
+    let stale = passwd
+        .loaded_at
+        .is_none_or(|at| at.elapsed() >= PASSWD_MAX_AGE);
+    if stale {
+        let host = proc_root.join("1/root/etc/passwd");
+        let text = std::fs::read_to_string(&host)
+            .or_else(|_| std::fs::read_to_string("/etc/passwd"))
+            .unwrap_or_default();
+        passwd.users = parse_passwd(&text);
+        passwd.loaded_at = Some(Instant::now());
+    }
+    passwd
+        .users
+        .get(&uid)
+        .cloned()
+        .unwrap_or_else(|| uid.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributor_can_move_to_another_task() {
+        fn assert_send<T: Send + 'static>() {}
+        assert_send::<Attributor>();
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let settings = AttributionSettings::default();
+        assert_eq!(settings.proc_root, PathBuf::from("/proc"));
+        assert!(
+            !settings.include_command_line,
+            "command lines carry secrets"
+        );
+        assert!(settings.read_environ);
+        assert_eq!(
+            settings.kubelet_socket.as_deref(),
+            Some(Path::new(DEFAULT_KUBELET_SOCKET))
+        );
+    }
+}

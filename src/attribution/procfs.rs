@@ -1,0 +1,329 @@
+//! The per-process files of a procfs root (`stat`, `status`, `cmdline`, the `exe` link) and the
+//! `passwd` database: pure parsers over their text, plus the small readers that fetch them.
+//!
+//! Readers return `Option`/`io::Result` and never panic: a process can exit between two reads,
+//! and then a file that existed a moment ago is `NotFound` (or reads empty, or `ESRCH`).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The fields of `/proc/<pid>/stat` attribution and usage need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// `comm` (field 2), at most 15 bytes, as the kernel truncates it.
+    pub comm: String,
+    /// Field 3: `R`, `S`, `Z`, ...
+    pub state: char,
+    /// Field 4.
+    pub ppid: u32,
+    /// Fields 14 and 15, in clock ticks.
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    /// Fields 16 and 17: CPU time of children this process has waited for, in clock ticks.
+    pub cutime_ticks: u64,
+    pub cstime_ticks: u64,
+    /// Field 22: start time after boot, in clock ticks. With the PID, the identity of a process:
+    /// a reused PID has a different start time.
+    pub start_time_ticks: u64,
+    /// Field 24: resident set size, in pages.
+    pub rss_pages: u64,
+}
+
+/// Parses the text of `/proc/<pid>/stat`. `None` when it is not shaped like one.
+pub fn parse_stat(content: &str) -> Option<Stat> {
+    // `comm` is in parentheses and may itself contain spaces and `)`, so it ends at the last `)`.
+    let open = content.find('(')?;
+    let close = content.rfind(')')?;
+    if close < open {
+        return None;
+    }
+    let comm = content[open + 1..close].to_string();
+    let rest: Vec<&str> = content[close + 1..].split_ascii_whitespace().collect();
+    // `rest[0]` is field 3; field N is `rest[N - 3]`.
+    let field = |n: usize| rest.get(n - 3).copied();
+    let number = |n: usize| field(n).and_then(|f| f.parse::<u64>().ok());
+    Some(Stat {
+        comm,
+        state: field(3)?.chars().next()?,
+        ppid: field(4)?.parse().ok()?,
+        utime_ticks: number(14)?,
+        stime_ticks: number(15)?,
+        // Kernel docs type these as signed; a negative value would be a kernel bug, read as 0.
+        cutime_ticks: number(16).unwrap_or(0),
+        cstime_ticks: number(17).unwrap_or(0),
+        start_time_ticks: number(22)?,
+        rss_pages: number(24).unwrap_or(0),
+    })
+}
+
+/// The fields of `/proc/<pid>/status` attribution and usage need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// `Name:`, the same as `comm`.
+    pub name: Option<String>,
+    /// `NSpid:`: the PID in each PID namespace the process is in, outermost first.
+    pub nspid: Vec<u32>,
+    /// First value of `Uid:` (real uid).
+    pub real_uid: Option<u32>,
+    /// `VmRSS:`, converted from kB to bytes. Absent for kernel threads and zombies.
+    pub vm_rss_bytes: Option<u64>,
+}
+
+impl Status {
+    /// The PID the process sees for itself: the innermost `NSpid` entry.
+    pub fn vpid(&self) -> Option<u32> {
+        self.nspid.last().copied()
+    }
+}
+
+/// Parses the text of `/proc/<pid>/status`. Lines it does not know or cannot read are skipped.
+pub fn parse_status(content: &str) -> Status {
+    let mut status = Status::default();
+    for line in content.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "Name" => status.name = Some(value.to_string()),
+            "NSpid" => {
+                // All or nothing: a half-parsed list would put the wrong PID last.
+                status.nspid = value
+                    .split_ascii_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<Vec<u32>, _>>()
+                    .unwrap_or_default();
+            }
+            "Uid" => {
+                status.real_uid = value
+                    .split_ascii_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+            }
+            "VmRSS" => {
+                status.vm_rss_bytes = value
+                    .strip_suffix("kB")
+                    .and_then(|kb| kb.trim().parse::<u64>().ok())
+                    .and_then(|kb| kb.checked_mul(1024));
+            }
+            _ => {}
+        }
+    }
+    status
+}
+
+/// `/proc/<pid>/cmdline` (NUL-separated arguments) as one space-joined line; `None` when empty
+/// (kernel threads, zombies).
+pub fn parse_cmdline(content: &[u8]) -> Option<String> {
+    let args: Vec<String> = content
+        .split(|b| *b == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect();
+    (!args.is_empty()).then(|| args.join(" "))
+}
+
+/// The executable name from the target of the `exe` link: its file name, without the
+/// ` (deleted)` the kernel appends once the file was replaced (common after an upgrade).
+pub fn executable_name(exe_target: &Path) -> Option<String> {
+    let name = exe_target.file_name()?.to_string_lossy();
+    let name = name.strip_suffix(" (deleted)").unwrap_or(&name);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// uid → user name from the text of a `passwd` file. Malformed lines are skipped; the first
+/// entry for a uid wins, as `getpwuid` does.
+pub fn parse_passwd(content: &str) -> HashMap<u32, String> {
+    let mut users = HashMap::new();
+    for line in content.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split(':');
+        let (Some(name), Some(_password), Some(uid)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(uid) = uid.parse::<u32>() else {
+            continue;
+        };
+        if !name.is_empty() {
+            users.entry(uid).or_insert_with(|| name.to_string());
+        }
+    }
+    users
+}
+
+/// Paths of one process's files under a procfs root.
+#[derive(Debug, Clone)]
+pub struct ProcDir {
+    dir: PathBuf,
+}
+
+impl ProcDir {
+    pub fn new(proc_root: &Path, pid: u32) -> Self {
+        Self {
+            dir: proc_root.join(pid.to_string()),
+        }
+    }
+
+    pub fn file(&self, name: impl AsRef<OsStr>) -> PathBuf {
+        self.dir.join(name.as_ref())
+    }
+
+    /// `stat`, parsed. `Ok(None)` when it read but did not parse (a truncated read at exit).
+    pub fn stat(&self) -> io::Result<Option<Stat>> {
+        Ok(parse_stat(&std::fs::read_to_string(self.file("stat"))?))
+    }
+
+    pub fn status(&self) -> io::Result<Status> {
+        Ok(parse_status(&std::fs::read_to_string(self.file("status"))?))
+    }
+
+    pub fn read_to_string(&self, name: &str) -> io::Result<String> {
+        std::fs::read_to_string(self.file(name))
+    }
+
+    pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        std::fs::read(self.file(name))
+    }
+
+    pub fn exe_target(&self) -> io::Result<PathBuf> {
+        std::fs::read_link(self.file("exe"))
+    }
+}
+
+/// The PIDs (numeric directory names) under a procfs root.
+pub fn list_pids(proc_root: &Path) -> io::Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir(proc_root)? {
+        let Ok(entry) = entry else {
+            continue;
+        };
+        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "4242 (python3) S 4200 4242 4200 34816 4242 4194304 12000 0 3 0 \
+        1500 250 7 3 20 0 12 0 987654 8589934592 32768 18446744073709551615 1 1 0 0 0 0 0 \
+        16781312 16386 0 0 0 17 3 0 0 0 0 0\n";
+
+    #[test]
+    fn stat_fields_by_number() {
+        let stat = parse_stat(STAT).expect("a well-formed stat line");
+        assert_eq!(
+            stat,
+            Stat {
+                comm: "python3".into(),
+                state: 'S',
+                ppid: 4200,
+                utime_ticks: 1500,
+                stime_ticks: 250,
+                cutime_ticks: 7,
+                cstime_ticks: 3,
+                start_time_ticks: 987654,
+                rss_pages: 32768,
+            }
+        );
+    }
+
+    #[test]
+    fn stat_comm_with_spaces_and_parentheses() {
+        let line = STAT.replace("(python3)", "(pt ) (worker)");
+        let stat = parse_stat(&line).expect("comm ends at the last parenthesis");
+        assert_eq!(stat.comm, "pt ) (worker");
+        assert_eq!(stat.start_time_ticks, 987654);
+    }
+
+    #[test]
+    fn stat_malformed() {
+        for bad in [
+            "",
+            "4242",
+            "4242 (python3",
+            ") 4242 (x",
+            "4242 (python3) S",
+            "4242 (python3) S 4200 1 2 3",
+            "4242 (python3) S x 4242 4200 34816 4242 4194304 12000 0 3 0 1 2 3 4 5 6 7 8 9",
+        ] {
+            assert_eq!(parse_stat(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_fields() {
+        let status = parse_status(
+            "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\n\
+             Pid:\t4242\nPPid:\t4200\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n\
+             NSpid:\t4242\t17\t1\nVmRSS:\t  204800 kB\n",
+        );
+        assert_eq!(status.name.as_deref(), Some("python3"));
+        assert_eq!(status.nspid, vec![4242, 17, 1]);
+        assert_eq!(status.vpid(), Some(1));
+        assert_eq!(status.real_uid, Some(1000));
+        assert_eq!(status.vm_rss_bytes, Some(204800 * 1024));
+    }
+
+    #[test]
+    fn status_malformed_fields_are_absent() {
+        let status = parse_status("Name\nNSpid:\t12\tx\nUid:\troot\nVmRSS:\t12 MB\n:::\n");
+        assert_eq!(status, Status::default());
+        // A kernel without NSpid (before 4.1) has no line at all.
+        assert_eq!(parse_status("Name:\tx\n").vpid(), None);
+    }
+
+    #[test]
+    fn cmdline_joins_arguments() {
+        assert_eq!(
+            parse_cmdline(b"python3\0train.py\0--lr\x000.1\0").as_deref(),
+            Some("python3 train.py --lr 0.1")
+        );
+        assert_eq!(parse_cmdline(b""), None);
+        assert_eq!(parse_cmdline(b"\0\0"), None);
+        assert_eq!(parse_cmdline(b"a\xffb\0").as_deref(), Some("a\u{fffd}b"));
+    }
+
+    #[test]
+    fn executable_name_from_link_target() {
+        assert_eq!(
+            executable_name(Path::new("/usr/bin/python3.11")).as_deref(),
+            Some("python3.11")
+        );
+        assert_eq!(
+            executable_name(Path::new("/opt/app/server (deleted)")).as_deref(),
+            Some("server")
+        );
+        assert_eq!(executable_name(Path::new("/")), None);
+    }
+
+    #[test]
+    fn passwd_lookup() {
+        let users = parse_passwd(
+            "root:x:0:0:root:/root:/bin/bash\n# comment\nbroken\nalice:x:1000:1000::/home/alice:/bin/sh\n\
+             dup:x:1000:1000::/:/bin/sh\nbad:x:notanumber:0::/:/bin/sh\n:x:5:5::/:/bin/sh\n",
+        );
+        assert_eq!(users.get(&0).map(String::as_str), Some("root"));
+        assert_eq!(users.get(&1000).map(String::as_str), Some("alice"));
+        assert_eq!(users.len(), 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsers_never_panic(content in "\\PC*") {
+            let _ = parse_stat(&content);
+            let _ = parse_status(&content);
+            let _ = parse_passwd(&content);
+            let _ = parse_cmdline(content.as_bytes());
+        }
+    }
+}

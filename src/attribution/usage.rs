@@ -1,0 +1,297 @@
+//! CPU and memory of GPU processes, for diagnosis (an input-bound job shows a busy CPU and an
+//! idle GPU): readings of `/proc/<pid>/stat` and `status`, and the tracker that turns two
+//! readings into `process.cpu.utilization`. Called once per export window, not per sample.
+//!
+//! The tree figure adds the process's live descendants (found by `ppid`, e.g. PyTorch DataLoader
+//! workers). Each member counts `utime + stime + cutime + cstime`: when a worker exits and is
+//! reaped, its time moves into its parent's `cutime`, so the tree total does not drop. A
+//! negative difference (an orphan reparented away) is clamped to zero.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::procfs::{list_pids, ProcDir, Stat};
+use super::workload::ProcessUsage;
+
+/// One process's counters at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuReading {
+    /// Identity of the process (with its PID): a reused PID is not compared with its old self.
+    pub start_time_ticks: u64,
+    /// `utime + stime` of the process alone, clock ticks.
+    pub own_ticks: u64,
+    /// The same plus waited-for children, over the process and its live descendants.
+    pub tree_ticks: u64,
+    pub rss_bytes: Option<u64>,
+}
+
+/// Every process's `stat` under a procfs root, read once so descendants can be found by `ppid`.
+#[derive(Debug, Default)]
+pub struct ProcessTable {
+    stats: HashMap<u32, Stat>,
+    children: HashMap<u32, Vec<u32>>,
+}
+
+impl ProcessTable {
+    /// Reads all `<root>/<pid>/stat`. Processes that vanish meanwhile are left out.
+    pub fn scan(proc_root: &Path) -> std::io::Result<Self> {
+        let mut table = Self::default();
+        for pid in list_pids(proc_root)? {
+            if let Ok(Some(stat)) = ProcDir::new(proc_root, pid).stat() {
+                table.insert(pid, stat);
+            }
+        }
+        Ok(table)
+    }
+
+    pub fn insert(&mut self, pid: u32, stat: Stat) {
+        if stat.ppid != pid {
+            self.children.entry(stat.ppid).or_default().push(pid);
+        }
+        self.stats.insert(pid, stat);
+    }
+
+    pub fn stat(&self, pid: u32) -> Option<&Stat> {
+        self.stats.get(&pid)
+    }
+
+    /// The process and all its live descendants, the process first.
+    pub fn tree(&self, pid: u32) -> Vec<u32> {
+        let mut seen = HashSet::from([pid]);
+        let mut order = vec![pid];
+        let mut next = 0;
+        while let Some(&current) = order.get(next) {
+            next += 1;
+            for &child in self.children.get(&current).map_or(&[][..], Vec::as_slice) {
+                // A malformed tree (a cycle in fixture files) must not loop forever.
+                if seen.insert(child) {
+                    order.push(child);
+                }
+            }
+        }
+        order
+    }
+
+    /// The reading for `pid`, with `rss_bytes` as given (from `status`, read by the caller).
+    pub fn reading(&self, pid: u32, rss_bytes: Option<u64>) -> Option<CpuReading> {
+        let stat = self.stat(pid)?;
+        let tree_ticks = self
+            .tree(pid)
+            .into_iter()
+            .filter_map(|member| self.stat(member))
+            .map(|s| {
+                s.utime_ticks
+                    .saturating_add(s.stime_ticks)
+                    .saturating_add(s.cutime_ticks)
+                    .saturating_add(s.cstime_ticks)
+            })
+            .fold(0u64, u64::saturating_add);
+        Some(CpuReading {
+            start_time_ticks: stat.start_time_ticks,
+            own_ticks: stat.utime_ticks.saturating_add(stat.stime_ticks),
+            tree_ticks,
+            rss_bytes,
+        })
+    }
+}
+
+/// CPU used between two tick counts over `elapsed_secs`, as a ratio of one core.
+pub fn cpu_utilization(
+    before_ticks: u64,
+    after_ticks: u64,
+    elapsed_secs: f64,
+    ticks_per_second: f64,
+) -> Option<f64> {
+    if elapsed_secs <= 0.0 || ticks_per_second <= 0.0 {
+        return None;
+    }
+    let used = after_ticks.saturating_sub(before_ticks) as f64 / ticks_per_second;
+    Some(used / elapsed_secs)
+}
+
+/// Turns successive readings into usage, keeping the previous reading of each tracked PID.
+#[derive(Debug)]
+pub struct UsageTracker {
+    proc_root: PathBuf,
+    ticks_per_second: f64,
+    page_size: u64,
+    previous: HashMap<u32, (Instant, CpuReading)>,
+}
+
+impl UsageTracker {
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        // SAFETY: as above.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Self {
+            proc_root: proc_root.into(),
+            // 100 is what Linux has exported to user space on every architecture.
+            ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
+            page_size: if page > 0 { page as u64 } else { 4096 },
+            previous: HashMap::new(),
+        }
+    }
+
+    /// Usage of each of `pids` since the previous call: CPU is `None` on the first reading of a
+    /// process (or of a reused PID); a process that is gone is absent. PIDs not passed are
+    /// forgotten.
+    pub fn sample(&mut self, pids: &[u32]) -> HashMap<u32, ProcessUsage> {
+        let table = if pids.is_empty() {
+            ProcessTable::default()
+        } else {
+            ProcessTable::scan(&self.proc_root).unwrap_or_default()
+        };
+        self.sample_table(pids, &table, Instant::now())
+    }
+
+    /// `sample` over a table already read, at a given moment (tests drive the clock).
+    pub fn sample_table(
+        &mut self,
+        pids: &[u32],
+        table: &ProcessTable,
+        now: Instant,
+    ) -> HashMap<u32, ProcessUsage> {
+        let mut usage = HashMap::with_capacity(pids.len());
+        let mut kept = HashMap::with_capacity(pids.len());
+        for &pid in pids {
+            let rss_from_status = ProcDir::new(&self.proc_root, pid)
+                .status()
+                .ok()
+                .and_then(|s| s.vm_rss_bytes);
+            let rss = rss_from_status.or_else(|| {
+                table
+                    .stat(pid)
+                    .filter(|s| s.rss_pages > 0)
+                    .map(|s| s.rss_pages.saturating_mul(self.page_size))
+            });
+            let Some(reading) = table.reading(pid, rss) else {
+                continue;
+            };
+            let mut entry = ProcessUsage {
+                memory_rss_bytes: reading.rss_bytes,
+                ..ProcessUsage::default()
+            };
+            if let Some((then, before)) = self.previous.get(&pid) {
+                if before.start_time_ticks == reading.start_time_ticks {
+                    let elapsed = now.saturating_duration_since(*then).as_secs_f64();
+                    entry.cpu_utilization = cpu_utilization(
+                        before.own_ticks,
+                        reading.own_ticks,
+                        elapsed,
+                        self.ticks_per_second,
+                    );
+                    entry.tree_cpu_utilization = cpu_utilization(
+                        before.tree_ticks,
+                        reading.tree_ticks,
+                        elapsed,
+                        self.ticks_per_second,
+                    );
+                }
+            }
+            usage.insert(pid, entry);
+            kept.insert(pid, (now, reading));
+        }
+        self.previous = kept;
+        usage
+    }
+
+    pub fn ticks_per_second(&self) -> f64 {
+        self.ticks_per_second
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn stat(ppid: u32, utime: u64, stime: u64, cutime: u64, start: u64) -> Stat {
+        Stat {
+            comm: "x".into(),
+            state: 'S',
+            ppid,
+            utime_ticks: utime,
+            stime_ticks: stime,
+            cutime_ticks: cutime,
+            cstime_ticks: 0,
+            start_time_ticks: start,
+            rss_pages: 10,
+        }
+    }
+
+    #[test]
+    fn utilisation_ratio() {
+        assert_eq!(cpu_utilization(100, 300, 2.0, 100.0), Some(1.0));
+        assert_eq!(cpu_utilization(100, 150, 1.0, 100.0), Some(0.5));
+        // Counters that went backwards read as idle, not negative.
+        assert_eq!(cpu_utilization(300, 100, 1.0, 100.0), Some(0.0));
+        assert_eq!(cpu_utilization(0, 100, 0.0, 100.0), None);
+    }
+
+    #[test]
+    fn tree_sums_descendants_and_survives_cycles() {
+        let mut table = ProcessTable::default();
+        table.insert(10, stat(1, 100, 50, 0, 5));
+        table.insert(11, stat(10, 30, 0, 0, 6));
+        table.insert(12, stat(11, 20, 0, 0, 7));
+        table.insert(99, stat(1, 1000, 0, 0, 8));
+        // A cycle, as only a malformed tree can have.
+        table.insert(20, stat(21, 1, 0, 0, 9));
+        table.insert(21, stat(20, 1, 0, 0, 9));
+        assert_eq!(table.tree(10), vec![10, 11, 12]);
+        let reading = table
+            .reading(10, Some(4096))
+            .expect("pid 10 is in the table");
+        assert_eq!(reading.own_ticks, 150);
+        assert_eq!(reading.tree_ticks, 200);
+        assert_eq!(table.tree(20).len(), 2);
+        assert_eq!(table.reading(404, None), None);
+    }
+
+    #[test]
+    fn tracker_turns_two_readings_into_utilisation() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tracker = UsageTracker::new(dir.path());
+        tracker.ticks_per_second = 100.0;
+        let t0 = Instant::now();
+
+        let mut first = ProcessTable::default();
+        first.insert(10, stat(1, 100, 0, 0, 5));
+        first.insert(11, stat(10, 100, 0, 0, 6));
+        let usage = tracker.sample_table(&[10], &first, t0);
+        assert_eq!(
+            usage[&10].cpu_utilization, None,
+            "first reading has no rate"
+        );
+        // No status file in the temp root: RSS from stat's pages.
+        assert_eq!(usage[&10].memory_rss_bytes, Some(10 * tracker.page_size));
+
+        // 10 s later: the process used 5 s, its worker 10 s then exited and was reaped.
+        let mut second = ProcessTable::default();
+        second.insert(10, stat(1, 600, 0, 1100, 5));
+        let usage = tracker.sample_table(&[10], &second, t0 + Duration::from_secs(10));
+        let cpu = usage[&10]
+            .cpu_utilization
+            .expect("rate on the second reading");
+        assert!((cpu - 0.5).abs() < 1e-9, "{cpu}");
+        let tree = usage[&10].tree_cpu_utilization.expect("tree rate");
+        assert!((tree - 1.5).abs() < 1e-9, "{tree}");
+
+        // The PID is reused by another process: no rate against the old one.
+        let mut third = ProcessTable::default();
+        third.insert(10, stat(1, 5, 0, 0, 777));
+        let usage = tracker.sample_table(&[10], &third, t0 + Duration::from_secs(20));
+        assert_eq!(usage[&10].cpu_utilization, None);
+
+        // Gone: absent, and forgotten.
+        let usage = tracker.sample_table(
+            &[10],
+            &ProcessTable::default(),
+            t0 + Duration::from_secs(30),
+        );
+        assert!(usage.is_empty());
+        assert!(tracker.previous.is_empty());
+    }
+}
