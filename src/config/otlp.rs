@@ -70,6 +70,8 @@ pub struct SignalEndpoint {
 }
 
 /// The exporter gpulse sends its data through.
+// Built once at start and moved into the export task: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExporterKind {
     /// OTLP to a collector or backend.

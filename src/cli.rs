@@ -1,0 +1,309 @@
+//! The command line: `gpulse run`, `gpulse snapshot`, `gpulse check`, and their flags (clap
+//! derive). This is the lowest layer of configuration: values stay as close to what was typed as
+//! possible, checked for syntax only, so that a typo fails at once with clap's usage message.
+//! Merging with environment and file, defaults and range checks happen in
+//! [`crate::config`], which names the flag in its messages.
+//!
+//! clap does not read the environment here (no `#[arg(env)]`): the environment is read by
+//! `config` through an injectable lookup, with the OTel variables' own rules (milliseconds,
+//! signal-specific names), and the flag help names each variable instead.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::otlp::SecretString;
+use crate::config::values;
+
+/// NVIDIA GPU metrics as OpenTelemetry (OTLP), each GPU process under its own resource.
+///
+/// Precedence of every setting: flags > environment > config file > defaults.
+#[derive(Debug, Parser)]
+#[command(name = "gpulse", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand takes (before or after the subcommand's name).
+#[derive(Debug, Clone, Default, Args)]
+pub struct GlobalArgs {
+    /// NVML library to load: a file name searched like dlopen does, or a path.
+    /// [env: GPULSE_NVML_LIB] [default: libnvidia-ml.so.1]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+
+    /// TOML config file; unknown keys are errors. [env: GPULSE_CONFIG]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or RUST_LOG directives such as
+    /// `info,gpulse=debug`. [env: GPULSE_LOG, else RUST_LOG] [default: info]
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Log line format. [env: GPULSE_LOG_FORMAT] [default: text]
+    #[arg(long, global = true, value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sample the GPUs and export OTLP metrics (and findings as logs) until stopped.
+    Run(Box<RunArgs>),
+    /// Sample once and print devices, processes and their workloads.
+    Snapshot(InspectArgs),
+    /// Sample briefly, run the diagnosis rules and print the findings; exit status says whether
+    /// any finding is serious.
+    Check(InspectArgs),
+}
+
+/// `gpulse snapshot` / `gpulse check`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct InspectArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// How `snapshot` and `check` print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// One JSON document for scripts.
+    Json,
+}
+
+/// `gpulse run`. Every flag also has an environment variable and a config-file key; values are
+/// kept as typed (syntax-checked) and resolved by [`crate::config::Config::resolve`].
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// How often NVML is sampled, e.g. 500ms; at least 50ms.
+    /// [env: GPULSE_SAMPLE_INTERVAL] [file: sample_interval] [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub sample_interval: Option<String>,
+
+    /// How often one OTLP request is sent; at least the sample interval.
+    /// [env: GPULSE_EXPORT_INTERVAL (duration), else OTEL_METRIC_EXPORT_INTERVAL (milliseconds)]
+    /// [file: export_interval] [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub export_interval: Option<String>,
+
+    /// Where data goes: an OTLP endpoint, or OTLP JSON lines on standard output.
+    /// [env: GPULSE_EXPORTER] [file: exporter] [default: otlp]
+    #[arg(long, value_parser = ["otlp", "stdout"])]
+    pub exporter: Option<String>,
+
+    /// OTLP base URL; for HTTP, /v1/metrics and /v1/logs are appended.
+    /// [env: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT]
+    /// [file: otlp.endpoint] [default: http://localhost:4318, or :4317 for grpc]
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// OTLP transport. [env: OTEL_EXPORTER_OTLP_PROTOCOL and per-signal forms]
+    /// [file: otlp.protocol] [default: http/protobuf]
+    #[arg(long, value_name = "PROTOCOL", value_parser = ["grpc", "http/protobuf"])]
+    pub otlp_protocol: Option<String>,
+
+    /// Header sent with every OTLP request (repeatable). Replaces the headers of the environment
+    /// and file. [env: OTEL_EXPORTER_OTLP_HEADERS=k1=v1,k2=v2] [file: [otlp.headers]]
+    #[arg(long = "otlp-header", value_name = "KEY=VALUE", value_parser = header_arg)]
+    pub otlp_headers: Vec<HeaderArg>,
+
+    /// Timeout of one OTLP request. [env: OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds)]
+    /// [file: otlp.timeout] [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub otlp_timeout: Option<String>,
+
+    /// OTLP body compression. [env: OTEL_EXPORTER_OTLP_COMPRESSION] [file: otlp.compression]
+    /// [default: none]
+    #[arg(long, value_name = "COMPRESSION", value_parser = ["none", "gzip"])]
+    pub otlp_compression: Option<String>,
+
+    /// procfs root processes are looked up in, e.g. /host/proc.
+    /// [env: GPULSE_PROC_ROOT, else HOST_PROC] [file: proc_root] [default: /proc]
+    #[arg(long, value_name = "PATH")]
+    pub proc_root: Option<PathBuf>,
+
+    /// Attach process.command_line (command lines can carry secrets).
+    /// [env: GPULSE_INCLUDE_COMMAND_LINE] [file: include_command_line]
+    #[arg(long)]
+    pub include_command_line: bool,
+
+    /// Do not read OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES from the processes' environ.
+    /// [env: GPULSE_READ_ENVIRON=false] [file: read_environ = false]
+    #[arg(long)]
+    pub no_read_environ: bool,
+
+    /// kubelet pod-resources socket, or `none`.
+    /// [env: GPULSE_KUBELET_SOCKET] [file: kubelet_socket]
+    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]
+    #[arg(long, value_name = "PATH")]
+    pub kubelet_socket: Option<String>,
+
+    /// Serve /healthz and /readyz here: PORT, :PORT (both 127.0.0.1) or IP:PORT.
+    /// [env: GPULSE_HEALTH_ADDR] [file: health_addr] [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub health_addr: Option<String>,
+
+    /// Wait for the NVIDIA driver instead of exiting when NVML cannot start.
+    /// [env: GPULSE_WAIT_FOR_GPU] [file: wait_for_gpu]
+    #[arg(long)]
+    pub wait_for_gpu: bool,
+
+    /// Bytes of unsent requests kept for retry, e.g. 64MiB.
+    /// [env: GPULSE_QUEUE_MAX_BYTES] [file: queue.max_bytes] [default: 64MiB]
+    #[arg(long, value_name = "SIZE", value_parser = size_text)]
+    pub queue_max_bytes: Option<String>,
+
+    /// Unsent requests older than this are dropped.
+    /// [env: GPULSE_QUEUE_MAX_AGE] [file: queue.max_age] [default: 5m]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub queue_max_age: Option<String>,
+
+    /// service.name of the node resource.
+    /// [env: GPULSE_SERVICE_NAME, else OTEL_SERVICE_NAME] [file: service_name] [default: gpulse]
+    #[arg(long, value_name = "NAME")]
+    pub service_name: Option<String>,
+}
+
+/// One `--otlp-header KEY=VALUE`. The value is taken literally (no percent-decoding: that is the
+/// environment variable's syntax) and kept out of `Debug`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderArg {
+    /// Trimmed and lower-cased.
+    pub name: String,
+    pub value: SecretString,
+}
+
+fn duration_text(text: &str) -> Result<String, String> {
+    values::parse_duration(text).map(|_| text.to_string())
+}
+
+fn size_text(text: &str) -> Result<String, String> {
+    values::parse_size(text).map(|_| text.to_string())
+}
+
+fn header_arg(text: &str) -> Result<HeaderArg, String> {
+    // Errors here are printed by clap next to the whole argument, so they cannot hide the value;
+    // they at least do not repeat it.
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| "expected KEY=VALUE, e.g. --otlp-header api-key=abc123".to_string())?;
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+    {
+        return Err(
+            "the header name must be a non-empty HTTP token (letters, digits, - _ .)".into(),
+        );
+    }
+    Ok(HeaderArg {
+        name: name.to_ascii_lowercase(),
+        value: SecretString::new(value.trim()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_names_the_environment_variables() {
+        let mut cmd = Cli::command();
+        // Global flags reach the subcommands' help only once the command is built.
+        cmd.build();
+        let run = cmd.find_subcommand_mut("run").expect("run subcommand");
+        let help = run.render_long_help().to_string();
+        if std::env::var_os("GPULSE_PRINT_HELP").is_some() {
+            println!("{help}");
+        }
+        for name in [
+            "GPULSE_SAMPLE_INTERVAL",
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "HOST_PROC",
+            "GPULSE_LOG",
+        ] {
+            assert!(help.contains(name), "{name} missing from run --help");
+        }
+    }
+
+    #[test]
+    fn global_flags_go_before_or_after_the_subcommand() {
+        let a = Cli::try_parse_from(["gpulse", "--nvml-lib", "/x.so", "snapshot"]).unwrap();
+        let b = Cli::try_parse_from(["gpulse", "snapshot", "--nvml-lib", "/x.so"]).unwrap();
+        assert_eq!(a.global.nvml_lib, Some(PathBuf::from("/x.so")));
+        assert_eq!(b.global.nvml_lib, Some(PathBuf::from("/x.so")));
+    }
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "gpulse",
+            "run",
+            "--sample-interval",
+            "100ms",
+            "--otlp-header",
+            " Api-Key = s3cr3t ",
+            "--otlp-header",
+            "x-tenant=a=b",
+            "--no-read-environ",
+            "--otlp-protocol",
+            "grpc",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("expected run")
+        };
+        assert_eq!(run.sample_interval.as_deref(), Some("100ms"));
+        assert_eq!(run.otlp_headers[0].name, "api-key");
+        assert_eq!(run.otlp_headers[0].value.expose(), "s3cr3t");
+        assert_eq!(run.otlp_headers[1].value.expose(), "a=b");
+        assert!(run.no_read_environ);
+        assert!(!format!("{run:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn syntax_errors_fail_at_parse_time() {
+        for args in [
+            &["gpulse", "run", "--sample-interval", "fast"][..],
+            &["gpulse", "run", "--queue-max-bytes", "lots"],
+            &["gpulse", "run", "--otlp-protocol", "grpcc"],
+            &["gpulse", "run", "--otlp-header", "novalue"],
+            &["gpulse", "snapshot", "--format", "yaml"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn snapshot_format_defaults_to_table() {
+        let cli = Cli::try_parse_from(["gpulse", "check", "--format", "json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Check(InspectArgs {
+                format: OutputFormat::Json
+            })
+        ));
+        let cli = Cli::try_parse_from(["gpulse", "snapshot"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Snapshot(InspectArgs {
+                format: OutputFormat::Table
+            })
+        ));
+    }
+}

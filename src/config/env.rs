@@ -1,0 +1,88 @@
+//! The environment variables gpulse reads, one documented constant each, and the injectable
+//! lookup through which they are read (tests pass a map; `main` passes [`process_env`]).
+//!
+//! gpulse's own settings are `GPULSE_*`. The OTLP flags have no `GPULSE_*` twin: their
+//! environment form is the standard `OTEL_EXPORTER_OTLP_*` family, so that one deployment
+//! manifest configures gpulse and the applications' SDKs alike.
+
+/// How configuration reads the environment: the variable's value, or `None` when unset.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads the real process environment. A variable set to a value that is not valid Unicode is
+/// treated as unset, as the OTel SDKs do.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Reads `name` through `env`, treating an empty value as unset, as the OTel specification
+/// requires ("an empty value ... the same way as when the variable is unset").
+pub(crate) fn get(env: EnvLookup<'_>, name: &str) -> Option<String> {
+    env(name).filter(|v| !v.trim().is_empty())
+}
+
+/// Path or name of the NVML library to dlopen (`--nvml-lib`).
+pub const NVML_LIB: &str = "GPULSE_NVML_LIB";
+/// Config file (`--config`).
+pub const CONFIG: &str = "GPULSE_CONFIG";
+/// Log filter (`--log-level`): a level or `RUST_LOG` directives.
+pub const LOG: &str = "GPULSE_LOG";
+/// Read when `GPULSE_LOG` is unset, so the usual Rust habit works too.
+pub const RUST_LOG: &str = "RUST_LOG";
+/// `text` or `json` (`--log-format`).
+pub const LOG_FORMAT: &str = "GPULSE_LOG_FORMAT";
+
+/// `--sample-interval`, a duration.
+pub const SAMPLE_INTERVAL: &str = "GPULSE_SAMPLE_INTERVAL";
+/// `--export-interval`, a duration. Wins over [`OTEL_METRIC_EXPORT_INTERVAL`].
+pub const EXPORT_INTERVAL: &str = "GPULSE_EXPORT_INTERVAL";
+/// The OTel SDK variable for the export interval, in milliseconds.
+pub const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+/// `--exporter`: `otlp` or `stdout`.
+pub const EXPORTER: &str = "GPULSE_EXPORTER";
+/// `--proc-root`. Wins over [`HOST_PROC`].
+pub const PROC_ROOT: &str = "GPULSE_PROC_ROOT";
+/// The host's proc mount, as gopsutil and the node exporters spell it.
+pub const HOST_PROC: &str = "HOST_PROC";
+/// `--include-command-line`, a boolean.
+pub const INCLUDE_COMMAND_LINE: &str = "GPULSE_INCLUDE_COMMAND_LINE";
+/// A boolean; `false` is what `--no-read-environ` says.
+pub const READ_ENVIRON: &str = "GPULSE_READ_ENVIRON";
+/// `--kubelet-socket`: a path, or `none`.
+pub const KUBELET_SOCKET: &str = "GPULSE_KUBELET_SOCKET";
+/// `--health-addr`.
+pub const HEALTH_ADDR: &str = "GPULSE_HEALTH_ADDR";
+/// `--wait-for-gpu`, a boolean.
+pub const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
+/// `--queue-max-bytes`, a size.
+pub const QUEUE_MAX_BYTES: &str = "GPULSE_QUEUE_MAX_BYTES";
+/// `--queue-max-age`, a duration.
+pub const QUEUE_MAX_AGE: &str = "GPULSE_QUEUE_MAX_AGE";
+/// `--service-name`. Wins over [`OTEL_SERVICE_NAME`].
+pub const SERVICE_NAME: &str = "GPULSE_SERVICE_NAME";
+/// The OTel `service.name` of gpulse itself (the node resource).
+pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// `key=value,...` attributes of the node resource, values percent-encoded.
+pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// The generic OTLP exporter variables. Each has a signal-specific form,
+/// `OTEL_EXPORTER_OTLP_METRICS_<SETTING>` / `OTEL_EXPORTER_OTLP_LOGS_<SETTING>`, that wins over
+/// it (see [`signal_var`]).
+pub mod otlp {
+    pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    pub const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+    pub const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    /// Milliseconds.
+    pub const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+    pub const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+    pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+    pub const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+    pub const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+    pub const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
+}
+
+/// The signal-specific form of a generic OTLP variable: `signal_var(otlp::ENDPOINT, "METRICS")`
+/// is `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`.
+pub fn signal_var(generic: &str, signal: &str) -> String {
+    let setting = generic.trim_start_matches("OTEL_EXPORTER_OTLP_");
+    format!("OTEL_EXPORTER_OTLP_{signal}_{setting}")
+}
