@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""What otel-torch-train costs per training step.
+
+Times N steps of a small MLP on the CPU, plain and instrumented (run/epoch/step spans, data_wait,
+forward/backward/optimizer phases, record_step), interleaving the two R times and keeping the
+median, and prints the per-step overhead in microseconds and as a share of the plain step. Spans go
+through a BatchSpanProcessor to an exporter that drops them: the full SDK path a real run pays on
+the training thread, without a network (the export itself runs on the processor's thread).
+
+A CPU step of a small model is the worst case: a GPU step of a real model takes milliseconds,
+so the same microseconds are a smaller share. ``--empty`` also times a loop with no model work,
+which isolates the companion's own cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+try:
+    import otel_torch_train  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import (  # noqa: E402
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from otel_torch_train import NoCuda, TrainingTelemetry  # noqa: E402
+
+
+class DropExporter(SpanExporter):
+    def __init__(self) -> None:
+        self.exported = 0
+
+    def export(self, spans):
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def make_work(torch, batch_size: int, empty: bool):
+    if empty:
+        return (lambda batch: 0.0), [(None, None)] * 4
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        (torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,)))
+        for _ in range(16)
+    ]
+
+    def forward(batch):
+        x, y = batch
+        return loss_fn(model(x), y)
+
+    return (forward, optimizer), batches
+
+
+class Clock:
+    """Wall time and the training thread's own CPU time, per step.
+
+    The CPU time is what the companion takes from the training thread; unlike wall time it does
+    not grow when other processes share the cores (other builds, other jobs).
+    """
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.wall = time.perf_counter()
+        self.cpu = time.thread_time()
+
+    def stop(self) -> tuple:
+        return (
+            (time.perf_counter() - self.wall) / self.steps,
+            (time.thread_time() - self.cpu) / self.steps,
+        )
+
+
+def plain_loop(work, batches, steps: int, empty: bool) -> tuple:
+    data = (batches[i % len(batches)] for i in range(steps))
+    clock = Clock(steps)
+    if empty:
+        for _batch in data:
+            pass
+    else:
+        forward, optimizer = work
+        for batch in data:
+            loss = forward(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+    return clock.stop()
+
+
+def instrumented_loop(tel, work, batches, steps: int, empty: bool) -> tuple:
+    data = (batches[i % len(batches)] for i in range(steps))
+    clock = Clock(steps)
+    with tel.run():
+        for _ in tel.epochs(range(1)):
+            if empty:
+                for _batch in tel.steps(data):
+                    with tel.phase("forward"):
+                        pass
+                    with tel.phase("backward"):
+                        pass
+                    with tel.phase("optimizer"):
+                        pass
+                    tel.record_step(loss=0.0, batch_size=1)
+            else:
+                forward, optimizer = work
+                for batch in tel.steps(data):
+                    with tel.phase("forward"):
+                        loss = forward(batch)
+                    with tel.phase("backward"):
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                    with tel.phase("optimizer"):
+                        optimizer.step()
+                    tel.record_step(loss=loss.item())
+    return clock.stop()
+
+
+CONFIGS = {
+    "full": ("full tree (phases as spans)", {}),
+    "attrs": ("phases as step attributes", {"phase_spans": False}),
+    "every10": ("1 step in 10 traced", {"step_spans_every": 10}),
+}
+
+
+def measure(torch, args, empty: bool, config: str) -> dict:
+    label, options = CONFIGS[config]
+    work, batches = make_work(torch, args.batch_size, empty)
+    exporter = DropExporter()
+    tracer_provider = TracerProvider()
+    # Sized so no span is dropped: a dropped span would make the instrumented loop look cheaper.
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=2048)
+    )
+    tel = TrainingTelemetry(
+        "bench",
+        tracer_provider=tracer_provider,
+        meter_provider=MeterProvider(),
+        cuda=NoCuda(),
+        **options,
+    )
+    plain_loop(work, batches, args.warmup, empty)
+    instrumented_loop(tel, work, batches, args.warmup, empty)
+    plain, instrumented = [], []
+    for _ in range(args.repeat):
+        plain.append(plain_loop(work, batches, args.steps, empty))
+        instrumented.append(instrumented_loop(tel, work, batches, args.steps, empty))
+    tracer_provider.shutdown()
+    base = statistics.median(p[0] for p in plain)
+    with_tel = statistics.median(p[0] for p in instrumented)
+    base_cpu = statistics.median(p[1] for p in plain)
+    with_tel_cpu = statistics.median(p[1] for p in instrumented)
+    return {
+        "workload": "empty loop" if empty else f"MLP 256-256-10, batch {args.batch_size}, CPU",
+        "telemetry": label,
+        "steps": args.steps,
+        "repeat": args.repeat,
+        "plain_us": base * 1e6,
+        "instrumented_us": with_tel * 1e6,
+        "overhead_us": (with_tel - base) * 1e6,
+        "overhead_percent": (with_tel - base) / base * 100 if base > 0 else float("nan"),
+        "plain_cpu_us": base_cpu * 1e6,
+        "instrumented_cpu_us": with_tel_cpu * 1e6,
+        "overhead_cpu_us": (with_tel_cpu - base_cpu) * 1e6,
+        "overhead_cpu_percent": (
+            (with_tel_cpu - base_cpu) / base_cpu * 100 if base_cpu > 0 else float("nan")
+        ),
+        "spans_exported": exporter.exported,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--config",
+        action="append",
+        choices=sorted(CONFIGS),
+        help="telemetry setting(s) to time (default: all)",
+    )
+    parser.add_argument("--empty", action="store_true", help="also time a loop with no model work")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    configs = args.config or list(CONFIGS)
+    results = [measure(torch, args, False, config) for config in configs]
+    if args.empty:
+        results += [measure(torch, args, True, config) for config in configs]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(
+        f"{'workload':30} {'telemetry':28} {'plain µs':>9} {'with µs':>9} {'overhead':>16}"
+        f" {'CPU overhead':>18}"
+    )
+    for r in results:
+        wall = f"{r['overhead_us']:7.1f} µs"
+        cpu = f"{r['overhead_cpu_us']:7.1f} µs"
+        if r["plain_us"] >= 1:
+            wall += f" {r['overhead_percent']:5.1f}%"
+            cpu += f" {r['overhead_cpu_percent']:5.1f}%"
+        print(
+            f"{r['workload']:30} {r['telemetry']:28} {r['plain_us']:9.1f} "
+            f"{r['instrumented_us']:9.1f} {wall:>16} {cpu:>18}"
+        )
+    print(
+        f"({args.steps} steps x {args.repeat} interleaved repeats, medians; wall time, and the"
+        f" training thread's CPU time (time.thread_time); torch threads {args.threads})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
