@@ -1,1 +1,68 @@
-fn main() {}
+//! The `gpulse` binary: parse the command line, resolve the configuration, set up logging and
+//! dispatch. Errors reach the user as one message saying what is wrong and what to do.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use gpulse::cli::{Cli, Command};
+use gpulse::commands;
+use gpulse::config::{self, Config, InspectConfig, LogFormat, LogSettings};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // `{:#}` prints the chain on one line: the message, then each cause.
+            eprintln!("gpulse: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Run(args) => {
+            let config = Config::resolve(&cli.global, args, &config::process_env)?;
+            init_logging(&config.log);
+            for warning in &config.warnings {
+                tracing::warn!("{warning}");
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("gpulse-rt")
+                .enable_all()
+                .build()?;
+            runtime.block_on(commands::run::run(config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Snapshot(args) => {
+            let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
+            init_logging(&config.log);
+            print!("{}", commands::snapshot::snapshot(&config)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check(args) => {
+            let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
+            init_logging(&config.log);
+            let _ = config;
+            anyhow::bail!("gpulse check is being wired in this build")
+        }
+    }
+}
+
+/// Logs go to standard error so that standard output stays the data (`--exporter stdout`,
+/// `snapshot --format json`).
+fn init_logging(settings: &LogSettings) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config::DEFAULT_LOG_LEVEL));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    match settings.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

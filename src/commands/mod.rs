@@ -2,4 +2,5 @@
 //! `check` (the health checklist). They wire the pipeline stages together; the stages themselves
 //! live in `sampling`, `attribution`, `diagnosis` and `export`.
 
+pub mod run;
 pub mod snapshot;

@@ -5,7 +5,57 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::sampling::{DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
+use std::collections::HashMap;
+
+use crate::attribution::{AttributionSettings, Attributor, Workload};
+use crate::config::InspectConfig;
+use crate::sampling::{
+    DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Sampler, SessionError, Snapshot,
+};
+
+/// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
+/// configured format.
+///
+/// # Errors
+/// NVML could not be opened or stopped answering; the message says what to do.
+pub fn snapshot(config: &InspectConfig) -> Result<String, SessionError> {
+    let mut sampler = Sampler::open(&config.nvml_lib)?;
+    let snapshot = sampler.sample()?;
+    let workloads = resolve_workloads(config, &snapshot);
+    let report = SnapshotReport::new(&snapshot, &workloads);
+    Ok(match config.format {
+        crate::cli::OutputFormat::Json => render_json(&report) + "\n",
+        crate::cli::OutputFormat::Table => render_table(&report),
+    })
+}
+
+/// Workloads of the snapshot's processes; pod names are fetched once from the kubelet socket
+/// when it is there.
+pub fn resolve_workloads(config: &InspectConfig, snapshot: &Snapshot) -> HashMap<u32, Workload> {
+    let settings = AttributionSettings {
+        proc_root: config.proc_root.clone(),
+        include_command_line: config.include_command_line,
+        read_environ: config.read_environ,
+        kubelet_socket: config.kubelet_socket.clone(),
+    };
+    let mut attributor = Attributor::new(settings);
+    if let Some(pods) = attributor.pod_directory().cloned() {
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            if let Err(e) = runtime.block_on(pods.refresh()) {
+                tracing::debug!("no pod names for this snapshot: {e}");
+            }
+        }
+    }
+    let processes: Vec<(u32, String)> = snapshot
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.device_uuid.clone()))
+        .collect();
+    attributor.resolve(&processes)
+}
 
 /// The JSON document `gpulse snapshot --format json` prints. Field names are a stable contract.
 #[derive(Debug, Serialize)]
@@ -63,6 +113,8 @@ pub struct ProcessReport<'a> {
     pub memory_utilization: Option<f64>,
     pub encoder_utilization: Option<f64>,
     pub decoder_utilization: Option<f64>,
+    /// Who the process is (container, pod, namespaced PID), as `run` exports it.
+    pub workload: Option<&'a Workload>,
 }
 
 /// NVML clock throttle reason bits (`nvmlClocksThrottleReason*` in nvml.h) and their names.
@@ -93,7 +145,7 @@ pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
 }
 
 impl<'a> SnapshotReport<'a> {
-    pub fn new(snapshot: &'a Snapshot) -> Self {
+    pub fn new(snapshot: &'a Snapshot, workloads: &'a HashMap<u32, Workload>) -> Self {
         Self {
             timestamp: snapshot
                 .at
@@ -104,7 +156,11 @@ impl<'a> SnapshotReport<'a> {
             cuda_driver_version: snapshot.cuda_driver_version.as_deref(),
             nvml_version: snapshot.nvml_version.as_deref(),
             devices: snapshot.devices.iter().map(DeviceReport::new).collect(),
-            processes: snapshot.processes.iter().map(ProcessReport::new).collect(),
+            processes: snapshot
+                .processes
+                .iter()
+                .map(|p| ProcessReport::new(p, workloads.get(&p.pid)))
+                .collect(),
             findings: Vec::new(),
         }
     }
@@ -145,7 +201,7 @@ impl<'a> DeviceReport<'a> {
 }
 
 impl<'a> ProcessReport<'a> {
-    fn new(p: &'a ProcessSample) -> Self {
+    fn new(p: &'a ProcessSample, workload: Option<&'a Workload>) -> Self {
         Self {
             pid: p.pid,
             device_index: p.device_index,
@@ -156,6 +212,7 @@ impl<'a> ProcessReport<'a> {
             memory_utilization: p.memory_utilization,
             encoder_utilization: p.encoder_utilization,
             decoder_utilization: p.decoder_utilization,
+            workload,
         }
     }
 }
@@ -261,8 +318,8 @@ pub fn render_table(report: &SnapshotReport) -> String {
     } else {
         let _ = writeln!(
             out,
-            "{:<3} {:>8} {:<20} {:>12} {:>6} {:>6}",
-            "GPU", "PID", "Type", "GPU memory", "SM", "Mem"
+            "{:<3} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
+            "GPU", "PID", "VPID", "Type", "GPU memory", "SM", "Mem", "Process", "Container", "Pod"
         );
         for p in &report.processes {
             let kind = match p.kind {
@@ -270,15 +327,35 @@ pub fn render_table(report: &SnapshotReport) -> String {
                 ProcessKind::Graphics => "G",
                 ProcessKind::ComputeAndGraphics => "C+G",
             };
+            let w = p.workload;
+            let field =
+                |get: fn(&Workload) -> Option<&str>| w.and_then(get).unwrap_or("-").to_string();
+            let container: String = field(|w| w.container_id.as_deref())
+                .chars()
+                .take(12)
+                .collect();
+            let pod = match w.and_then(|w| w.pod_name.as_deref()) {
+                Some(name) => format!(
+                    "{}/{}",
+                    w.and_then(|w| w.namespace_name.as_deref()).unwrap_or("?"),
+                    name
+                ),
+                None => field(|w| w.pod_uid.as_deref()),
+            };
             let _ = writeln!(
                 out,
-                "{:<3} {:>8} {:<20} {:>12} {:>6} {:>6}",
+                "{:<3} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
                 p.device_index,
                 p.pid,
+                w.and_then(|w| w.vpid)
+                    .map_or("-".to_string(), |v| v.to_string()),
                 kind,
                 mib(p.gpu_memory_bytes),
                 pct(p.sm_utilization),
-                pct(p.memory_utilization)
+                pct(p.memory_utilization),
+                truncate(&field(|w| w.executable_name.as_deref()), 16),
+                container,
+                pod
             );
         }
     }

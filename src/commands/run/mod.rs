@@ -1,0 +1,461 @@
+//! `gpulse run`: the sidecar pipeline. It only moves values between the stages:
+//!
+//! ```text
+//! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ attribution
+//!   ──▶ diagnosis ──▶ metrics + logs requests ──▶ delivery queue ──▶ transport
+//! ```
+//!
+//! Sampling never waits on the network: snapshots go through a bounded channel that the thread
+//! never blocks on, and requests go into the delivery queue, whose sender task retries on its
+//! own. SIGTERM/SIGINT stop sampling, export the last (partial) window, give the queue a bounded
+//! time to deliver what it holds, and return, so the process exits 0.
+
+mod health;
+pub mod sampler_thread;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::attribution::{AttributionSettings, Attributor, ProcessUsage, Workload};
+use crate::config::Config;
+use crate::diagnosis::{otlp::to_log_record, Diagnoser, FindingEvent};
+use crate::export::logs::{log_record_count, logs_request};
+use crate::export::metrics::{
+    append_health, data_point_count, metrics_request, HealthSnapshot, RequestOptions,
+};
+use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
+use crate::export::resource::NodeIdentity;
+use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
+use crate::sampling::{Gauge, SessionError, Window, WindowAggregator};
+use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
+
+/// Why `gpulse run` could not start. Once running, nothing is fatal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    #[error(transparent)]
+    Nvml(#[from] SessionError),
+    #[error(transparent)]
+    Transport(#[from] TransportBuildError),
+    #[error("could not listen for health checks on {addr}: {source}. Pick a free address with --health-addr")]
+    Health {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How long the last flush may take at shutdown, at most: Kubernetes gives 30 s by default
+/// between SIGTERM and SIGKILL.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(10);
+
+/// Runs until SIGTERM or SIGINT.
+///
+/// # Errors
+/// Only at start: NVML cannot be opened (without `--wait-for-gpu`), the exporter settings are
+/// refused, or the health address is taken.
+pub async fn run(config: Config) -> Result<(), RunError> {
+    let mut pipeline = Pipeline::start(&config).await?;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut export_tick = tokio::time::interval_at(
+        Instant::now() + config.export_interval,
+        config.export_interval,
+    );
+    export_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let watchdog_after = (config.sample_interval * 3).max(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(snapshot) = pipeline.snapshots.recv() => pipeline.aggregator.add(&snapshot),
+            _ = export_tick.tick() => {
+                pipeline.watch_sampler(watchdog_after);
+                pipeline.export_window();
+            }
+        }
+    }
+    pipeline.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: flushing and stopping"),
+                _ = int.recv() => tracing::info!("SIGINT: flushing and stopping"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+struct Pipeline {
+    snapshots: mpsc::Receiver<Snapshot>,
+    aggregator: WindowAggregator,
+    sampler: Option<SamplerThread>,
+    sampler_health: Arc<SamplerHealth>,
+    attributor: Attributor,
+    diagnoser: Diagnoser,
+    node: NodeIdentity,
+    options: RequestOptions,
+    queue: QueueHandle,
+    sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
+    health: HealthSnapshot,
+    /// Start of the next window, for the health gauges of a window without samples.
+    window_start: SystemTime,
+    /// Own-pod identity from the Downward API, for naming processes of this pod without the
+    /// kubelet socket.
+    own_pod: Option<OwnPod>,
+    stall_reported: bool,
+    _health_server: Option<tokio::task::JoinHandle<()>>,
+}
+
+use crate::sampling::Snapshot;
+
+/// The pod gpulse itself runs in, from the Downward API (`K8S_POD_UID`, `K8S_POD_NAME`,
+/// `K8S_POD_NAMESPACE`): in a sidecar, processes whose cgroup names this pod UID are this pod's.
+#[derive(Debug, Clone)]
+struct OwnPod {
+    uid: String,
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+impl OwnPod {
+    fn from_env() -> Option<Self> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Some(Self {
+            uid: var("K8S_POD_UID")?,
+            name: var("K8S_POD_NAME"),
+            namespace: var("K8S_POD_NAMESPACE"),
+        })
+    }
+
+    fn apply(&self, workload: &mut Workload) {
+        if workload.pod_uid.as_deref() == Some(self.uid.as_str()) {
+            if workload.pod_name.is_none() {
+                workload.pod_name.clone_from(&self.name);
+            }
+            if workload.namespace_name.is_none() {
+                workload.namespace_name.clone_from(&self.namespace);
+            }
+        }
+    }
+}
+
+impl Pipeline {
+    async fn start(config: &Config) -> Result<Self, RunError> {
+        let node = node_identity(config);
+        tracing::info!(
+            nvml_lib = %config.nvml_lib.display(),
+            sample_interval = ?config.sample_interval,
+            export_interval = ?config.export_interval,
+            service.name = %node.service_name,
+            "gpulse {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
+        let transports = SignalTransports::from_exporter(&config.exporter)?;
+        let limits = QueueLimits {
+            max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
+            max_age: config.queue.max_age,
+        };
+        let (queue, sender) = DeliveryQueue::new(limits, BackoffPolicy::default(), transports);
+        let sender = tokio::spawn(sender.run());
+
+        // Enough room for a few export intervals of snapshots; the thread never waits on it.
+        let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
+            .clamp(4, 4096) as usize
+            * 2;
+        let (tx, snapshots) = mpsc::channel(capacity);
+        let sampler = SamplerThread::spawn(
+            SamplerSettings {
+                nvml_lib: config.nvml_lib.clone(),
+                interval: config.sample_interval,
+                wait_for_gpu: config.wait_for_gpu,
+            },
+            tx,
+        )?;
+        let sampler_health = Arc::clone(&sampler.health);
+        let health_server = match config.health_addr {
+            Some(addr) => Some(
+                health::serve(addr, Arc::clone(&sampler_health), config.sample_interval)
+                    .await
+                    .map_err(|source| RunError::Health { addr, source })?,
+            ),
+            None => None,
+        };
+        let attributor = Attributor::new(AttributionSettings {
+            proc_root: config.proc_root.clone(),
+            include_command_line: config.include_command_line,
+            read_environ: config.read_environ,
+            kubelet_socket: config.kubelet_socket.clone(),
+        });
+        Ok(Self {
+            snapshots,
+            aggregator: WindowAggregator::new(),
+            sampler: Some(sampler),
+            sampler_health,
+            attributor,
+            diagnoser: Diagnoser::new(config.diagnosis.clone()),
+            node,
+            options: RequestOptions::default(),
+            queue,
+            sender,
+            health: HealthSnapshot::new(SystemTime::now()),
+            window_start: SystemTime::now(),
+            own_pod: OwnPod::from_env(),
+            stall_reported: false,
+            _health_server: health_server,
+        })
+    }
+
+    /// Says (once per stall) when the sampler thread has not finished a tick for a while: an
+    /// NVML call is hanging. Ticks are being skipped meanwhile, not queued.
+    fn watch_sampler(&mut self, after: Duration) {
+        match self.sampler_health.since_last_tick() {
+            Some(since) if since > after => {
+                if !self.stall_reported {
+                    tracing::error!(
+                        "the sampler has not completed a tick for {:.0?}: an NVML call is hanging \
+                         (driver busy or GPU in a bad state). Ticks are skipped until it returns; \
+                         check `nvidia-smi` and the kernel log (dmesg) for Xid errors",
+                        since
+                    );
+                    self.stall_reported = true;
+                }
+            }
+            _ => self.stall_reported = false,
+        }
+    }
+
+    /// Closes the window and queues its requests. Never waits on the network.
+    fn export_window(&mut self) {
+        let now = SystemTime::now();
+        let window = self.aggregator.take();
+        let (workloads, usage) = match &window {
+            Some(window) => self.attribute(window),
+            None => (HashMap::new(), HashMap::new()),
+        };
+        let events = match &window {
+            Some(window) => self
+                .diagnoser
+                .observe(window, &workloads, &usage, &HashMap::new()),
+            None => Vec::new(),
+        };
+        self.refresh_health();
+        let mut request = match &window {
+            Some(window) => metrics_request(window, &workloads, &usage, &self.node, &self.options),
+            None => Default::default(),
+        };
+        let start = window.as_ref().map_or(self.window_start, |w| w.start);
+        append_health(
+            &mut request,
+            &self.node,
+            &self.health,
+            start,
+            now,
+            &self.options,
+        );
+        let points = data_point_count(&request) as u64;
+        self.push(
+            Signal::Metrics,
+            EncodedRequest::from_message(&request, points),
+        );
+        if !events.is_empty() {
+            self.export_findings(&events, &workloads);
+        }
+        self.window_start = now;
+    }
+
+    fn attribute(
+        &mut self,
+        window: &Window,
+    ) -> (HashMap<u32, Workload>, HashMap<u32, ProcessUsage>) {
+        let mut workloads = self.attributor.resolve_window(window);
+        if let Some(own) = &self.own_pod {
+            for workload in workloads.values_mut() {
+                own.apply(workload);
+            }
+        }
+        let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let usage = self.attributor.usage(&pids);
+        (workloads, usage)
+    }
+
+    fn export_findings(&mut self, events: &[FindingEvent], workloads: &HashMap<u32, Workload>) {
+        let mut node_records = Vec::new();
+        let mut by_pid: HashMap<u32, Vec<_>> = HashMap::new();
+        for event in events {
+            log_finding(event);
+            let record = to_log_record(event);
+            match event
+                .finding
+                .subject
+                .pid()
+                .filter(|pid| workloads.contains_key(pid))
+            {
+                Some(pid) => by_pid.entry(pid).or_default().push(record),
+                None => node_records.push(record),
+            }
+        }
+        let per_process = by_pid
+            .into_iter()
+            .filter_map(|(pid, records)| workloads.get(&pid).map(|w| (w, records)))
+            .collect();
+        let request = logs_request(&self.node, node_records, per_process);
+        let records = log_record_count(&request) as u64;
+        self.push(
+            Signal::Logs,
+            EncodedRequest::from_message(&request, records),
+        );
+    }
+
+    fn push(&self, signal: Signal, request: EncodedRequest) {
+        let report = self.queue.push(signal, request);
+        if report.overflow.requests > 0 {
+            tracing::warn!(
+                "the export queue is full: dropped the {} oldest request(s) ({} points). \
+                 The backend has been unreachable or slow for a while; raise --queue-max-bytes \
+                 to keep more",
+                report.overflow.requests,
+                report.overflow.points
+            );
+        }
+    }
+
+    fn refresh_health(&mut self) {
+        let stats = self.queue.stats();
+        let h = &mut self.health;
+        h.queue_requests = stats.depth as u64;
+        h.queue_bytes = stats.bytes as u64;
+        h.dropped_requests_total = stats.dropped_overflow.requests
+            + stats.dropped_expired.requests
+            + stats.dropped_rejected.requests;
+        h.dropped_points_total = stats.dropped_overflow.points
+            + stats.dropped_expired.points
+            + stats.dropped_rejected.points;
+        h.export_failures_total = stats
+            .failures
+            .iter()
+            .map(|(reason, count)| (reason.to_string(), *count))
+            .collect();
+        h.export_duration_last_seconds = stats.last_export_latency.map(|d| d.as_secs_f64());
+        h.sample_duration = gauge_of(&self.sampler_health.take_durations());
+        h.nvml_errors_total = self.sampler_health.nvml_errors();
+        h.stalled_ticks_total = self.sampler_health.stalled_ticks.load(Ordering::Relaxed);
+        h.findings_active = self
+            .diagnoser
+            .tracker()
+            .active_counts()
+            .into_iter()
+            .map(|(rule, count)| (rule.as_str().to_string(), count))
+            .collect();
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(sampler) = self.sampler.take() {
+            if !sampler.stop(Duration::from_secs(2)) {
+                tracing::warn!("the sampler thread is stuck in an NVML call; leaving it behind");
+            }
+        }
+        while let Ok(snapshot) = self.snapshots.try_recv() {
+            self.aggregator.add(&snapshot);
+        }
+        self.export_window();
+        let report = self.queue.flush(Instant::now() + SHUTDOWN_FLUSH).await;
+        if report.undelivered.requests > 0 {
+            tracing::warn!(
+                "stopped with {} request(s) ({} points) not delivered: the backend did not accept \
+                 them within {:?}",
+                report.undelivered.requests,
+                report.undelivered.points,
+                SHUTDOWN_FLUSH
+            );
+        }
+        self.sender.abort();
+        tracing::info!("gpulse stopped");
+    }
+}
+
+fn log_finding(event: &FindingEvent) {
+    let f = &event.finding;
+    tracing::info!(
+        rule = f.rule.as_str(),
+        state = event.state.as_str(),
+        "finding {}: {}",
+        event.state.as_str(),
+        f.summary
+    );
+}
+
+fn gauge_of(values: &[f64]) -> Option<Gauge> {
+    let (&last, _) = values.split_last()?;
+    let sum: f64 = values.iter().sum();
+    Some(Gauge {
+        mean: sum / values.len() as f64,
+        min: values.iter().copied().fold(f64::INFINITY, f64::min),
+        max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        last,
+        count: values.len() as u32,
+    })
+}
+
+/// The node resource: the resolved service name and resource attributes, this host's name, a
+/// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
+fn node_identity(config: &Config) -> NodeIdentity {
+    let host_name = host_name();
+    let mut extra_attributes = config.resource_attributes.clone();
+    let mut host = host_name;
+    let mut instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    extra_attributes.retain(|(k, v)| match k.as_str() {
+        "host.name" => {
+            host.clone_from(v);
+            false
+        }
+        "service.instance.id" => {
+            instance.clone_from(v);
+            false
+        }
+        _ => true,
+    });
+    if let Ok(node) = std::env::var("K8S_NODE_NAME") {
+        if !node.is_empty() && !extra_attributes.iter().any(|(k, _)| k == "k8s.node.name") {
+            extra_attributes.push(("k8s.node.name".into(), node));
+        }
+    }
+    NodeIdentity {
+        host_name: host,
+        service_name: config.service_name.clone(),
+        service_instance_id: instance,
+        service_version: env!("CARGO_PKG_VERSION").to_string(),
+        extra_attributes,
+    }
+}
+
+/// This machine's host name, as an SDK's host detector reports it (`gethostname`).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
