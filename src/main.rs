@@ -39,17 +39,27 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Snapshot(args) => {
             let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
-            init_logging(&config.log);
+            init_logging(&quiet_by_default(&config.log));
             print!("{}", commands::snapshot::snapshot(&config)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => {
             let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
-            init_logging(&config.log);
+            init_logging(&quiet_by_default(&config.log));
             let _ = config;
             anyhow::bail!("gpulse check is being wired in this build")
         }
     }
+}
+
+/// One-shot commands print their answer; routine start-up notes (no kubelet socket on a
+/// workstation, say) would only bury it, so unless a level was asked for they log warnings only.
+fn quiet_by_default(settings: &LogSettings) -> LogSettings {
+    let mut quiet = settings.clone();
+    if quiet.filter == config::DEFAULT_LOG_LEVEL {
+        quiet.filter = "warn".into();
+    }
+    quiet
 }
 
 /// Logs go to standard error so that standard output stays the data (`--exporter stdout`,

@@ -1,1 +1,301 @@
-//! Integration tests: sampling.
+//! Integration tests: the sampler, through the real nvml-wrapper path, against nvml-sim.
+//!
+//! nvml-sim reads its scenario once per process, so each test runs the `gpulse` binary as a
+//! subprocess with its own `NVML_SIM_SCENARIO` and reads `gpulse snapshot --format json`, the
+//! stable contract, comparing every field with what the scenario sets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The simulated `libnvidia-ml.so.1` cargo built next to the test binary.
+pub fn sim_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/debug/deps/tests-<hash> → target/debug/libnvidia_ml.so
+    let debug_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/debug");
+    let lib = debug_dir.join("libnvidia_ml.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: build the simulator first with `cargo build -p nvml-sim` \
+         (scripts/test does it)",
+        lib.display()
+    );
+    lib
+}
+
+pub fn gpulse_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpulse")
+}
+
+/// Writes `scenario` to a temporary file and runs `gpulse <args>` against the simulator.
+pub fn gpulse_with_scenario(scenario: &str, args: &[&str]) -> (Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("scenario.toml");
+    std::fs::write(&path, scenario).expect("write scenario");
+    let output = Command::new(gpulse_bin())
+        .args(args)
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", &path)
+        .env("GPULSE_LOG", "warn")
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .output()
+        .expect("run gpulse");
+    (output, dir)
+}
+
+fn snapshot_json(scenario: &str) -> Value {
+    let (out, _dir) = gpulse_with_scenario(scenario, &["snapshot", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "gpulse snapshot failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "snapshot JSON did not parse ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// Two GPUs with constant signals and time frozen, so every value is exact.
+const CONSTANT: &str = r#"
+[driver]
+version = "550.54.15"
+nvml_version = "12.550.54.15"
+cuda_version = "12.4"
+
+[clock]
+freeze_at_s = 100
+
+[[device]]
+name = "NVIDIA A100-SXM4-80GB"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+pci_bus_id = "00000000:3B:00.0"
+memory_total_mib = 81920
+memory_reserved_mib = 512
+power_limit_w = 400
+max_clocks_mhz = { graphics = 1410, sm = 1410, mem = 1593, video = 1290 }
+fans = 2
+energy_start_j = 5000
+
+[device.signals]
+gpu_util = 73
+mem_util = 41
+encoder_util = 3
+decoder_util = 5
+memory_used_mib = 20480
+temperature_c = 61
+power_w = 250
+clock_sm_mhz = 1305
+clock_mem_mhz = 1593
+fan_percent = 47
+pcie_tx_kbps = 1000
+pcie_rx_kbps = 2000
+throttle_reasons = 0x24
+ecc_corrected = 7
+ecc_uncorrected = 1
+pstate = 2
+
+[[device.process]]
+pid = 4242
+kind = "compute"
+memory_used_mib = 12288
+sm_util = 66
+mem_util = 30
+
+[[device.process]]
+pid = 4243
+kind = "graphics"
+memory_used_mib = 1024
+sm_util = 2
+
+[[device]]
+name = "NVIDIA A100-SXM4-80GB"
+uuid = "GPU-99999999-2222-3333-4444-555555555555"
+pci_bus_id = "00000000:5E:00.0"
+memory_total_mib = 81920
+memory_reserved_mib = 512
+power_limit_w = 300
+
+[device.signals]
+gpu_util = 0
+power_w = 60
+temperature_c = 35
+"#;
+
+#[test]
+fn snapshot_reports_exactly_what_the_scenario_sets() {
+    let s = snapshot_json(CONSTANT);
+    assert_eq!(s["driver_version"], "550.54.15");
+    assert_eq!(s["cuda_driver_version"], "12.4");
+    assert_eq!(s["nvml_version"], "12.550.54.15");
+    let devices = s["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    let d = &devices[0];
+    assert_eq!(d["index"], 0);
+    assert_eq!(d["uuid"], "GPU-11111111-2222-3333-4444-555555555555");
+    assert_eq!(d["name"], "NVIDIA A100-SXM4-80GB");
+    assert_eq!(d["pci_bus_id"], "00000000:3B:00.0");
+    assert_eq!(d["status"], "ok");
+    assert_eq!(d["memory_total_bytes"], 81920 * MIB);
+    assert_eq!(d["memory_used_bytes"], 20480 * MIB);
+    assert_eq!(d["memory_reserved_bytes"], 512 * MIB);
+    assert_eq!(d["memory_free_bytes"], (81920 - 20480 - 512) * MIB);
+    assert_eq!(d["utilization_gpu"], 0.73);
+    assert_eq!(d["utilization_memory"], 0.41);
+    assert_eq!(d["utilization_encoder"], 0.03);
+    assert_eq!(d["utilization_decoder"], 0.05);
+    assert_eq!(d["temperature_celsius"], 61.0);
+    assert_eq!(d["power_watts"], 250.0);
+    assert_eq!(d["power_limit_watts"], 400.0);
+    // energy_start_j + 250 W × 100 s.
+    assert_eq!(d["energy_joules"], 30000.0);
+    assert_eq!(d["sm_clock_mhz"], 1305);
+    assert_eq!(d["memory_clock_mhz"], 1593);
+    assert_eq!(d["fan_speed"], 0.47);
+    assert_eq!(d["pcie_tx_bytes_per_second"], 1000.0 * 1024.0);
+    assert_eq!(d["pcie_rx_bytes_per_second"], 2000.0 * 1024.0);
+    assert_eq!(
+        d["throttle_reasons"],
+        serde_json::json!(["sw_power_cap", "sw_thermal_slowdown"])
+    );
+    assert_eq!(d["ecc_corrected_total"], 7);
+    assert_eq!(d["ecc_uncorrected_total"], 1);
+    assert_eq!(d["performance_state"], 2);
+
+    // The second board has no fans: fan speed is unknown, not 0.
+    let d1 = &devices[1];
+    assert_eq!(d1["fan_speed"], Value::Null);
+    assert_eq!(d1["power_limit_watts"], 300.0);
+
+    let processes = s["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 2, "{processes:?}");
+    let trainer = processes.iter().find(|p| p["pid"] == 4242).expect("pid 4242");
+    assert_eq!(trainer["device_uuid"], "GPU-11111111-2222-3333-4444-555555555555");
+    assert_eq!(trainer["kind"], "compute");
+    assert_eq!(trainer["gpu_memory_bytes"], 12288 * MIB);
+    assert_eq!(trainer["sm_utilization"], 0.66);
+    assert_eq!(trainer["memory_utilization"], 0.30);
+    let viewer = processes.iter().find(|p| p["pid"] == 4243).expect("pid 4243");
+    assert_eq!(viewer["kind"], "graphics");
+    assert_eq!(viewer["gpu_memory_bytes"], 1024 * MIB);
+    assert_eq!(s["findings"], serde_json::json!([]));
+}
+
+#[test]
+fn unsupported_and_forbidden_fields_are_null_never_zero() {
+    let scenario = format!(
+        "{CONSTANT}
+[[fault]]
+kind = \"error\"
+device = 0
+field = \"temperature\"
+
+[[fault]]
+kind = \"error\"
+device = 0
+field = \"power_usage\"
+error = \"no_permission\"
+
+[[fault]]
+kind = \"error\"
+device = 0
+field = \"process_utilization\"
+"
+    );
+    let s = snapshot_json(&scenario);
+    let d = &s["devices"][0];
+    assert_eq!(d["temperature_celsius"], Value::Null);
+    assert_eq!(d["power_watts"], Value::Null);
+    // The rest of the device is untouched.
+    assert_eq!(d["utilization_gpu"], 0.73);
+    assert_eq!(d["power_limit_watts"], 400.0);
+    // The other GPU still reports temperature: a fault is per device.
+    assert_eq!(s["devices"][1]["temperature_celsius"], 35.0);
+    let trainer = s["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == 4242)
+        .expect("pid 4242")
+        .clone();
+    assert_eq!(trainer["sm_utilization"], Value::Null);
+    assert_eq!(trainer["gpu_memory_bytes"], 12288 * MIB);
+}
+
+#[test]
+fn a_lost_gpu_does_not_hide_the_others() {
+    let scenario = format!(
+        "{CONSTANT}
+[[fault]]
+kind = \"gpu_lost\"
+device = 0
+from_s = 0
+"
+    );
+    let s = snapshot_json(&scenario);
+    let devices = s["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[0]["status"], "lost");
+    assert_eq!(devices[0]["utilization_gpu"], Value::Null);
+    assert_eq!(devices[1]["status"], "ok");
+    assert_eq!(devices[1]["power_watts"], 60.0);
+    assert_eq!(devices[1]["uuid"], "GPU-99999999-2222-3333-4444-555555555555");
+    // Processes of the lost GPU are not listed; nothing else is invented.
+    assert!(s["processes"].as_array().expect("processes").is_empty());
+}
+
+#[test]
+fn a_failing_init_gives_one_clear_error_and_no_panic() {
+    let scenario = format!(
+        "{CONSTANT}
+[[fault]]
+kind = \"init_error\"
+error = \"driver_not_loaded\"
+"
+    );
+    let (out, _dir) = gpulse_with_scenario(&scenario, &["snapshot"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("driver is not loaded"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("RUST_BACKTRACE"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one message: {stderr}");
+}
+
+#[test]
+fn a_missing_library_says_what_to_install() {
+    let out = Command::new(gpulse_bin())
+        .args(["snapshot", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env("GPULSE_LOG", "warn")
+        .output()
+        .expect("run gpulse");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/libnvidia-ml.so.1"), "{stderr}");
+    assert!(stderr.contains("Install the NVIDIA driver"), "{stderr}");
+    assert!(stderr.contains("--nvml-lib"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn snapshot_table_reads_like_nvidia_smi_with_processes() {
+    let (out, _dir) = gpulse_with_scenario(CONSTANT, &["snapshot"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("Driver 550.54.15"), "{table}");
+    assert!(table.contains("NVIDIA A100-SXM4-80GB"), "{table}");
+    assert!(table.contains("20480MiB/81920MiB"), "{table}");
+    assert!(table.contains("73%"), "{table}");
+    assert!(table.contains("throttled: sw_power_cap, sw_thermal_slowdown"), "{table}");
+    assert!(table.contains("4242"), "{table}");
+    assert!(table.contains("12288MiB"), "{table}");
+}

@@ -323,6 +323,7 @@ impl Sampler {
                 return DeviceSample::empty(self.cached_info(index), DeviceStatus::Lost);
             }
         };
+        let nvml_for_memory = Arc::clone(&self.nvml);
         let mut reader = FieldReader {
             sampler: self,
             index,
@@ -339,10 +340,10 @@ impl Sampler {
         s.utilization_decoder = reader
             .read(Field::DecoderUtilization, || device.decoder_utilization())
             .map(|u| percent(u.utilization));
-        if let Some(m) = reader.read(Field::Memory, || device.memory_info()) {
+        if let Some(m) = reader.read(Field::Memory, || memory_info(&nvml_for_memory, device)) {
             s.memory_used_bytes = Some(m.used);
             s.memory_free_bytes = Some(m.free);
-            s.memory_reserved_bytes = Some(m.reserved);
+            s.memory_reserved_bytes = m.reserved;
             s.memory_total_bytes = Some(m.total);
         }
         s.temperature_celsius = reader
@@ -486,6 +487,49 @@ impl FieldReader<'_> {
                 None
             }
         }
+    }
+}
+
+/// Device memory, as `nvmlDeviceGetMemoryInfo_v2` gives it (with the driver's reserved share), or
+/// from the v1 call on a library that predates v2 (drivers before R510), without that share.
+struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+    reserved: Option<u64>,
+}
+
+fn memory_info(nvml: &Nvml, device: &Device) -> Result<Memory, NvmlError> {
+    match device.memory_info() {
+        Ok(m) => Ok(Memory {
+            total: m.total,
+            free: m.free,
+            used: m.used,
+            reserved: Some(m.reserved),
+        }),
+        Err(NvmlError::FailedToLoadSymbol(_)) => {
+            let v1 = nvml
+                .lib()
+                .nvmlDeviceGetMemoryInfo
+                .as_ref()
+                .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+            let mut m = nvml_wrapper_sys::bindings::nvmlMemory_t {
+                total: 0,
+                free: 0,
+                used: 0,
+            };
+            // SAFETY: the handle is live for the borrow of `device`, and `m` is a valid
+            // `nvmlMemory_t` the call fills in.
+            let rc = unsafe { v1(device.handle(), &mut m) };
+            nvml_wrapper::error::nvml_try(rc)?;
+            Ok(Memory {
+                total: m.total,
+                free: m.free,
+                used: m.used,
+                reserved: None,
+            })
+        }
+        Err(e) => Err(e),
     }
 }
 
