@@ -38,15 +38,16 @@ pub fn resolve_workloads(config: &InspectConfig, snapshot: &Snapshot) -> HashMap
         read_environ: config.read_environ,
         kubelet_socket: config.kubelet_socket.clone(),
     };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok();
+    // Inside a runtime the attributor can reach the kubelet socket for pod names.
+    let _entered = runtime.as_ref().map(|r| r.enter());
     let mut attributor = Attributor::new(settings);
-    if let Some(pods) = attributor.pod_directory().cloned() {
-        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            if let Err(e) = runtime.block_on(pods.refresh()) {
-                tracing::debug!("no pod names for this snapshot: {e}");
-            }
+    if let (Some(pods), Some(runtime)) = (attributor.pod_directory().cloned(), &runtime) {
+        if let Err(e) = runtime.block_on(pods.refresh()) {
+            tracing::debug!("no pod names for this snapshot: {e}");
         }
     }
     let processes: Vec<(u32, String)> = snapshot

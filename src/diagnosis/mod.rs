@@ -1,2 +1,83 @@
 //! Diagnosis: rules over the export window and each workload's history that say why a job is slow
-//! or about to fail, as `Finding`s.
+//! or about to fail, as `Finding`s; the tracker that turns findings into started/cleared events;
+//! their OTLP log records; and the `gpulse check` health evaluation.
+//!
+//! Everything here is pure except `check::collect_health_facts` (reads NVML) and the small
+//! amount of state in `History` and `FindingTracker`, which the caller owns. The usual loop,
+//! once per export window, is what `Diagnoser::observe` does:
+//! `history.record(&window)` → `rules::evaluate_all(&inputs, &thresholds)` →
+//! `tracker.update(findings, window.end)` → `otlp::to_log_record` for each event.
+
+pub mod check;
+pub mod findings;
+pub mod history;
+pub mod otlp;
+pub mod rules;
+pub mod thresholds;
+pub mod tracker;
+pub mod xid;
+
+use std::collections::HashMap;
+
+use crate::attribution::{ProcessUsage, Workload};
+use crate::sampling::Window;
+
+pub use findings::{DeviceRef, Finding, FindingKey, JobKey, RuleId, Severity, Subject, Value};
+pub use history::{History, WindowSummary};
+pub use rules::{evaluate_all, Inputs};
+pub use thresholds::{Thresholds, ThresholdsError};
+pub use tracker::{FindingEvent, FindingState, FindingTracker};
+
+/// The diagnosis stage's state for `gpulse run`: thresholds, history and tracker together.
+#[derive(Debug, Clone)]
+pub struct Diagnoser {
+    thresholds: Thresholds,
+    history: History,
+    tracker: FindingTracker,
+}
+
+impl Diagnoser {
+    /// `thresholds` should have passed `Thresholds::validate` (the config loader does that);
+    /// out-of-range values make rules never or always fire, they do not panic.
+    pub fn new(thresholds: Thresholds) -> Self {
+        Self {
+            history: History::new(thresholds.history.clone()),
+            tracker: FindingTracker::new(thresholds.clear_after_windows),
+            thresholds,
+        }
+    }
+
+    /// Records the window, runs the rules, and returns the findings that started or cleared.
+    /// `parent_alive`: by host PID, whether the process's parent is alive (missing: unknown).
+    pub fn observe(
+        &mut self,
+        window: &Window,
+        workloads: &HashMap<u32, Workload>,
+        usage: &HashMap<u32, ProcessUsage>,
+        parent_alive: &HashMap<u32, bool>,
+    ) -> Vec<FindingEvent> {
+        self.history.record(window);
+        let inputs = Inputs {
+            window,
+            workloads,
+            usage,
+            parent_alive,
+            history: &self.history,
+        };
+        let findings = evaluate_all(&inputs, &self.thresholds);
+        self.tracker.update(findings, window.end)
+    }
+
+    /// Findings active now (for `snapshot` and the `gpulse.diagnosis.active` gauge).
+    pub fn tracker(&self) -> &FindingTracker {
+        &self.tracker
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+}

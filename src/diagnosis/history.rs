@@ -1,0 +1,205 @@
+//! The bounded memory the trend rules read: per (host PID, device) a ring of recent window
+//! summaries, and per device what the previous window's cumulative error counters were.
+//!
+//! ## Contract
+//! Call `History::record` once per window, before running the rules on that window: the rules
+//! then see the current window as the newest summary. Series of processes absent from the
+//! recorded window are dropped at once (a PID NVML stopped listing is gone, and a reused PID
+//! must not inherit its trend). Size is bounded by `HistoryLimits`: at most `max_series` series
+//! of at most `max_windows` summaries each, none older than `max_age`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::SystemTime;
+
+use crate::sampling::Window;
+
+use super::thresholds::HistoryLimits;
+
+/// What one window said about one process on one device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowSummary {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub gpu_memory_last_bytes: Option<u64>,
+    pub gpu_memory_max_bytes: Option<u64>,
+    /// The process's own SM utilisation, window mean.
+    pub sm_utilization_mean: Option<f64>,
+    /// Its device's utilisation, window mean.
+    pub device_utilization_mean: Option<f64>,
+}
+
+/// The summaries of one (pid, device), oldest first.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub device_index: u32,
+    summaries: VecDeque<WindowSummary>,
+}
+
+impl Series {
+    pub fn summaries(&self) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator {
+        self.summaries.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.summaries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.summaries.is_empty()
+    }
+
+    pub fn latest(&self) -> Option<&WindowSummary> {
+        self.summaries.back()
+    }
+}
+
+/// Per device: cumulative counters of the previous window, for "new since last window".
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceCounters {
+    /// `ecc_uncorrected_total` of the window before the newest recorded one.
+    pub previous_ecc_uncorrected: Option<u64>,
+    /// The same of the newest recorded window.
+    pub last_ecc_uncorrected: Option<u64>,
+    counters_start: Option<SystemTime>,
+}
+
+/// Bounded per-workload history. See the module documentation for the contract.
+#[derive(Debug, Clone)]
+pub struct History {
+    limits: HistoryLimits,
+    series: HashMap<(u32, String), Series>,
+    devices: HashMap<String, DeviceCounters>,
+    last_recorded_end: Option<SystemTime>,
+}
+
+impl History {
+    pub fn new(limits: HistoryLimits) -> Self {
+        Self {
+            limits,
+            series: HashMap::new(),
+            devices: HashMap::new(),
+            last_recorded_end: None,
+        }
+    }
+
+    /// Adds the window's summaries and prunes. Recording the same window twice (same end time)
+    /// is ignored, so a retried pipeline step cannot double a point or shift the ECC baseline.
+    pub fn record(&mut self, window: &Window) {
+        if self.last_recorded_end == Some(window.end) {
+            return;
+        }
+        self.last_recorded_end = Some(window.end);
+
+        let device_util: HashMap<&str, Option<f64>> = window
+            .devices
+            .iter()
+            .map(|d| (d.info.uuid.as_str(), d.utilization_gpu.map(|g| g.mean)))
+            .collect();
+
+        let mut present: HashSet<(u32, &str)> = HashSet::new();
+        for p in &window.processes {
+            present.insert((p.pid, p.device_uuid.as_str()));
+            let summary = WindowSummary {
+                start: window.start,
+                end: window.end,
+                gpu_memory_last_bytes: p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64),
+                gpu_memory_max_bytes: p.gpu_memory_bytes.map(|g| g.max.max(0.0) as u64),
+                sm_utilization_mean: p.sm_utilization.map(|g| g.mean),
+                device_utilization_mean: device_util.get(p.device_uuid.as_str()).copied().flatten(),
+            };
+            let series = self
+                .series
+                .entry((p.pid, p.device_uuid.clone()))
+                .or_insert_with(|| Series {
+                    device_index: p.device_index,
+                    summaries: VecDeque::new(),
+                });
+            series.device_index = p.device_index;
+            series.summaries.push_back(summary);
+        }
+
+        self.series
+            .retain(|(pid, uuid), _| present.contains(&(*pid, uuid.as_str())));
+
+        let oldest_kept = window.end.checked_sub(self.limits.max_age);
+        for series in self.series.values_mut() {
+            while series.summaries.len() > self.limits.max_windows {
+                series.summaries.pop_front();
+            }
+            if let Some(oldest) = oldest_kept {
+                while series.summaries.front().is_some_and(|s| s.end < oldest) {
+                    series.summaries.pop_front();
+                }
+            }
+        }
+        self.series.retain(|_, s| !s.summaries.is_empty());
+
+        if self.series.len() > self.limits.max_series {
+            // Keep the longest-running series: they carry the trends; a burst of short-lived
+            // processes should not evict a training job's history.
+            let mut keys: Vec<((u32, String), SystemTime)> = self
+                .series
+                .iter()
+                .map(|(k, s)| {
+                    (
+                        k.clone(),
+                        s.summaries.front().map_or(window.end, |f| f.start),
+                    )
+                })
+                .collect();
+            keys.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+            for (key, _) in keys.into_iter().skip(self.limits.max_series) {
+                self.series.remove(&key);
+            }
+        }
+
+        let mut seen_devices: HashSet<&str> = HashSet::new();
+        for d in &window.devices {
+            seen_devices.insert(d.info.uuid.as_str());
+            let entry = self.devices.entry(d.info.uuid.clone()).or_default();
+            if entry.counters_start != Some(d.counters_start) {
+                // The sampler restarted this device's counters (re-attached): old totals are
+                // from another baseline.
+                *entry = DeviceCounters {
+                    previous_ecc_uncorrected: None,
+                    last_ecc_uncorrected: None,
+                    counters_start: Some(d.counters_start),
+                };
+            }
+            entry.previous_ecc_uncorrected = entry.last_ecc_uncorrected;
+            entry.last_ecc_uncorrected = d.ecc_uncorrected_total;
+        }
+        self.devices
+            .retain(|uuid, _| seen_devices.contains(uuid.as_str()));
+    }
+
+    /// The series of one process on one device.
+    pub fn series(&self, pid: u32, device_uuid: &str) -> Option<&Series> {
+        self.series.get(&(pid, device_uuid.to_string()))
+    }
+
+    /// The counters of one device.
+    pub fn device(&self, uuid: &str) -> Option<&DeviceCounters> {
+        self.devices.get(uuid)
+    }
+
+    /// Number of (pid, device) series held.
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Number of summaries held over all series.
+    pub fn summary_count(&self) -> usize {
+        self.series.values().map(|s| s.summaries.len()).sum()
+    }
+
+    pub fn limits(&self) -> &HistoryLimits {
+        &self.limits
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self::new(HistoryLimits::default())
+    }
+}

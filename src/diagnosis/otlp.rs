@@ -1,0 +1,175 @@
+//! Findings as OTLP log records: one record when a finding starts, escalates or clears.
+//! The export stage (`export::logs`) puts each record under the right resource — the
+//! workload's for a workload subject (`Subject::pid`), the node's otherwise.
+//!
+//! ## Record shape
+//! - `event_name`: `gpulse.diagnosis.finding` (one event name; the rule is an attribute, so a
+//!   backend query for "all diagnosis events" is one filter).
+//! - `time_unix_nano` / `observed_time_unix_nano`: the end of the window that decided the event.
+//! - severity: started and escalated records carry the finding's severity (info → INFO, warning → WARN,
+//!   error → ERROR, critical → FATAL); cleared records are INFO, since clearing is good news;
+//!   the finding's own severity stays in `gpulse.diagnosis.severity`.
+//! - body: the summary line (prefixed `Cleared: ` for cleared records).
+//! - attributes: `gpulse.diagnosis.rule`, `.state` (started|escalated|cleared), `.severity`,
+//!   `.subject` (the tracker key), `.since` (RFC 3339), `.advice` (not when cleared), one
+//!   `gpulse.diagnosis.value.<name>` per value, and about the subject: `hw.id` + `gpu.index`
+//!   for one device, `process.pid` (+ `process.vpid`, `container.id`, `k8s.pod.uid`) for a
+//!   workload, `gpulse.diagnosis.job` + `gpulse.diagnosis.pids` + `hw.ids` for a job.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, SeverityNumber};
+
+use crate::sampling::model::unix_nanos;
+
+use super::findings::{Severity, Subject, Value};
+use super::tracker::{FindingEvent, FindingState};
+
+/// `event_name` of every diagnosis record.
+pub const EVENT_NAME: &str = "gpulse.diagnosis.finding";
+/// Prefix of the attributes that carry a finding's values.
+pub const VALUE_PREFIX: &str = "gpulse.diagnosis.value.";
+
+/// The OTLP severity of a finding's severity.
+pub fn severity_number(severity: Severity) -> SeverityNumber {
+    match severity {
+        Severity::Info => SeverityNumber::Info,
+        Severity::Warning => SeverityNumber::Warn,
+        Severity::Error => SeverityNumber::Error,
+        Severity::Critical => SeverityNumber::Fatal,
+    }
+}
+
+/// The short severity text the specification's examples use (`INFO`, `WARN`, ...).
+pub fn severity_text(number: SeverityNumber) -> &'static str {
+    match number {
+        SeverityNumber::Warn => "WARN",
+        SeverityNumber::Error => "ERROR",
+        SeverityNumber::Fatal => "FATAL",
+        _ => "INFO",
+    }
+}
+
+/// One log record for a started or cleared finding. See the module documentation for the shape.
+pub fn to_log_record(event: &FindingEvent) -> LogRecord {
+    let f = &event.finding;
+    let time = unix_nanos::to_nanos(event.at);
+    let (number, body) = match event.state {
+        FindingState::Started | FindingState::Escalated => {
+            (severity_number(f.severity), f.summary.clone())
+        }
+        FindingState::Cleared => (SeverityNumber::Info, format!("Cleared: {}", f.summary)),
+    };
+    let mut attributes = vec![
+        kv_str("gpulse.diagnosis.rule", f.rule.as_str()),
+        kv_str("gpulse.diagnosis.state", event.state.as_str()),
+        kv_str("gpulse.diagnosis.severity", f.severity.as_str()),
+        kv_str("gpulse.diagnosis.subject", &f.subject.key()),
+        kv_str(
+            "gpulse.diagnosis.since",
+            &humantime::format_rfc3339_seconds(f.since).to_string(),
+        ),
+    ];
+    if event.state != FindingState::Cleared {
+        attributes.push(kv_str("gpulse.diagnosis.advice", &f.advice));
+    }
+    match &f.subject {
+        Subject::Device(d) => {
+            attributes.push(kv_str("hw.id", &d.uuid));
+            attributes.push(kv_int("gpu.index", i64::from(d.index)));
+        }
+        Subject::Workload {
+            pid,
+            vpid,
+            device,
+            container_id,
+            pod_uid,
+            ..
+        } => {
+            attributes.push(kv_int("process.pid", i64::from(*pid)));
+            if let Some(v) = vpid {
+                attributes.push(kv_int("process.vpid", i64::from(*v)));
+            }
+            if let Some(d) = device {
+                attributes.push(kv_str("hw.id", &d.uuid));
+                attributes.push(kv_int("gpu.index", i64::from(d.index)));
+            }
+            if let Some(c) = container_id {
+                attributes.push(kv_str("container.id", c));
+            }
+            if let Some(p) = pod_uid {
+                attributes.push(kv_str("k8s.pod.uid", p));
+            }
+        }
+        Subject::Job { key, pids, devices } => {
+            attributes.push(kv_str("gpulse.diagnosis.job", &key.to_string()));
+            attributes.push(kv(
+                "gpulse.diagnosis.pids",
+                array(
+                    pids.iter()
+                        .map(|p| any_value::Value::IntValue(i64::from(*p))),
+                ),
+            ));
+            attributes.push(kv(
+                "hw.ids",
+                array(
+                    devices
+                        .iter()
+                        .map(|d| any_value::Value::StringValue(d.uuid.clone())),
+                ),
+            ));
+            match key {
+                super::findings::JobKey::PodUid(uid) => {
+                    attributes.push(kv_str("k8s.pod.uid", uid));
+                }
+                super::findings::JobKey::ContainerId(id) => {
+                    attributes.push(kv_str("container.id", id));
+                }
+                super::findings::JobKey::Pid(pid) => {
+                    attributes.push(kv_int("process.pid", i64::from(*pid)));
+                }
+            }
+        }
+    }
+    for (name, value) in &f.values {
+        let v = match value {
+            Value::Int(i) => any_value::Value::IntValue(*i),
+            Value::Float(x) => any_value::Value::DoubleValue(*x),
+            Value::Text(s) => any_value::Value::StringValue(s.clone()),
+        };
+        attributes.push(kv(&format!("{VALUE_PREFIX}{name}"), v));
+    }
+    LogRecord {
+        time_unix_nano: time,
+        observed_time_unix_nano: time,
+        severity_number: number as i32,
+        severity_text: severity_text(number).to_string(),
+        body: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(body)),
+        }),
+        attributes,
+        event_name: EVENT_NAME.to_string(),
+        ..Default::default()
+    }
+}
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn kv_str(key: &str, value: &str) -> KeyValue {
+    kv(key, any_value::Value::StringValue(value.to_string()))
+}
+
+fn kv_int(key: &str, value: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(value))
+}
+
+fn array(values: impl Iterator<Item = any_value::Value>) -> any_value::Value {
+    any_value::Value::ArrayValue(ArrayValue {
+        values: values.map(|v| AnyValue { value: Some(v) }).collect(),
+    })
+}

@@ -1,0 +1,229 @@
+//! `idle_holder`: a process holds GPU memory but has run no kernels for a while (a notebook
+//! kernel, a stopped job, a hung rank), or outlived its parent (the leftover of a crashed run).
+//! Either way the memory is lost to every other job on that GPU.
+
+use std::time::SystemTime;
+
+use crate::diagnosis::findings::{
+    human_bytes, human_duration, pct, Finding, RuleId, Severity, Value,
+};
+use crate::diagnosis::history::{Series, WindowSummary};
+use crate::diagnosis::thresholds::IdleHolder;
+
+use super::{process_device_ref, Inputs};
+
+const IDLE_ADVICE: &str = "The process keeps GPU memory without using the GPU: a notebook \
+kernel or a stopped job holding its CUDA context. End it (or restart the notebook kernel) to \
+free the memory; torch.cuda.empty_cache() only returns cached blocks, not live tensors. A hung \
+distributed rank shows the same signature: check its peers.";
+
+const ORPHAN_ADVICE: &str = "Its parent process is gone: most likely a DataLoader worker or a \
+launcher child left over from a crashed run. Check it with `ps -o pid,ppid,etime,cmd -p PID` \
+and kill it to give the GPU memory back.";
+
+/// One finding per (process, device) idle past `min_duration`, or orphaned.
+pub fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for p in &inputs.window.processes {
+        let Some(held) = p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64) else {
+            continue;
+        };
+        if held <= t.min_gpu_memory_bytes {
+            continue;
+        }
+        let idle = inputs
+            .history
+            .series(p.pid, &p.device_uuid)
+            .and_then(|s| idle_run(s, t));
+        let idle_long = idle.filter(|run| run.seconds >= t.min_duration.as_secs_f64());
+        let orphan = t.orphans && inputs.parent_alive.get(&p.pid) == Some(&false);
+        if idle_long.is_none() && !orphan {
+            continue;
+        }
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let mut values = vec![
+            ("gpu_memory_bytes".to_string(), Value::from(held)),
+            (
+                "parent_alive".to_string(),
+                Value::from(match inputs.parent_alive.get(&p.pid) {
+                    Some(true) => "true",
+                    Some(false) => "false",
+                    None => "unknown",
+                }),
+            ),
+        ];
+        let (summary, advice, since, reason) = match (idle_long, orphan) {
+            (Some(run), true) => (
+                format!(
+                    "{subject} holds {} with {} utilisation for {} and its parent is gone",
+                    human_bytes(held as f64),
+                    pct(run.utilization),
+                    human_duration(run.seconds)
+                ),
+                format!("{ORPHAN_ADVICE} {IDLE_ADVICE}"),
+                run.since,
+                "orphaned_idle",
+            ),
+            (Some(run), false) => (
+                format!(
+                    "{subject} holds {} with {} utilisation for {}",
+                    human_bytes(held as f64),
+                    pct(run.utilization),
+                    human_duration(run.seconds)
+                ),
+                IDLE_ADVICE.to_string(),
+                run.since,
+                "idle",
+            ),
+            (None, _) => (
+                format!(
+                    "{subject} holds {} and its parent process is gone",
+                    human_bytes(held as f64)
+                ),
+                ORPHAN_ADVICE.to_string(),
+                inputs.window.start,
+                "orphaned",
+            ),
+        };
+        if let Some(run) = idle_long {
+            values.push(("idle_seconds".into(), Value::from(run.seconds)));
+            values.push(("utilization_ratio".into(), Value::from(run.utilization)));
+            values.push(("utilization_source".into(), Value::from(run.source)));
+        }
+        values.push(("reason".into(), Value::from(reason)));
+        out.push(Finding {
+            rule: RuleId::IdleHolder,
+            severity: Severity::Warning,
+            subject,
+            summary,
+            advice,
+            values,
+            since,
+        });
+    }
+    out
+}
+
+/// The trailing run of idle windows in a series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IdleRun {
+    pub since: SystemTime,
+    pub seconds: f64,
+    /// Highest utilisation seen in the run.
+    pub utilization: f64,
+    pub source: &'static str,
+}
+
+fn idle_utilization(s: &WindowSummary) -> Option<(f64, &'static str)> {
+    // Per-process SM when known; else the device's, which is only ~0 when every process on it is
+    // idle: a shared busy device hides an idle process (a miss) but never invents one.
+    s.sm_utilization_mean
+        .map(|u| (u, "process_sm"))
+        .or(s.device_utilization_mean.map(|u| (u, "device")))
+}
+
+fn idle_run(series: &Series, t: &IdleHolder) -> Option<IdleRun> {
+    let latest = series.latest()?;
+    let mut run: Option<IdleRun> = None;
+    for s in series.summaries().rev() {
+        let holds = s
+            .gpu_memory_last_bytes
+            .is_some_and(|m| m > t.min_gpu_memory_bytes);
+        let Some((u, source)) = idle_utilization(s) else {
+            break;
+        };
+        if !holds || u > t.utilization_at_most {
+            break;
+        }
+        let seconds = latest
+            .end
+            .duration_since(s.start)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        run = Some(IdleRun {
+            since: s.start,
+            seconds,
+            utilization: run.map_or(u, |r| r.utilization.max(u)),
+            source: run.map_or(source, |r| r.source),
+        });
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnosis::rules::testkit::*;
+
+    fn minutes(n: u64, sm: impl Fn(u64) -> Option<f64>, dev: f64) -> Fixture {
+        let windows = (1..=n)
+            .map(|i| {
+                window(
+                    i * 60,
+                    vec![device(0, dev, 10 * GIB)],
+                    vec![process(42, 0, 8 * GIB, sm(i))],
+                )
+            })
+            .collect();
+        Fixture::new(windows)
+    }
+
+    #[test]
+    fn idle_for_ten_minutes_is_reported() {
+        let f = minutes(10, |_| Some(0.0), 0.0);
+        let found = evaluate(&f.inputs(), &IdleHolder::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].value("reason"), Some(&Value::from("idle")));
+        assert_eq!(found[0].value("idle_seconds"), Some(&Value::Float(600.0)));
+        assert_eq!(found[0].since, t(0));
+        assert!(found[0].summary.contains("8.0 GiB"), "{}", found[0].summary);
+    }
+
+    #[test]
+    fn idle_only_recently_is_not_yet_reported() {
+        // Busy for 8 minutes, idle for the last 3.
+        let f = minutes(11, |i| Some(if i <= 8 { 0.9 } else { 0.0 }), 0.0);
+        assert!(evaluate(&f.inputs(), &IdleHolder::default()).is_empty());
+    }
+
+    #[test]
+    fn device_utilization_is_used_when_per_process_is_unknown() {
+        let f = minutes(10, |_| None, 0.0);
+        let found = evaluate(&f.inputs(), &IdleHolder::default());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].value("utilization_source"),
+            Some(&Value::from("device"))
+        );
+        // A busy shared device with unknown per-process usage: not idle.
+        let f = minutes(10, |_| None, 0.7);
+        assert!(evaluate(&f.inputs(), &IdleHolder::default()).is_empty());
+    }
+
+    #[test]
+    fn orphan_is_reported_at_once_even_when_busy() {
+        let mut f = minutes(1, |_| Some(0.6), 0.6);
+        f.parent_alive.insert(42, false);
+        let found = evaluate(&f.inputs(), &IdleHolder::default());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].value("reason"), Some(&Value::from("orphaned")));
+        assert!(found[0].advice.contains("ps -o pid,ppid"));
+        f.parent_alive.insert(42, true);
+        assert!(evaluate(&f.inputs(), &IdleHolder::default()).is_empty());
+    }
+
+    #[test]
+    fn small_holder_is_ignored() {
+        let windows = (1..=10)
+            .map(|i| {
+                window(
+                    i * 60,
+                    vec![device(0, 0.0, GIB)],
+                    vec![process(42, 0, 100 * 1024 * 1024, Some(0.0))],
+                )
+            })
+            .collect();
+        let f = Fixture::new(windows);
+        assert!(evaluate(&f.inputs(), &IdleHolder::default()).is_empty());
+    }
+}

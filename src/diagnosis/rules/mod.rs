@@ -1,0 +1,281 @@
+//! The rules, one file each: pure functions from `Inputs` (the window, the workloads, their CPU
+//! usage, whether their parent is alive, and the history) and the rule's thresholds to the
+//! findings of this window. No rule keeps state; the history and the tracker do.
+
+pub mod hardware_errors;
+pub mod idle_holder;
+pub mod input_bound;
+pub mod memory_growth;
+pub mod memory_pressure;
+pub mod throttling;
+pub mod uneven_multi_gpu;
+
+use std::collections::HashMap;
+
+use crate::attribution::{ProcessUsage, Workload};
+use crate::sampling::{DeviceWindow, ProcessWindow, Window};
+
+use super::findings::{DeviceRef, Finding, Subject};
+use super::history::History;
+use super::thresholds::Thresholds;
+
+/// Everything the rules read for one window. Build it after `History::record(window)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    pub window: &'a Window,
+    /// Attributed identity by host PID; a PID missing here is reported as unresolved.
+    pub workloads: &'a HashMap<u32, Workload>,
+    /// CPU/memory of each GPU process (and its tree) over the window, by host PID.
+    pub usage: &'a HashMap<u32, ProcessUsage>,
+    /// Whether the parent of each GPU process is still alive (`false`: re-parented to init or
+    /// a subreaper after its parent died). A PID missing here is unknown.
+    pub parent_alive: &'a HashMap<u32, bool>,
+    pub history: &'a History,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn device(&self, uuid: &str) -> Option<&'a DeviceWindow> {
+        self.window.devices.iter().find(|d| d.info.uuid == uuid)
+    }
+
+    /// The subject for a process, filled from its workload when attribution knew it.
+    pub fn workload_subject(&self, pid: u32, device: Option<DeviceRef>) -> Subject {
+        match self.workloads.get(&pid) {
+            Some(w) => Subject::Workload {
+                pid,
+                vpid: w.vpid,
+                device,
+                container_id: w.container_id.clone(),
+                pod_uid: w.pod_uid.clone(),
+                service_name: w.effective_service_name(),
+            },
+            None => Subject::Workload {
+                pid,
+                vpid: None,
+                device,
+                container_id: None,
+                pod_uid: None,
+                service_name: Workload::unresolved(pid).effective_service_name(),
+            },
+        }
+    }
+
+    /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
+    pub fn processes_by_pid(&self) -> Vec<(u32, Vec<&'a ProcessWindow>)> {
+        let mut map: std::collections::BTreeMap<u32, Vec<&'a ProcessWindow>> =
+            std::collections::BTreeMap::new();
+        for p in &self.window.processes {
+            map.entry(p.pid).or_default().push(p);
+        }
+        map.into_iter()
+            .map(|(pid, mut v)| {
+                v.sort_by_key(|p| p.device_index);
+                (pid, v)
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn device_ref(d: &DeviceWindow) -> DeviceRef {
+    DeviceRef {
+        uuid: d.info.uuid.clone(),
+        index: d.info.index,
+    }
+}
+
+pub(crate) fn process_device_ref(p: &ProcessWindow) -> DeviceRef {
+    DeviceRef {
+        uuid: p.device_uuid.clone(),
+        index: p.device_index,
+    }
+}
+
+/// Runs every enabled rule, in `RuleId::ALL` order.
+pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
+    if !t.enabled {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if t.input_bound.enabled {
+        out.extend(input_bound::evaluate(inputs, &t.input_bound));
+    }
+    if t.memory_pressure.enabled {
+        out.extend(memory_pressure::evaluate(inputs, &t.memory_pressure));
+    }
+    if t.memory_growth.enabled {
+        out.extend(memory_growth::evaluate(inputs, &t.memory_growth));
+    }
+    if t.idle_holder.enabled {
+        out.extend(idle_holder::evaluate(inputs, &t.idle_holder));
+    }
+    if t.throttling.enabled {
+        out.extend(throttling::evaluate(inputs, &t.throttling));
+    }
+    if t.hardware_errors.enabled {
+        out.extend(hardware_errors::evaluate(inputs, &t.hardware_errors));
+    }
+    if t.uneven_multi_gpu.enabled {
+        out.extend(uneven_multi_gpu::evaluate(inputs, &t.uneven_multi_gpu));
+    }
+    out
+}
+
+/// Builders of windows for the rules' unit tests.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use crate::attribution::{ProcessUsage, Workload};
+    use crate::diagnosis::history::History;
+    use crate::diagnosis::thresholds::HistoryLimits;
+    use crate::sampling::{
+        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+    };
+
+    pub const GIB: u64 = 1024 * 1024 * 1024;
+
+    pub fn t(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    pub fn gauge(v: f64) -> Gauge {
+        Gauge {
+            mean: v,
+            min: v,
+            max: v,
+            last: v,
+            count: 10,
+        }
+    }
+
+    pub fn info(index: u32) -> Arc<DeviceInfo> {
+        Arc::new(DeviceInfo {
+            index,
+            uuid: format!("GPU-{index:08}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: format!("00000000:{:02X}:00.0", 0x10 + index),
+            serial: None,
+            minor_number: Some(index),
+            memory_total_bytes: Some(80 * GIB),
+            max_sm_clock_mhz: Some(1980),
+            max_memory_clock_mhz: Some(2619),
+            compute_capability: Some("9.0".into()),
+            fan_count: Some(0),
+        })
+    }
+
+    pub fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
+        DeviceWindow {
+            info: info(index),
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            utilization_gpu: Some(gauge(util)),
+            utilization_memory: Some(gauge(util / 2.0)),
+            utilization_encoder: None,
+            utilization_decoder: None,
+            temperature_celsius: Some(gauge(60.0)),
+            power_watts: Some(gauge(300.0)),
+            sm_clock_mhz: Some(gauge(1980.0)),
+            memory_clock_mhz: Some(gauge(2619.0)),
+            graphics_clock_mhz: Some(gauge(1980.0)),
+            fan_speed: None,
+            memory_used_bytes: Some(used),
+            memory_free_bytes: Some(80 * GIB - used),
+            memory_reserved_bytes: Some(0),
+            memory_total_bytes: Some(80 * GIB),
+            power_limit_watts: Some(700.0),
+            performance_state: Some(0),
+            throttle_active_ratio: Some(Default::default()),
+            counters_start: t(0),
+            energy_joules_total: Some(1000.0),
+            pcie_tx_bytes_total: None,
+            pcie_rx_bytes_total: None,
+            ecc_corrected_total: Some(0),
+            ecc_uncorrected_total: Some(0),
+            xid_total: 0,
+        }
+    }
+
+    pub fn process(pid: u32, device: u32, mem: u64, sm: Option<f64>) -> ProcessWindow {
+        ProcessWindow {
+            pid,
+            device_index: device,
+            device_uuid: format!("GPU-{device:08}"),
+            kind: ProcessKind::Compute,
+            first_seen: t(0),
+            gpu_memory_bytes: Some(gauge(mem as f64)),
+            sm_utilization: sm.map(gauge),
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+        }
+    }
+
+    /// A window `[at - 60 s, at]`.
+    pub fn window(at: u64, devices: Vec<DeviceWindow>, processes: Vec<ProcessWindow>) -> Window {
+        Window {
+            start: t(at.saturating_sub(60)),
+            end: t(at),
+            sample_count: 60,
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            devices,
+            processes,
+            xid_events: Vec::new(),
+        }
+    }
+
+    /// Owned inputs a test can borrow as `Inputs`.
+    pub struct Fixture {
+        pub window: Window,
+        pub workloads: HashMap<u32, Workload>,
+        pub usage: HashMap<u32, ProcessUsage>,
+        pub parent_alive: HashMap<u32, bool>,
+        pub history: History,
+    }
+
+    impl Fixture {
+        /// Records `windows` in order into a fresh history; the last one is the current window.
+        pub fn new(windows: Vec<Window>) -> Self {
+            let mut history = History::new(HistoryLimits::default());
+            for w in &windows {
+                history.record(w);
+            }
+            let window = windows
+                .into_iter()
+                .last()
+                .unwrap_or_else(|| super::testkit::window(60, vec![], vec![]));
+            Self {
+                window,
+                workloads: HashMap::new(),
+                usage: HashMap::new(),
+                parent_alive: HashMap::new(),
+                history,
+            }
+        }
+
+        pub fn cpu(mut self, pid: u32, own: f64, tree: f64) -> Self {
+            self.usage.insert(
+                pid,
+                ProcessUsage {
+                    cpu_utilization: Some(own),
+                    tree_cpu_utilization: Some(tree),
+                    memory_rss_bytes: Some(GIB),
+                },
+            );
+            self
+        }
+
+        pub fn inputs(&self) -> super::Inputs<'_> {
+            super::Inputs {
+                window: &self.window,
+                workloads: &self.workloads,
+                usage: &self.usage,
+                parent_alive: &self.parent_alive,
+                history: &self.history,
+            }
+        }
+    }
+}
