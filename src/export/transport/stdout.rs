@@ -1,0 +1,145 @@
+//! The stdout exporter: one line of OTLP JSON per request, the format of the OpenTelemetry
+//! Collector's file exporter, so `gpulse run --exporter stdout | otelcol --config file-receiver`
+//! or a plain `jq` works. The line is rendered by a pluggable function; the default decodes the
+//! request and renders it with the export model's OTLP/JSON writers
+//! (`metrics::to_otlp_json_line`, `logs::logs_to_otlp_json_line`), which prune proto3 defaults
+//! the collector's file receiver refuses.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use prost::Message as _;
+
+use super::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
+use crate::export::logs::logs_to_otlp_json_line;
+use crate::export::metrics::to_otlp_json_line;
+
+/// Turns an encoded request into one line of OTLP JSON (no trailing newline).
+pub type RenderFn = fn(Signal, &[u8]) -> Result<String, String>;
+
+/// Writes each request as one line. Cloning shares the writer, so lines never interleave.
+#[derive(Clone)]
+pub struct StdoutTransport {
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    render: RenderFn,
+}
+
+impl std::fmt::Debug for StdoutTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdoutTransport").finish_non_exhaustive()
+    }
+}
+
+impl StdoutTransport {
+    /// Process standard output, rendered with [`render_otlp_json`].
+    pub fn stdout() -> Self {
+        Self::with_writer(std::io::stdout(), render_otlp_json)
+    }
+
+    /// Any writer (a file, a test buffer) and renderer.
+    pub fn with_writer(out: impl Write + Send + 'static, render: RenderFn) -> Self {
+        Self {
+            out: Arc::new(Mutex::new(Box::new(out))),
+            render,
+        }
+    }
+
+    /// Writes `line` and a newline, then flushes, so a reader sees whole requests.
+    ///
+    /// # Errors
+    /// The writer's error (a closed pipe).
+    pub fn write_line(&self, line: &str) -> std::io::Result<()> {
+        // One request's line is small; a poisoned lock only means another writer panicked
+        // between lines, and the writer itself is still whole.
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+        out.flush()
+    }
+}
+
+impl Transport for StdoutTransport {
+    async fn send(
+        &self,
+        signal: Signal,
+        request: &EncodedRequest,
+    ) -> Result<SendOutcome, SendError> {
+        let line = (self.render)(signal, request.body())
+            .map_err(|detail| SendError::Render { signal, detail })?;
+        self.write_line(&line)
+            .map_err(|source| SendError::Stdout { signal, source })?;
+        Ok(SendOutcome::default())
+    }
+}
+
+/// The default renderer: decode the request (the queue holds only protobuf) and write it as
+/// OTLP/JSON with the export model's writer.
+pub fn render_otlp_json(signal: Signal, body: &[u8]) -> Result<String, String> {
+    match signal {
+        Signal::Metrics => ExportMetricsServiceRequest::decode(body)
+            .map(|r| to_otlp_json_line(&r))
+            .map_err(|e| format!("not an ExportMetricsServiceRequest: {e}")),
+        Signal::Logs => ExportLogsServiceRequest::decode(body)
+            .map(|r| logs_to_otlp_json_line(&r))
+            .map_err(|e| format!("not an ExportLogsServiceRequest: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{ResourceMetrics, ScopeMetrics};
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn each_request_is_one_json_line() {
+        let buffer = Buffer::default();
+        let out = StdoutTransport::with_writer(buffer.clone(), render_otlp_json);
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics::default()],
+                schema_url: "https://opentelemetry.io/schemas/1.37.0".into(),
+                ..Default::default()
+            }],
+        };
+        let encoded = EncodedRequest::from_message(&request, 0);
+        out.send(Signal::Metrics, &encoded).await.unwrap();
+        out.send(Signal::Metrics, &encoded).await.unwrap();
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let value: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(
+            value["resourceMetrics"][0]["schemaUrl"],
+            "https://opentelemetry.io/schemas/1.37.0"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbage_is_a_permanent_render_error() {
+        let out = StdoutTransport::with_writer(Buffer::default(), render_otlp_json);
+        let err = out
+            .send(
+                Signal::Logs,
+                &EncodedRequest::new(vec![0xff, 0xff, 0xff], 1),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SendError::Render { .. }), "{err}");
+        assert_eq!(err.retryability(), super::super::Retryability::Permanent);
+    }
+}
