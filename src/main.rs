@@ -46,8 +46,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => {
             let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
             init_logging(&quiet_by_default(&config.log));
-            let _ = config;
-            anyhow::bail!("gpulse check is being wired in this build")
+            let (text, code) = commands::check::check(&config);
+            print!("{text}");
+            Ok(ExitCode::from(code))
         }
     }
 }

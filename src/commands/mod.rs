@@ -2,5 +2,6 @@
 //! `check` (the health checklist). They wire the pipeline stages together; the stages themselves
 //! live in `sampling`, `attribution`, `diagnosis` and `export`.
 
+pub mod check;
 pub mod run;
 pub mod snapshot;

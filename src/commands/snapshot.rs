@@ -9,8 +9,10 @@ use std::collections::HashMap;
 
 use crate::attribution::{AttributionSettings, Attributor, Workload};
 use crate::config::InspectConfig;
+use crate::diagnosis::{Diagnoser, Finding};
 use crate::sampling::{
     DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Sampler, SessionError, Snapshot,
+    WindowAggregator,
 };
 
 /// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
@@ -22,11 +24,31 @@ pub fn snapshot(config: &InspectConfig) -> Result<String, SessionError> {
     let mut sampler = Sampler::open(&config.nvml_lib)?;
     let snapshot = sampler.sample()?;
     let workloads = resolve_workloads(config, &snapshot);
-    let report = SnapshotReport::new(&snapshot, &workloads);
+    let findings = current_findings(config, &snapshot, &workloads);
+    let mut report = SnapshotReport::new(&snapshot, &workloads);
+    report.findings = findings;
     Ok(match config.format {
         crate::cli::OutputFormat::Json => render_json(&report) + "\n",
         crate::cli::OutputFormat::Table => render_table(&report),
     })
+}
+
+/// The findings one sample can support (memory pressure, throttling, hardware errors, uneven
+/// multi-GPU use); rules that need a trend or a duration (memory growth, idle holder, input
+/// bound) need `gpulse run`'s history and do not fire on a single sample.
+fn current_findings(
+    config: &InspectConfig,
+    snapshot: &Snapshot,
+    workloads: &HashMap<u32, Workload>,
+) -> Vec<Finding> {
+    let mut aggregator = WindowAggregator::new();
+    aggregator.add(snapshot);
+    let Some(window) = aggregator.take() else {
+        return Vec::new();
+    };
+    let mut diagnoser = Diagnoser::new(config.diagnosis.clone());
+    diagnoser.observe(&window, workloads, &HashMap::new(), &HashMap::new());
+    diagnoser.tracker().active().cloned().collect()
 }
 
 /// Workloads of the snapshot's processes; pod names are fetched once from the kubelet socket
@@ -68,8 +90,8 @@ pub struct SnapshotReport<'a> {
     pub nvml_version: Option<&'a str>,
     pub devices: Vec<DeviceReport<'a>>,
     pub processes: Vec<ProcessReport<'a>>,
-    /// Filled by the diagnosis rules; an empty list when there is nothing to say.
-    pub findings: Vec<serde_json::Value>,
+    /// What the diagnosis rules say about this sample; empty when there is nothing to say.
+    pub findings: Vec<Finding>,
 }
 
 #[derive(Debug, Serialize)]
@@ -360,7 +382,28 @@ pub fn render_table(report: &SnapshotReport) -> String {
             );
         }
     }
+    render_findings(&mut out, &report.findings);
     out
+}
+
+fn render_findings(out: &mut String, findings: &[Finding]) {
+    let _ = writeln!(out);
+    if findings.is_empty() {
+        let _ = writeln!(out, "Findings: none.");
+        return;
+    }
+    let _ = writeln!(out, "Findings:");
+    for f in findings {
+        let _ = writeln!(
+            out,
+            "  [{}] {} ({}): {}",
+            f.severity.as_str(),
+            f.rule.as_str(),
+            f.subject,
+            f.summary
+        );
+        let _ = writeln!(out, "      what to do: {}", f.advice);
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
