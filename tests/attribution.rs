@@ -7,9 +7,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::kernel::{child_of, is_root, CgroupGuard, ChildGuard, KillOnDrop};
 use gpulse::attribution::podresources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
@@ -46,63 +47,6 @@ fn resolve_one(attributor: &mut Attributor, pid: u32) -> Workload {
 
 // ---------------------------------------------------------------------------------------------
 // Real kernel state.
-
-/// A child process killed and reaped on drop, so no test leaves one behind.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    fn spawn(command: &mut Command) -> std::io::Result<Self> {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map(Self)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Cgroup directories this test made, removed deepest first on drop (after the children in them
-/// are gone: declare the guard before the children).
-struct CgroupGuard(Vec<PathBuf>);
-
-impl Drop for CgroupGuard {
-    fn drop(&mut self) {
-        for dir in self.0.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-impl CgroupGuard {
-    /// Creates `base/relative` and each directory on the way, remembering the ones it made.
-    fn create(&mut self, base: &Path, relative: &str) -> std::io::Result<PathBuf> {
-        let mut dir = base.to_path_buf();
-        for part in relative.split('/') {
-            dir.push(part);
-            if !dir.exists() {
-                std::fs::create_dir(&dir)?;
-                self.0.push(dir.clone());
-            }
-        }
-        Ok(dir)
-    }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 #[test]
 fn real_cgroups_give_container_runtime_and_pod() {
@@ -165,24 +109,6 @@ fn real_cgroups_give_container_runtime_and_pod() {
     drop(in_docker);
 }
 
-/// The host PID of the first child of `parent`, waiting a little for the fork to happen.
-fn child_of(parent: u32) -> Option<u32> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-            .unwrap_or_default();
-        if let Some(pid) = children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-        {
-            return Some(pid);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 #[test]
 fn pid_namespace_gives_vpid() {
     let unshare =
@@ -200,13 +126,6 @@ fn pid_namespace_gives_vpid() {
     };
     // The namespace's init ignores signals from outside it except SIGKILL; unshare itself dying
     // does not stop it, so kill it by PID even when an assertion fails.
-    struct KillOnDrop(u32);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            // SAFETY: kill has no memory-safety preconditions; the PID is our grandchild.
-            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
-        }
-    }
     let _inner_guard = KillOnDrop(inner);
     let mut attributor = Attributor::new(settings(Path::new("/proc")));
     let workload = resolve_one(&mut attributor, inner);

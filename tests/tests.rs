@@ -5,5 +5,6 @@ mod common;
 mod config;
 mod diagnosis;
 mod export;
+mod kernel;
 mod run;
 mod sampling;
