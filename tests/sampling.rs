@@ -13,10 +13,7 @@ use serde_json::Value;
 pub fn sim_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/debug/deps/tests-<hash> → target/debug/libnvidia_ml.so
-    let debug_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/debug");
+    let debug_dir = exe.parent().and_then(Path::parent).expect("target/debug");
     let lib = debug_dir.join("libnvidia_ml.so");
     assert!(
         lib.exists(),
@@ -178,13 +175,22 @@ fn snapshot_reports_exactly_what_the_scenario_sets() {
 
     let processes = s["processes"].as_array().expect("processes");
     assert_eq!(processes.len(), 2, "{processes:?}");
-    let trainer = processes.iter().find(|p| p["pid"] == 4242).expect("pid 4242");
-    assert_eq!(trainer["device_uuid"], "GPU-11111111-2222-3333-4444-555555555555");
+    let trainer = processes
+        .iter()
+        .find(|p| p["pid"] == 4242)
+        .expect("pid 4242");
+    assert_eq!(
+        trainer["device_uuid"],
+        "GPU-11111111-2222-3333-4444-555555555555"
+    );
     assert_eq!(trainer["kind"], "compute");
     assert_eq!(trainer["gpu_memory_bytes"], 12288 * MIB);
     assert_eq!(trainer["sm_utilization"], 0.66);
     assert_eq!(trainer["memory_utilization"], 0.30);
-    let viewer = processes.iter().find(|p| p["pid"] == 4243).expect("pid 4243");
+    let viewer = processes
+        .iter()
+        .find(|p| p["pid"] == 4243)
+        .expect("pid 4243");
     assert_eq!(viewer["kind"], "graphics");
     assert_eq!(viewer["gpu_memory_bytes"], 1024 * MIB);
     assert_eq!(s["findings"], serde_json::json!([]));
@@ -248,7 +254,10 @@ from_s = 0
     assert_eq!(devices[0]["utilization_gpu"], Value::Null);
     assert_eq!(devices[1]["status"], "ok");
     assert_eq!(devices[1]["power_watts"], 60.0);
-    assert_eq!(devices[1]["uuid"], "GPU-99999999-2222-3333-4444-555555555555");
+    assert_eq!(
+        devices[1]["uuid"],
+        "GPU-99999999-2222-3333-4444-555555555555"
+    );
     // Processes of the lost GPU are not listed; nothing else is invented.
     assert!(s["processes"].as_array().expect("processes").is_empty());
 }
@@ -280,7 +289,10 @@ fn a_missing_library_says_what_to_install() {
         .expect("run gpulse");
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("/nonexistent/libnvidia-ml.so.1"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{stderr}"
+    );
     assert!(stderr.contains("Install the NVIDIA driver"), "{stderr}");
     assert!(stderr.contains("--nvml-lib"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -289,13 +301,20 @@ fn a_missing_library_says_what_to_install() {
 #[test]
 fn snapshot_table_reads_like_nvidia_smi_with_processes() {
     let (out, _dir) = gpulse_with_scenario(CONSTANT, &["snapshot"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("Driver 550.54.15"), "{table}");
     assert!(table.contains("NVIDIA A100-SXM4-80GB"), "{table}");
     assert!(table.contains("20480MiB/81920MiB"), "{table}");
     assert!(table.contains("73%"), "{table}");
-    assert!(table.contains("throttled: sw_power_cap, sw_thermal_slowdown"), "{table}");
+    assert!(
+        table.contains("throttled: sw_power_cap, sw_thermal_slowdown"),
+        "{table}"
+    );
     assert!(table.contains("4242"), "{table}");
     assert!(table.contains("12288MiB"), "{table}");
 }

@@ -262,6 +262,31 @@ fn mib(value: Option<u64>) -> String {
     )
 }
 
+const DEVICE_HEADER: [&str; 10] = [
+    "GPU",
+    "Name",
+    "Bus-Id",
+    "Temp",
+    "Fan",
+    "Power/Limit",
+    "Memory used/total",
+    "Util",
+    "MemUt",
+    "SM/Mem MHz",
+];
+const PROCESS_HEADER: [&str; 10] = [
+    "GPU",
+    "PID",
+    "VPID",
+    "Type",
+    "GPU memory",
+    "SM",
+    "Mem",
+    "Process",
+    "Container",
+    "Pod",
+];
+
 /// The human table: one block per GPU, then the processes.
 pub fn render_table(report: &SnapshotReport) -> String {
     let mut out = String::new();
@@ -272,19 +297,11 @@ pub fn render_table(report: &SnapshotReport) -> String {
         report.cuda_driver_version.unwrap_or("n/a"),
         report.nvml_version.unwrap_or("n/a")
     );
+    let h = DEVICE_HEADER;
     let _ = writeln!(
         out,
         "{:<3} {:<28} {:<16} {:>5} {:>6} {:>15} {:>19} {:>6} {:>6} {:>11}",
-        "GPU",
-        "Name",
-        "Bus-Id",
-        "Temp",
-        "Fan",
-        "Power/Limit",
-        "Memory used/total",
-        "Util",
-        "MemUt",
-        "SM/Mem MHz"
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
     );
     for d in &report.devices {
         if d.status == DeviceStatus::Lost {
@@ -339,10 +356,11 @@ pub fn render_table(report: &SnapshotReport) -> String {
     if report.processes.is_empty() {
         let _ = writeln!(out, "No GPU processes.");
     } else {
+        let h = PROCESS_HEADER;
         let _ = writeln!(
             out,
             "{:<3} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
-            "GPU", "PID", "VPID", "Type", "GPU memory", "SM", "Mem", "Process", "Container", "Pod"
+            h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
         );
         for p in &report.processes {
             let kind = match p.kind {
