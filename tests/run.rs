@@ -63,15 +63,17 @@ gpu_util = 5
 power_w = 90
 "#;
 
-/// A running `gpulse run`; SIGKILLed on drop if a test did not stop it.
-struct Gpulse {
+/// A running `gpulse run` against nvml-sim with `scenario`; the PIDs are listed to the scenario
+/// as `GPULSE_TEST_PIDS` (use `pids_env = "GPULSE_TEST_PIDS"`). SIGKILLed on drop if a test did
+/// not stop it. Other test modules start gpulse through this too.
+pub struct Gpulse {
     child: Option<Child>,
     _dir: tempfile::TempDir,
     stderr: std::path::PathBuf,
 }
 
 impl Gpulse {
-    fn start(scenario: &str, pids: &[u32], args: &[&str], env: &[(&str, String)]) -> Gpulse {
+    pub fn start(scenario: &str, pids: &[u32], args: &[&str], env: &[(&str, String)]) -> Gpulse {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("scenario.toml");
         std::fs::write(&path, scenario).expect("write scenario");
@@ -104,7 +106,7 @@ impl Gpulse {
     }
 
     /// SIGTERM, then wait for the exit status.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
         let mut child = self.child.take().expect("running");
         // SAFETY: kill has no memory-safety preconditions; the PID is our child.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
@@ -135,14 +137,14 @@ impl Drop for Gpulse {
     }
 }
 
-fn metrics_requests(requests: &[Value]) -> Vec<&Value> {
+pub fn metrics_requests(requests: &[Value]) -> Vec<&Value> {
     requests
         .iter()
         .filter(|r| r["signal"] == "metrics" && r["answer"] == "ok")
         .collect()
 }
 
-fn attr<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
+pub fn attr<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
     attributes
         .as_array()?
         .iter()
@@ -150,7 +152,7 @@ fn attr<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
         .map(|kv| &kv["value"])
 }
 
-fn attr_str(attributes: &Value, key: &str) -> Option<String> {
+pub fn attr_str(attributes: &Value, key: &str) -> Option<String> {
     let v = attr(attributes, key)?;
     v.get("stringValue")
         .and_then(Value::as_str)
@@ -162,7 +164,7 @@ fn attr_str(attributes: &Value, key: &str) -> Option<String> {
 }
 
 /// The resource of `request` whose `process.pid` is `pid`.
-fn process_resource(request: &Value, pid: u32) -> Option<&Value> {
+pub fn process_resource(request: &Value, pid: u32) -> Option<&Value> {
     request["request"]["resourceMetrics"]
         .as_array()?
         .iter()
@@ -170,7 +172,7 @@ fn process_resource(request: &Value, pid: u32) -> Option<&Value> {
 }
 
 /// Every metric of a resource, by name.
-fn metrics_of(resource_metrics: &Value) -> Vec<&Value> {
+pub fn metrics_of(resource_metrics: &Value) -> Vec<&Value> {
     resource_metrics["scopeMetrics"]
         .as_array()
         .into_iter()
@@ -179,7 +181,7 @@ fn metrics_of(resource_metrics: &Value) -> Vec<&Value> {
         .collect()
 }
 
-fn points(metric: &Value) -> Vec<&Value> {
+pub fn points(metric: &Value) -> Vec<&Value> {
     let data = metric
         .get("gauge")
         .or_else(|| metric.get("sum"))
@@ -191,7 +193,7 @@ fn points(metric: &Value) -> Vec<&Value> {
         .collect()
 }
 
-fn value(point: &Value) -> f64 {
+pub fn value(point: &Value) -> f64 {
     point
         .get("asDouble")
         .and_then(Value::as_f64)
