@@ -193,7 +193,14 @@ fn snapshot_reports_exactly_what_the_scenario_sets() {
         .expect("pid 4243");
     assert_eq!(viewer["kind"], "graphics");
     assert_eq!(viewer["gpu_memory_bytes"], 1024 * MIB);
-    assert_eq!(s["findings"], serde_json::json!([]));
+    // SW thermal slowdown in every sample: the throttling rule speaks up, about GPU 0 only.
+    let findings = s["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["rule"], "throttling");
+    assert!(
+        findings[0]["summary"].as_str().unwrap_or("").contains("sw_thermal_slowdown"),
+        "{findings:?}"
+    );
 }
 
 #[test]

@@ -344,3 +344,56 @@ def test_bad_scenario_fails_init_with_one_message(pynvml_run):
     msgs = [l for l in r["__stderr__"].splitlines() if l.startswith("nvml-sim:")]
     assert len(msgs) == 1, r["__stderr__"]
     assert "scenario.toml line 2, column 8" in msgs[0]
+
+
+def test_real_pid_from_the_environment_and_start_offset(pynvml_run):
+    scenario = """
+    [[device]]
+    [device.signals]
+    gpu_util = { steps = [[0, 10], [100, 60], [100000, 90]] }
+    [[device.process]]
+    pid_env = "SIM_TEST_PID"
+    memory_used_mib = 64
+    """
+    r = pynvml_run(
+        scenario,
+        """
+        import os
+        # Read by the library at init, so a test can put a real process on a GPU.
+        os.environ["SIM_TEST_PID"] = str(os.getpid())
+        nvmlInit()
+        h = nvmlDeviceGetHandleByIndex(0)
+        result.update(
+            me=os.getpid(),
+            comm=open("/proc/self/comm").read().strip(),
+            procs=[[p.pid, p.usedGpuMemory] for p in nvmlDeviceGetComputeRunningProcesses(h)],
+            name=nvmlSystemGetProcessName(os.getpid()),
+            util=nvmlDeviceGetUtilizationRates(h).gpu,
+        )
+        """,
+        env={"NVML_SIM_START_OFFSET": "150"},
+    )
+    assert r["procs"] == [[r["me"], 64 * MIB]]
+    assert r["name"] == r["comm"]  # unnamed in the scenario: /proc/<pid>/comm, like the driver
+    assert r["util"] == 60  # the clock started at 150 s
+
+
+def test_time_scale_fast_forwards_the_scenario(pynvml_run):
+    scenario = """
+    [[device]]
+    [device.signals]
+    gpu_util = { steps = [[0, 10], [20, 60]] }
+    """
+    r = pynvml_run(
+        scenario,
+        """
+        import time
+        nvmlInit()
+        h = nvmlDeviceGetHandleByIndex(0)
+        result["before"] = nvmlDeviceGetUtilizationRates(h).gpu
+        time.sleep(0.4)  # 40 simulated seconds at 100x
+        result["after"] = nvmlDeviceGetUtilizationRates(h).gpu
+        """,
+        env={"NVML_SIM_TIME_SCALE": "100"},
+    )
+    assert (r["before"], r["after"]) == (10, 60)

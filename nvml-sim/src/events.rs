@@ -1,0 +1,113 @@
+//! Event sets: which devices and event types a client registered, and delivery of the scenario's
+//! timeline through them. A wait returns the next registered event whose time has come, or
+//! sleeps (never spins) until one is due or the timeout passes.
+//!
+//! As with the driver, an event is only delivered to a set registered for it before it
+//! happened, and each set delivers each event once.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::abi::{self, Ret};
+use crate::model::Sim;
+
+/// The longest single sleep while waiting, so a registration made by another thread during a
+/// long wait is noticed reasonably soon.
+const MAX_NAP: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Default)]
+struct Registration {
+    device: u32,
+    mask: u64,
+    since: f64,
+}
+
+#[derive(Debug, Default)]
+struct SetState {
+    registrations: Vec<Registration>,
+    /// Index into `Sim::events` of the first event not yet delivered or skipped.
+    cursor: usize,
+}
+
+/// One `nvmlEventSet_t`.
+#[derive(Debug, Default)]
+pub struct EventSet {
+    state: Mutex<SetState>,
+}
+
+/// An event handed to the client.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Delivered {
+    pub device: u32,
+    pub event_type: u64,
+    pub data: u64,
+}
+
+impl EventSet {
+    /// Registers `mask` for `device` from time `t` on.
+    pub fn register(&self, device: u32, mask: u64, t: f64) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match st.registrations.iter_mut().find(|r| r.device == device) {
+            // Keep the original `since` for types already registered; new types count from now.
+            Some(r) if r.mask & mask == mask => {}
+            Some(r) => {
+                r.mask |= mask;
+                r.since = t;
+            }
+            None => st.registrations.push(Registration {
+                device,
+                mask,
+                since: t,
+            }),
+        }
+    }
+
+    /// The next due event at time `t`, or the time of the next one that will become due.
+    fn poll(&self, sim: &Sim, t: f64) -> Result<Delivered, Option<f64>> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted = |st: &SetState, i: usize| {
+            let e = &sim.events[i];
+            st.registrations
+                .iter()
+                .any(|r| r.device == e.device && r.mask & e.event_type != 0 && e.at >= r.since)
+        };
+        while st.cursor < sim.events.len() {
+            let i = st.cursor;
+            if sim.events[i].at > t {
+                break;
+            }
+            st.cursor += 1;
+            if wanted(&st, i) {
+                let e = sim.events[i];
+                return Ok(Delivered {
+                    device: e.device,
+                    event_type: e.event_type,
+                    data: e.data,
+                });
+            }
+        }
+        let next = (st.cursor..sim.events.len())
+            .find(|&i| wanted(&st, i))
+            .map(|i| sim.events[i].at);
+        Err(next)
+    }
+
+    /// Waits up to `timeout_ms` (real milliseconds) for the next event.
+    pub fn wait(&self, sim: &Sim, timeout_ms: u32) -> Result<Delivered, Ret> {
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms as u64);
+        loop {
+            let t = sim.clock.now();
+            let next = match self.poll(sim, t) {
+                Ok(d) => return Ok(d),
+                Err(next) => next,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(abi::TIMEOUT);
+            }
+            let until_event = next.map_or(Duration::MAX, |at| sim.clock.real_duration(at - t));
+            let nap = (deadline - now).min(until_event).min(MAX_NAP);
+            std::thread::sleep(nap.max(Duration::from_micros(200)));
+        }
+    }
+}

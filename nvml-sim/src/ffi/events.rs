@@ -1,0 +1,132 @@
+//! The event-set API: create, register a device's event types, wait (blocking, sleeping up to
+//! the timeout), free. Sets are reference counted so that a free racing a wait on another
+//! thread cannot pull memory from under the waiter.
+
+use std::os::raw::c_uint;
+use std::sync::Arc;
+
+use super::{nvml_body, out};
+use crate::abi::{self, nvmlDevice_t, nvmlEventSet_t, Ret};
+use crate::api::Api;
+use crate::events::{Delivered, EventSet};
+use crate::model::Sim;
+use crate::runtime;
+
+fn lookup(sim: &Sim, set: nvmlEventSet_t) -> Result<Arc<EventSet>, Ret> {
+    let sets = sim.event_sets.lock().unwrap_or_else(|p| p.into_inner());
+    sets.get(&(set as usize))
+        .cloned()
+        .ok_or(abi::INVALID_ARGUMENT)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlEventSetCreate)?;
+        let slot = out(set)?;
+        let es = Arc::new(EventSet::default());
+        let handle = Arc::as_ptr(&es) as nvmlEventSet_t;
+        sim.event_sets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(handle as usize, es);
+        *slot = handle;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlEventSetFree)?;
+        sim.event_sets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(set as usize))
+            .map(|_| ())
+            .ok_or(abi::INVALID_ARGUMENT)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: nvmlDevice_t,
+    eventTypes: *mut u64,
+) -> Ret {
+    nvml_body!({
+        let (_, d, _) = runtime::device(Api::nvmlDeviceGetSupportedEventTypes, device)?;
+        *out(eventTypes)? = d.supported_events;
+        Ok(())
+    })
+}
+
+/// Asking for a type the device does not support is `NVML_ERROR_NOT_SUPPORTED`, as with the
+/// driver.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
+    device: nvmlDevice_t,
+    eventTypes: u64,
+    set: nvmlEventSet_t,
+) -> Ret {
+    nvml_body!({
+        let (sim, d, t) = runtime::device(Api::nvmlDeviceRegisterEvents, device)?;
+        let es = lookup(sim, set)?;
+        if eventTypes & !d.supported_events != 0 {
+            return Err(abi::NOT_SUPPORTED);
+        }
+        es.register(d.index, eventTypes, t);
+        Ok(())
+    })
+}
+
+unsafe fn wait(
+    api: Api,
+    set: nvmlEventSet_t,
+    timeout_ms: c_uint,
+) -> Result<(&'static Sim, Delivered), Ret> {
+    let (sim, _) = runtime::session(api)?;
+    let es = lookup(sim, set)?;
+    let ev = es.wait(sim, timeout_ms)?;
+    Ok((sim, ev))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: nvmlEventSet_t,
+    data: *mut abi::nvmlEventData_t,
+    timeoutms: c_uint,
+) -> Ret {
+    nvml_body!({
+        let slot = out(data)?;
+        let (sim, ev) = wait(Api::nvmlEventSetWait_v2, set, timeoutms)?;
+        let dev = sim.devices.get(ev.device as usize).ok_or(abi::UNKNOWN)?;
+        *slot = abi::nvmlEventData_t {
+            device: sim.handle(dev),
+            eventType: ev.event_type,
+            eventData: ev.data,
+            gpuInstanceId: abi::NO_INSTANCE,
+            computeInstanceId: abi::NO_INSTANCE,
+        };
+        Ok(())
+    })
+}
+
+/// The v1 struct lacks the MIG instance ids; only its 24 bytes are written.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait(
+    set: nvmlEventSet_t,
+    data: *mut abi::EventDataV1,
+    timeoutms: c_uint,
+) -> Ret {
+    nvml_body!({
+        let slot = out(data)?;
+        let (sim, ev) = wait(Api::nvmlEventSetWait, set, timeoutms)?;
+        let dev = sim.devices.get(ev.device as usize).ok_or(abi::UNKNOWN)?;
+        *slot = abi::EventDataV1 {
+            device: sim.handle(dev),
+            event_type: ev.event_type,
+            event_data: ev.data,
+        };
+        Ok(())
+    })
+}

@@ -1,0 +1,245 @@
+//! Library lifetime (init, shutdown, error strings), system queries (driver, NVML and CUDA
+//! versions, process names), the device count and device lookups.
+
+use std::os::raw::{c_char, c_int, c_uint};
+
+use super::{nvml_body, out, read_str, write_str};
+use crate::abi::{self, nvmlDevice_t, Ret};
+use crate::api::Api;
+use crate::runtime;
+use crate::scenario::parse_bus_id;
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> Ret {
+    nvml_body!({
+        match runtime::init() {
+            abi::SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    })
+}
+
+/// The original `nvmlInit` (NVML 1-era); same behaviour.
+#[no_mangle]
+pub extern "C" fn nvmlInit() -> Ret {
+    nvmlInit_v2()
+}
+
+/// `flags` (`NVML_INIT_FLAG_NO_GPUS`, `NVML_INIT_FLAG_NO_ATTACH`) change nothing here: the
+/// simulated devices need no attaching.
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Ret {
+    nvmlInit_v2()
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> Ret {
+    nvml_body!({
+        match runtime::shutdown() {
+            abi::SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    })
+}
+
+/// Works before init, as the driver's does. The strings are static.
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
+    abi::RETURN_CODES
+        .iter()
+        .find(|(c, _, _)| *c == result)
+        .map_or("Unknown Error\0", |(_, _, text)| text)
+        .as_ptr()
+        .cast()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlSystemGetDriverVersion)?;
+        write_str(version, length, &sim.driver_version)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlSystemGetNVMLVersion)?;
+        write_str(version, length, &sim.nvml_version)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(cudaDriverVersion: *mut c_int) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlSystemGetCudaDriverVersion)?;
+        *out(cudaDriverVersion)? = sim.cuda_version;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlSystemGetCudaDriverVersion_v2)?;
+        *out(cudaDriverVersion)? = sim.cuda_version;
+        Ok(())
+    })
+}
+
+/// The scenario's `name` for a PID it lists, else the name in `/proc/<pid>/comm` (as the driver
+/// does), else `NVML_ERROR_NOT_FOUND`. Cropped to `length`, like the driver.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetProcessName(
+    pid: c_uint,
+    name: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlSystemGetProcessName)?;
+        if name.is_null() || length == 0 {
+            return Err(abi::INVALID_ARGUMENT);
+        }
+        let listed = sim
+            .devices
+            .iter()
+            .flat_map(|d| d.processes.iter())
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.name.clone());
+        let found = match listed {
+            Some(n) => n,
+            None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .map_err(|_| abi::NOT_FOUND)?,
+        };
+        let mut end = found.len().min(length as usize - 1);
+        while !found.is_char_boundary(end) {
+            end -= 1;
+        }
+        write_str(name, length, &found[..end])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlDeviceGetCount_v2)?;
+        *out(deviceCount)? = sim.devices.len() as c_uint;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> Ret {
+    nvml_body!({
+        let (sim, _) = runtime::session(Api::nvmlDeviceGetCount)?;
+        *out(deviceCount)? = sim.devices.len() as c_uint;
+        Ok(())
+    })
+}
+
+unsafe fn by_index(api: Api, index: c_uint, device: *mut nvmlDevice_t) -> Result<(), Ret> {
+    let (sim, t) = runtime::session(api)?;
+    let slot = out(device)?;
+    let dev = sim
+        .devices
+        .get(index as usize)
+        .ok_or(abi::INVALID_ARGUMENT)?;
+    runtime::checked(sim, dev, api, t)?;
+    *slot = sim.handle(dev);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({ by_index(Api::nvmlDeviceGetHandleByIndex_v2, index, device) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
+    index: c_uint,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({ by_index(Api::nvmlDeviceGetHandleByIndex, index, device) })
+}
+
+unsafe fn by_match(
+    api: Api,
+    key: *const c_char,
+    device: *mut nvmlDevice_t,
+    matches: impl Fn(&crate::model::Device, &str) -> bool,
+) -> Result<(), Ret> {
+    let (sim, t) = runtime::session(api)?;
+    let key = read_str(key)?;
+    let slot = out(device)?;
+    let dev = sim
+        .devices
+        .iter()
+        .find(|d| matches(d, key))
+        .ok_or(abi::NOT_FOUND)?;
+    runtime::checked(sim, dev, api, t)?;
+    *slot = sim.handle(dev);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({
+        by_match(Api::nvmlDeviceGetHandleByUUID, uuid, device, |d, k| {
+            d.uuid == k
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
+    serial: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({
+        by_match(Api::nvmlDeviceGetHandleBySerial, serial, device, |d, k| {
+            d.serial == k
+        })
+    })
+}
+
+fn bus_matches(d: &crate::model::Device, key: &str) -> bool {
+    parse_bus_id(key)
+        .is_some_and(|(dom, bus, dev, _)| dom == d.domain && bus == d.bus && dev == d.pci_device)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    pciBusId: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({
+        by_match(
+            Api::nvmlDeviceGetHandleByPciBusId_v2,
+            pciBusId,
+            device,
+            bus_matches,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
+    pciBusId: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> Ret {
+    nvml_body!({
+        by_match(
+            Api::nvmlDeviceGetHandleByPciBusId,
+            pciBusId,
+            device,
+            bus_matches,
+        )
+    })
+}
