@@ -7,6 +7,8 @@
 //! can be; the tasks in `run` only move values between them.
 
 pub mod attribution;
+pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod diagnosis;
 pub mod export;
