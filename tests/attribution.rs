@@ -152,6 +152,17 @@ fn environ_gives_service_name_and_keeps_no_secret() {
             .env("API_TOKEN", secret),
     )
     .expect("spawn sleep");
+    // On a loaded machine the child may not have exec'd yet: until then its environ is the
+    // test's own. Wait for the kernel to show the new one, then ask the attributor.
+    let environ = format!("/proc/{}/environ", child.pid());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read(&environ)
+        .map(|e| e.windows(17).any(|w| w == b"OTEL_SERVICE_NAME"))
+        .unwrap_or(false)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut attributor = Attributor::new(settings(Path::new("/proc")));
     let workload = resolve_one(&mut attributor, child.pid());
     assert_eq!(workload.service_name.as_deref(), Some("trainer"));

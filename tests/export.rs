@@ -8,6 +8,7 @@ mod request {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use gpulse::attribution::{AttributionMethod, ProcessUsage, Workload};
+    use gpulse::export::encode::encode_metrics_request;
     use gpulse::export::metrics::{
         append_health, metrics_request, to_otlp_json_line, HealthSnapshot, Instrument,
         RequestOptions, METRICS,
@@ -325,6 +326,13 @@ mod request {
     }
 
     #[test]
+    fn fast_encoder_matches_prost_on_a_full_request() {
+        use prost::Message;
+        let req = full_request();
+        assert_eq!(encode_metrics_request(&req), req.encode_to_vec());
+    }
+
+    #[test]
     fn every_data_point_has_timestamps_and_a_value() {
         let req = full_request();
         for m in all_metrics(&req) {
@@ -469,34 +477,33 @@ mod request {
             .collect();
         let node = node();
         let options = RequestOptions::default();
-        let mut timings = Vec::new();
+        let median = |mut v: Vec<std::time::Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let (mut build, mut prost_encode, mut fast_encode) = (Vec::new(), Vec::new(), Vec::new());
         let mut size = 0;
         let mut points = 0;
         for _ in 0..30 {
             let started = std::time::Instant::now();
             let req = metrics_request(&w, &workloads, &usage, &node, &options);
-            let built = started.elapsed();
-            let len_started = std::time::Instant::now();
-            let len = req.encoded_len();
-            let len_took = len_started.elapsed();
-            let clone_started = std::time::Instant::now();
-            let copy = req.clone();
-            let clone_took = clone_started.elapsed();
-            drop(copy);
-            let encode_started = std::time::Instant::now();
-            let bytes = req.encode_to_vec();
-            let encode_took = encode_started.elapsed();
-            eprintln!("build {built:?} encoded_len {len_took:?} ({len}) clone {clone_took:?} encode {encode_took:?}");
-            timings.push((built, built + encode_took));
+            build.push(started.elapsed());
+            let started = std::time::Instant::now();
+            let prost_bytes = req.encode_to_vec();
+            prost_encode.push(started.elapsed());
+            let started = std::time::Instant::now();
+            let bytes = encode_metrics_request(&req);
+            fast_encode.push(started.elapsed());
+            assert_eq!(bytes.len(), prost_bytes.len());
             size = bytes.len();
             points = gpulse::export::metrics::data_point_count(&req);
         }
-        timings.sort();
-        let (build, total) = timings[timings.len() / 2];
-        let best = timings.iter().map(|t| t.1).min().unwrap_or_default();
         eprintln!(
-            "64 GPUs x 1024 processes: {points} points, {size} bytes encoded; \
-             median build {build:?}, median build+encode {total:?}, best build+encode {best:?}"
+            "64 GPUs x 1024 processes: {points} points, {size} bytes; medians of 30: \
+             build {:?}, prost encode_to_vec {:?}, encode_metrics_request {:?}",
+            median(build),
+            median(prost_encode),
+            median(fast_encode)
         );
         assert!(points > 64 * 30 && size > 0);
     }

@@ -1,1 +1,1437 @@
-//! (being written)
+//! The OTLP metrics request: a `Window` and the workloads turned into one
+//! `ExportMetricsServiceRequest`.
+//!
+//! ## Contract
+//! - One `ResourceMetrics` for the node (first, always present: device metrics and gpulse's own
+//!   health), then one per GPU process in ascending host PID order. A process on two GPUs is one
+//!   resource whose data points carry each device's `hw.id` and `gpu.index`.
+//! - Every metric name, instrument and unit comes from [`METRICS`], the table docs/metrics.md
+//!   documents (an integration test holds the two equal).
+//! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
+//!   A metric with no data point is left out of the request.
+//! - Gauges: `time_unix_nano` = window end, `start_time_unix_nano` = window start, value = the
+//!   window mean (`.max`/`.min` companions carry the extremes). Sums are cumulative: start =
+//!   `counters_start` (devices), `first_seen` (processes) or gpulse's start (health).
+//!
+//! Pure functions, no I/O; also the OTLP/JSON encoding the stdout exporter writes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, AggregationTemporality, Gauge as OtlpGauge, Metric,
+    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+};
+use serde::Serialize;
+
+use super::resource::{
+    gpulse_scope, kv_int, kv_str, node_resource, process_resource, NodeIdentity,
+};
+use crate::attribution::{ProcessUsage, Workload};
+use crate::sampling::model::unix_nanos::to_nanos;
+use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, ProcessWindow, Window};
+
+/// The kind of OpenTelemetry instrument a metric stands for, as docs/metrics.md names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instrument {
+    /// OTLP Gauge.
+    Gauge,
+    /// OTLP Sum, monotonic, cumulative.
+    Counter,
+    /// OTLP Sum, not monotonic, cumulative.
+    UpDownCounter,
+}
+
+impl Instrument {
+    /// The name docs/metrics.md uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrument::Gauge => "gauge",
+            Instrument::Counter => "counter",
+            Instrument::UpDownCounter => "updowncounter",
+        }
+    }
+}
+
+/// One row of the metric reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricSpec {
+    id: MetricId,
+    pub name: &'static str,
+    pub instrument: Instrument,
+    /// UCUM unit.
+    pub unit: &'static str,
+    pub description: &'static str,
+}
+
+/// Index of a metric in [`METRICS`]; the builders address metrics by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetricId {
+    GpuUtilization,
+    GpuUtilizationMax,
+    GpuUtilizationMin,
+    GpuMemoryUtilization,
+    GpuMemoryUtilizationMax,
+    GpuMemoryUtilizationMin,
+    GpuMemoryUsage,
+    GpuMemoryLimit,
+    GpuMemoryFree,
+    GpuMemoryReserved,
+    Temperature,
+    TemperatureMax,
+    Power,
+    PowerMax,
+    PowerLimit,
+    Energy,
+    Clock,
+    FanSpeed,
+    GpuIo,
+    Throttle,
+    Errors,
+    Status,
+    PerformanceState,
+    ProcessGpuMemoryUsage,
+    ProcessGpuUtilization,
+    ProcessGpuUtilizationMax,
+    ProcessGpuUtilizationMin,
+    ProcessGpuMemoryUtilization,
+    ProcessGpuMemoryUtilizationMax,
+    ProcessGpuMemoryUtilizationMin,
+    ProcessCpuUtilization,
+    ProcessTreeCpuUtilization,
+    ProcessMemoryUsage,
+    HealthQueueSize,
+    HealthQueueBytes,
+    HealthDropped,
+    HealthDroppedPoints,
+    HealthFailures,
+    HealthExportDuration,
+    HealthSampleDuration,
+    HealthSampleDurationMax,
+    HealthNvmlErrors,
+    HealthStalled,
+    HealthDiagnosisActive,
+}
+
+const METRIC_COUNT: usize = MetricId::HealthDiagnosisActive as usize + 1;
+
+const fn spec(
+    id: MetricId,
+    name: &'static str,
+    instrument: Instrument,
+    unit: &'static str,
+    description: &'static str,
+) -> MetricSpec {
+    MetricSpec {
+        id,
+        name,
+        instrument,
+        unit,
+        description,
+    }
+}
+
+use Instrument::{Counter, Gauge as G, UpDownCounter as UpDown};
+use MetricId as M;
+
+/// Every metric gpulse can emit, in the order they appear in a request.
+#[rustfmt::skip]
+pub static METRICS: [MetricSpec; METRIC_COUNT] = [
+    spec(M::GpuUtilization, "hw.gpu.utilization", G, "1", "Mean ratio of the window the GPU task was busy."),
+    spec(M::GpuUtilizationMax, "hw.gpu.utilization.max", G, "1", "Highest sampled hw.gpu.utilization in the window."),
+    spec(M::GpuUtilizationMin, "hw.gpu.utilization.min", G, "1", "Lowest sampled hw.gpu.utilization in the window."),
+    spec(M::GpuMemoryUtilization, "hw.gpu.memory.utilization", G, "1", "Mean ratio of the window device memory was read or written."),
+    spec(M::GpuMemoryUtilizationMax, "hw.gpu.memory.utilization.max", G, "1", "Highest sampled hw.gpu.memory.utilization in the window."),
+    spec(M::GpuMemoryUtilizationMin, "hw.gpu.memory.utilization.min", G, "1", "Lowest sampled hw.gpu.memory.utilization in the window."),
+    spec(M::GpuMemoryUsage, "hw.gpu.memory.usage", UpDown, "By", "Device memory in use."),
+    spec(M::GpuMemoryLimit, "hw.gpu.memory.limit", UpDown, "By", "Total device memory."),
+    spec(M::GpuMemoryFree, "hw.gpu.memory.free", UpDown, "By", "Device memory free."),
+    spec(M::GpuMemoryReserved, "hw.gpu.memory.reserved", UpDown, "By", "Device memory the driver reserves."),
+    spec(M::Temperature, "hw.temperature", G, "Cel", "Mean GPU temperature over the window."),
+    spec(M::TemperatureMax, "hw.temperature.max", G, "Cel", "Highest sampled GPU temperature in the window."),
+    spec(M::Power, "hw.power", G, "W", "Mean power draw over the window."),
+    spec(M::PowerMax, "hw.power.max", G, "W", "Highest sampled power draw in the window."),
+    spec(M::PowerLimit, "nvidia.gpu.power.limit", G, "W", "Enforced power limit."),
+    spec(M::Energy, "hw.energy", Counter, "J", "Energy used since the start time."),
+    spec(M::Clock, "nvidia.gpu.clock", G, "MHz", "Mean clock frequency over the window."),
+    spec(M::FanSpeed, "nvidia.gpu.fan.speed", G, "1", "Mean fan speed, ratio of the maximum."),
+    spec(M::GpuIo, "hw.gpu.io", Counter, "By", "PCIe bytes transferred since the start time."),
+    spec(M::Throttle, "nvidia.gpu.throttle", G, "1", "Ratio of the window the clock throttle reason was active."),
+    spec(M::Errors, "hw.errors", Counter, "{error}", "Errors since the start time."),
+    spec(M::Status, "hw.status", UpDown, "1", "1 for the device's current state, 0 for the other."),
+    spec(M::PerformanceState, "nvidia.gpu.performance_state", G, "1", "Performance state, 0 (max) to 15 (min)."),
+    spec(M::ProcessGpuMemoryUsage, "process.gpu.memory.usage", UpDown, "By", "Device memory the process holds on the device."),
+    spec(M::ProcessGpuUtilization, "process.gpu.utilization", G, "1", "Mean ratio of the window the process kept the GPU task busy."),
+    spec(M::ProcessGpuUtilizationMax, "process.gpu.utilization.max", G, "1", "Highest sampled process.gpu.utilization in the window."),
+    spec(M::ProcessGpuUtilizationMin, "process.gpu.utilization.min", G, "1", "Lowest sampled process.gpu.utilization in the window."),
+    spec(M::ProcessGpuMemoryUtilization, "process.gpu.memory.utilization", G, "1", "Mean ratio of the window the process read or wrote device memory."),
+    spec(M::ProcessGpuMemoryUtilizationMax, "process.gpu.memory.utilization.max", G, "1", "Highest sampled process.gpu.memory.utilization in the window."),
+    spec(M::ProcessGpuMemoryUtilizationMin, "process.gpu.memory.utilization.min", G, "1", "Lowest sampled process.gpu.memory.utilization in the window."),
+    spec(M::ProcessCpuUtilization, "process.cpu.utilization", G, "1", "CPU time of the process alone over the window, ratio of one core."),
+    spec(M::ProcessTreeCpuUtilization, "gpulse.process.tree.cpu.utilization", G, "1", "CPU time of the process and its descendants over the window, ratio of one core."),
+    spec(M::ProcessMemoryUsage, "process.memory.usage", UpDown, "By", "Resident set size of the process."),
+    spec(M::HealthQueueSize, "gpulse.export.queue.size", UpDown, "{request}", "Requests waiting in the export queue."),
+    spec(M::HealthQueueBytes, "gpulse.export.queue.bytes", UpDown, "By", "Encoded bytes waiting in the export queue."),
+    spec(M::HealthDropped, "gpulse.export.dropped", Counter, "{request}", "Requests dropped because the export queue was full."),
+    spec(M::HealthDroppedPoints, "gpulse.export.data_points.dropped", Counter, "{data_point}", "Data points in the dropped requests."),
+    spec(M::HealthFailures, "gpulse.export.failures", Counter, "{request}", "Failed export attempts, by reason."),
+    spec(M::HealthExportDuration, "gpulse.export.duration", G, "s", "Duration of the last export attempt."),
+    spec(M::HealthSampleDuration, "gpulse.sample.duration", G, "s", "Mean duration of one NVML sampling pass over the window."),
+    spec(M::HealthSampleDurationMax, "gpulse.sample.duration.max", G, "s", "Longest NVML sampling pass in the window."),
+    spec(M::HealthNvmlErrors, "gpulse.nvml.errors", Counter, "{error}", "NVML calls that failed, by kind."),
+    spec(M::HealthStalled, "gpulse.sample.stalled", Counter, "{tick}", "Sampling ticks skipped because a pass overran."),
+    spec(M::HealthDiagnosisActive, "gpulse.diagnosis.active", UpDown, "{finding}", "Diagnosis findings active now, by rule."),
+];
+
+/// Knobs of the request builder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOptions {
+    /// Emit the `.max`/`.min` companions of utilisation, temperature and power gauges, so a
+    /// spike between two exports is not averaged away. Default: true.
+    pub include_min_max: bool,
+    /// Emit the per-process resources. Default: true.
+    pub include_processes: bool,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        Self {
+            include_min_max: true,
+            include_processes: true,
+        }
+    }
+}
+
+/// NVML clock throttle (clock event) reasons, with the bit values of `nvml.h`.
+pub const THROTTLE_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// Collects data points per metric for one resource; metrics are created on first use so an
+/// unused one never reaches the request.
+struct MetricsBuilder {
+    /// Position in `metrics` of each `MetricId`, `u16::MAX` when not created yet.
+    slots: [u16; METRIC_COUNT],
+    metrics: Vec<(MetricId, Metric)>,
+    points_hint: usize,
+}
+
+const NO_SLOT: u16 = u16::MAX;
+
+impl MetricsBuilder {
+    fn new(points_hint: usize) -> Self {
+        Self {
+            slots: [NO_SLOT; METRIC_COUNT],
+            metrics: Vec::new(),
+            points_hint,
+        }
+    }
+
+    fn points(&mut self, id: MetricId) -> &mut Vec<NumberDataPoint> {
+        let mut slot = self.slots[id as usize];
+        if slot == NO_SLOT {
+            let spec = &METRICS[id as usize];
+            let data_points = Vec::with_capacity(self.points_hint);
+            let data = match spec.instrument {
+                Instrument::Gauge => Data::Gauge(OtlpGauge { data_points }),
+                Instrument::Counter | Instrument::UpDownCounter => Data::Sum(Sum {
+                    data_points,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    is_monotonic: spec.instrument == Instrument::Counter,
+                }),
+            };
+            let metric = Metric {
+                name: spec.name.to_string(),
+                description: spec.description.to_string(),
+                unit: spec.unit.to_string(),
+                metadata: Vec::new(),
+                data: Some(data),
+            };
+            slot = self.metrics.len() as u16;
+            self.slots[id as usize] = slot;
+            self.metrics.push((id, metric));
+        }
+        match &mut self.metrics[slot as usize].1.data {
+            Some(Data::Gauge(g)) => &mut g.data_points,
+            Some(Data::Sum(s)) => &mut s.data_points,
+            // Only the two shapes above are ever created.
+            _ => unreachable!("MetricsBuilder creates gauges and sums only"),
+        }
+    }
+
+    fn push(&mut self, id: MetricId, attributes: Vec<KeyValue>, span: Span, value: Value) {
+        let value = match value {
+            Value::F64(v) if !v.is_finite() => return,
+            Value::F64(v) => number_data_point::Value::AsDouble(v),
+            Value::I64(v) => number_data_point::Value::AsInt(v),
+        };
+        self.points(id).push(NumberDataPoint {
+            attributes,
+            start_time_unix_nano: span.start,
+            time_unix_nano: span.end,
+            exemplars: Vec::new(),
+            flags: 0,
+            value: Some(value),
+        });
+    }
+
+    fn finish(mut self) -> Vec<Metric> {
+        self.metrics.sort_unstable_by_key(|(id, _)| *id as usize);
+        self.metrics.into_iter().map(|(_, m)| m).collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Value {
+    F64(f64),
+    I64(i64),
+}
+
+fn int(v: u64) -> Value {
+    Value::I64(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Start and end of a data point, Unix nanoseconds.
+#[derive(Clone, Copy)]
+struct Span {
+    start: u64,
+    end: u64,
+}
+
+/// Base attributes plus one more.
+fn with(base: &[KeyValue], extra: KeyValue) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(base.len() + 2);
+    attrs.extend_from_slice(base);
+    attrs.push(extra);
+    attrs
+}
+
+/// Mean, and the companions asked for, of one gauge.
+#[derive(Clone, Copy)]
+struct Family {
+    mean: MetricId,
+    max: Option<MetricId>,
+    min: Option<MetricId>,
+}
+
+const fn family(mean: MetricId, max: Option<MetricId>, min: Option<MetricId>) -> Family {
+    Family { mean, max, min }
+}
+
+fn push_gauge(
+    b: &mut MetricsBuilder,
+    fam: Family,
+    attrs: Vec<KeyValue>,
+    span: Span,
+    g: &Gauge,
+    options: &RequestOptions,
+) {
+    if options.include_min_max {
+        if let Some(id) = fam.max {
+            b.push(id, attrs.clone(), span, Value::F64(g.max));
+        }
+        if let Some(id) = fam.min {
+            b.push(id, attrs.clone(), span, Value::F64(g.min));
+        }
+    }
+    b.push(fam.mean, attrs, span, Value::F64(g.mean));
+}
+
+/// The attributes every device data point carries.
+fn device_attributes(device: &DeviceWindow, driver_version: Option<&str>) -> Vec<KeyValue> {
+    let info = &device.info;
+    let mut attrs = Vec::with_capacity(10);
+    attrs.push(kv_str("hw.id", info.uuid.as_str()));
+    attrs.push(kv_str("hw.name", format!("gpu{}", info.index)));
+    attrs.push(kv_str("hw.type", "gpu"));
+    attrs.push(kv_str("hw.vendor", "NVIDIA"));
+    attrs.push(kv_str("hw.model", info.name.as_str()));
+    if let Some(version) = driver_version {
+        attrs.push(kv_str("hw.driver_version", version));
+    }
+    if let Some(serial) = &info.serial {
+        attrs.push(kv_str("hw.serial_number", serial.as_str()));
+    }
+    attrs.push(kv_int("gpu.index", i64::from(info.index)));
+    attrs.push(kv_str("gpu.pci_address", info.pci_bus_id.as_str()));
+    attrs
+}
+
+fn push_device(
+    b: &mut MetricsBuilder,
+    d: &DeviceWindow,
+    driver_version: Option<&str>,
+    gauge_span: Span,
+    options: &RequestOptions,
+) {
+    let base = device_attributes(d, driver_version);
+    let sum_span = Span {
+        start: to_nanos(d.counters_start),
+        end: gauge_span.end,
+    };
+
+    let util = family(
+        M::GpuUtilization,
+        Some(M::GpuUtilizationMax),
+        Some(M::GpuUtilizationMin),
+    );
+    for (task, gauge) in [
+        ("general", &d.utilization_gpu),
+        ("encoder", &d.utilization_encoder),
+        ("decoder", &d.utilization_decoder),
+    ] {
+        if let Some(g) = gauge {
+            let attrs = with(&base, kv_str("hw.gpu.task", task));
+            push_gauge(b, util, attrs, gauge_span, g, options);
+        }
+    }
+    if let Some(g) = &d.utilization_memory {
+        let fam = family(
+            M::GpuMemoryUtilization,
+            Some(M::GpuMemoryUtilizationMax),
+            Some(M::GpuMemoryUtilizationMin),
+        );
+        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+    }
+
+    let limit = d.memory_total_bytes.or(d.info.memory_total_bytes);
+    for (id, bytes) in [
+        (M::GpuMemoryUsage, d.memory_used_bytes),
+        (M::GpuMemoryLimit, limit),
+        (M::GpuMemoryFree, d.memory_free_bytes),
+        (M::GpuMemoryReserved, d.memory_reserved_bytes),
+    ] {
+        if let Some(bytes) = bytes {
+            b.push(id, base.clone(), sum_span, int(bytes));
+        }
+    }
+
+    if let Some(g) = &d.temperature_celsius {
+        let fam = family(M::Temperature, Some(M::TemperatureMax), None);
+        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+    }
+    if let Some(g) = &d.power_watts {
+        let fam = family(M::Power, Some(M::PowerMax), None);
+        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+    }
+    if let Some(limit) = d.power_limit_watts {
+        b.push(M::PowerLimit, base.clone(), gauge_span, Value::F64(limit));
+    }
+    if let Some(joules) = d.energy_joules_total {
+        b.push(M::Energy, base.clone(), sum_span, Value::F64(joules));
+    }
+
+    for (clock, gauge) in [
+        ("sm", &d.sm_clock_mhz),
+        ("memory", &d.memory_clock_mhz),
+        ("graphics", &d.graphics_clock_mhz),
+    ] {
+        if let Some(g) = gauge {
+            let attrs = with(&base, kv_str("nvidia.gpu.clock.type", clock));
+            b.push(M::Clock, attrs, gauge_span, Value::F64(g.mean));
+        }
+    }
+    if let Some(g) = &d.fan_speed {
+        b.push(M::FanSpeed, base.clone(), gauge_span, Value::F64(g.mean));
+    }
+
+    for (direction, bytes) in [
+        ("transmit", d.pcie_tx_bytes_total),
+        ("receive", d.pcie_rx_bytes_total),
+    ] {
+        if let Some(bytes) = bytes {
+            let attrs = with(&base, kv_str("network.io.direction", direction));
+            b.push(M::GpuIo, attrs, sum_span, int(bytes));
+        }
+    }
+
+    if let Some(active) = &d.throttle_active_ratio {
+        for (bit, reason) in THROTTLE_REASONS {
+            let ratio = active.get(&bit).copied().unwrap_or(0.0);
+            let attrs = with(&base, kv_str("nvidia.gpu.throttle.reason", reason));
+            b.push(M::Throttle, attrs, gauge_span, Value::F64(ratio));
+        }
+        // A bit newer than this build's table is still worth seeing, under its number.
+        for (bit, ratio) in active {
+            if !THROTTLE_REASONS.iter().any(|(known, _)| known == bit) {
+                let attrs = with(
+                    &base,
+                    kv_str("nvidia.gpu.throttle.reason", format!("other_{bit:#x}")),
+                );
+                b.push(M::Throttle, attrs, gauge_span, Value::F64(*ratio));
+            }
+        }
+    }
+
+    for (error_type, count) in [
+        ("corrected", d.ecc_corrected_total),
+        ("uncorrected", d.ecc_uncorrected_total),
+        ("xid", Some(d.xid_total)),
+    ] {
+        if let Some(count) = count {
+            let attrs = with(&base, kv_str("error.type", error_type));
+            b.push(M::Errors, attrs, sum_span, int(count));
+        }
+    }
+
+    let failed = d.status == DeviceStatus::Lost;
+    for (state, value) in [("ok", !failed), ("failed", failed)] {
+        let attrs = with(&base, kv_str("hw.state", state));
+        b.push(M::Status, attrs, sum_span, Value::I64(i64::from(value)));
+    }
+
+    if let Some(pstate) = d.performance_state {
+        b.push(
+            M::PerformanceState,
+            base,
+            gauge_span,
+            Value::I64(i64::from(pstate)),
+        );
+    }
+}
+
+fn push_process_device(
+    b: &mut MetricsBuilder,
+    p: &ProcessWindow,
+    gauge_span: Span,
+    options: &RequestOptions,
+) {
+    let base = [
+        kv_str("hw.id", p.device_uuid.as_str()),
+        kv_int("gpu.index", i64::from(p.device_index)),
+    ];
+    if let Some(g) = &p.gpu_memory_bytes {
+        let span = Span {
+            start: to_nanos(p.first_seen),
+            end: gauge_span.end,
+        };
+        // The last value: a level, like the device's memory usage, not an average.
+        let bytes = if g.last.is_finite() && g.last >= 0.0 {
+            Value::I64(g.last.round() as i64)
+        } else {
+            Value::F64(f64::NAN)
+        };
+        b.push(M::ProcessGpuMemoryUsage, base.to_vec(), span, bytes);
+    }
+    let util = family(
+        M::ProcessGpuUtilization,
+        Some(M::ProcessGpuUtilizationMax),
+        Some(M::ProcessGpuUtilizationMin),
+    );
+    for (task, gauge) in [
+        ("general", &p.sm_utilization),
+        ("encoder", &p.encoder_utilization),
+        ("decoder", &p.decoder_utilization),
+    ] {
+        if let Some(g) = gauge {
+            let attrs = with(&base, kv_str("hw.gpu.task", task));
+            push_gauge(b, util, attrs, gauge_span, g, options);
+        }
+    }
+    if let Some(g) = &p.memory_utilization {
+        let fam = family(
+            M::ProcessGpuMemoryUtilization,
+            Some(M::ProcessGpuMemoryUtilizationMax),
+            Some(M::ProcessGpuMemoryUtilizationMin),
+        );
+        push_gauge(b, fam, base.to_vec(), gauge_span, g, options);
+    }
+}
+
+fn push_process_usage(
+    b: &mut MetricsBuilder,
+    usage: &ProcessUsage,
+    gauge_span: Span,
+    first_seen: u64,
+) {
+    if let Some(ratio) = usage.cpu_utilization {
+        b.push(
+            M::ProcessCpuUtilization,
+            Vec::new(),
+            gauge_span,
+            Value::F64(ratio),
+        );
+    }
+    if let Some(ratio) = usage.tree_cpu_utilization {
+        b.push(
+            M::ProcessTreeCpuUtilization,
+            Vec::new(),
+            gauge_span,
+            Value::F64(ratio),
+        );
+    }
+    if let Some(bytes) = usage.memory_rss_bytes {
+        let span = Span {
+            start: first_seen,
+            end: gauge_span.end,
+        };
+        b.push(M::ProcessMemoryUsage, Vec::new(), span, int(bytes));
+    }
+}
+
+fn resource_metrics(
+    resource: opentelemetry_proto::tonic::resource::v1::Resource,
+    metrics: Vec<Metric>,
+) -> ResourceMetrics {
+    ResourceMetrics {
+        resource: Some(resource),
+        scope_metrics: vec![ScopeMetrics {
+            scope: Some(gpulse_scope()),
+            metrics,
+            schema_url: String::new(),
+        }],
+        schema_url: String::new(),
+    }
+}
+
+/// Builds the metrics request of one export window.
+///
+/// `workloads` and `usage` are keyed by host PID; a process missing from `workloads` is
+/// exported as `Workload::unresolved` (its PID only), one missing from `usage` without CPU and
+/// RSS points. See the module documentation for the contract.
+pub fn metrics_request(
+    window: &Window,
+    workloads: &HashMap<u32, Workload>,
+    usage: &HashMap<u32, ProcessUsage>,
+    node: &NodeIdentity,
+    options: &RequestOptions,
+) -> ExportMetricsServiceRequest {
+    let gauge_span = Span {
+        start: to_nanos(window.start),
+        end: to_nanos(window.end),
+    };
+    let driver_version = window.driver_version.as_deref();
+
+    let mut node_builder = MetricsBuilder::new(window.devices.len() * 3);
+    for device in &window.devices {
+        push_device(
+            &mut node_builder,
+            device,
+            driver_version,
+            gauge_span,
+            options,
+        );
+    }
+
+    // Group the (pid, device) rows by pid; BTreeMap so resources come out in a stable order.
+    let mut by_pid: BTreeMap<u32, Vec<&ProcessWindow>> = BTreeMap::new();
+    if options.include_processes {
+        for p in &window.processes {
+            by_pid.entry(p.pid).or_default().push(p);
+        }
+    }
+
+    let mut resources = Vec::with_capacity(1 + by_pid.len());
+    resources.push(resource_metrics(node_resource(node), node_builder.finish()));
+    for (pid, rows) in by_pid {
+        let mut b = MetricsBuilder::new(rows.len() * 3);
+        for p in &rows {
+            push_process_device(&mut b, p, gauge_span, options);
+        }
+        if let Some(u) = usage.get(&pid) {
+            let first_seen = rows
+                .iter()
+                .map(|p| to_nanos(p.first_seen))
+                .min()
+                .unwrap_or(gauge_span.start);
+            push_process_usage(&mut b, u, gauge_span, first_seen);
+        }
+        let resource = match workloads.get(&pid) {
+            Some(w) => process_resource(w, node),
+            None => process_resource(&Workload::unresolved(pid), node),
+        };
+        resources.push(resource_metrics(resource, b.finish()));
+    }
+    ExportMetricsServiceRequest {
+        resource_metrics: resources,
+    }
+}
+
+/// gpulse's own health, exported as `gpulse.*` metrics on the node resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSnapshot {
+    /// When gpulse started: the start time of the cumulative counters below.
+    pub started: SystemTime,
+    /// Requests waiting in the export queue now.
+    pub queue_requests: u64,
+    /// Their encoded size.
+    pub queue_bytes: u64,
+    /// Requests dropped (oldest first) because the queue was full, since start.
+    pub dropped_requests_total: u64,
+    /// Data points in those requests.
+    pub dropped_points_total: u64,
+    /// Failed export attempts since start, by reason (`timeout`, `unavailable`, `http_503`...).
+    pub export_failures_total: BTreeMap<String, u64>,
+    /// Duration of the last export attempt, successful or not.
+    pub export_duration_last_seconds: Option<f64>,
+    /// Duration of the sampling passes of this window, seconds.
+    pub sample_duration: Option<Gauge>,
+    /// Failed NVML calls since start, by kind (`not_supported`, `gpu_lost`, `timeout`...).
+    pub nvml_errors_total: BTreeMap<String, u64>,
+    /// Sampling ticks skipped because a pass overran, since start.
+    pub stalled_ticks_total: u64,
+    /// Diagnosis findings active now, by rule id.
+    pub findings_active: BTreeMap<String, u64>,
+}
+
+impl HealthSnapshot {
+    /// A snapshot with every counter at zero and nothing measured yet.
+    pub fn new(started: SystemTime) -> Self {
+        Self {
+            started,
+            queue_requests: 0,
+            queue_bytes: 0,
+            dropped_requests_total: 0,
+            dropped_points_total: 0,
+            export_failures_total: BTreeMap::new(),
+            export_duration_last_seconds: None,
+            sample_duration: None,
+            nvml_errors_total: BTreeMap::new(),
+            stalled_ticks_total: 0,
+            findings_active: BTreeMap::new(),
+        }
+    }
+}
+
+/// The `gpulse.*` health metrics. Gauges span `window_start..at`; counters `health.started..at`.
+pub fn health_metrics(
+    health: &HealthSnapshot,
+    window_start: SystemTime,
+    at: SystemTime,
+    options: &RequestOptions,
+) -> Vec<Metric> {
+    let end = to_nanos(at);
+    let gauge_span = Span {
+        start: to_nanos(window_start),
+        end,
+    };
+    let sum_span = Span {
+        start: to_nanos(health.started),
+        end,
+    };
+    let mut b = MetricsBuilder::new(1);
+    b.push(
+        M::HealthQueueSize,
+        Vec::new(),
+        sum_span,
+        int(health.queue_requests),
+    );
+    b.push(
+        M::HealthQueueBytes,
+        Vec::new(),
+        sum_span,
+        int(health.queue_bytes),
+    );
+    b.push(
+        M::HealthDropped,
+        Vec::new(),
+        sum_span,
+        int(health.dropped_requests_total),
+    );
+    b.push(
+        M::HealthDroppedPoints,
+        Vec::new(),
+        sum_span,
+        int(health.dropped_points_total),
+    );
+    for (reason, count) in &health.export_failures_total {
+        let attrs = vec![kv_str("error.type", reason.as_str())];
+        b.push(M::HealthFailures, attrs, sum_span, int(*count));
+    }
+    if let Some(seconds) = health.export_duration_last_seconds {
+        b.push(
+            M::HealthExportDuration,
+            Vec::new(),
+            gauge_span,
+            Value::F64(seconds),
+        );
+    }
+    if let Some(g) = &health.sample_duration {
+        let fam = family(
+            M::HealthSampleDuration,
+            Some(M::HealthSampleDurationMax),
+            None,
+        );
+        push_gauge(&mut b, fam, Vec::new(), gauge_span, g, options);
+    }
+    for (kind, count) in &health.nvml_errors_total {
+        let attrs = vec![kv_str("error.type", kind.as_str())];
+        b.push(M::HealthNvmlErrors, attrs, sum_span, int(*count));
+    }
+    b.push(
+        M::HealthStalled,
+        Vec::new(),
+        sum_span,
+        int(health.stalled_ticks_total),
+    );
+    for (rule, count) in &health.findings_active {
+        let attrs = vec![kv_str("gpulse.diagnosis.rule", rule.as_str())];
+        b.push(M::HealthDiagnosisActive, attrs, sum_span, int(*count));
+    }
+    b.finish()
+}
+
+/// Appends the health metrics to the node resource of `request` (the first resource, as
+/// `metrics_request` builds it). A request with no resource at all gets the node resource
+/// first, so the health of a node without GPUs is still exported.
+pub fn append_health(
+    request: &mut ExportMetricsServiceRequest,
+    node: &NodeIdentity,
+    health: &HealthSnapshot,
+    window_start: SystemTime,
+    at: SystemTime,
+    options: &RequestOptions,
+) {
+    let metrics = health_metrics(health, window_start, at, options);
+    if request.resource_metrics.is_empty() {
+        request
+            .resource_metrics
+            .push(resource_metrics(node_resource(node), Vec::new()));
+    }
+    let node_rm = &mut request.resource_metrics[0];
+    match node_rm.scope_metrics.first_mut() {
+        Some(scope) => scope.metrics.extend(metrics),
+        None => node_rm.scope_metrics.push(ScopeMetrics {
+            scope: Some(gpulse_scope()),
+            metrics,
+            schema_url: String::new(),
+        }),
+    }
+}
+
+/// The number of data points in a request: what the export queue counts when it drops one.
+pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum()
+}
+
+/// The request as one line of OTLP/JSON (the OTLP file-exporter format), without the newline.
+///
+/// opentelemetry-proto's serde derive already follows the OTLP/JSON rules (lowerCamelCase
+/// names, 64-bit integers as decimal strings, enums as integers, trace and span ids as hex);
+/// it also writes every field at its default value, which OTLP/JSON allows but the collector
+/// does not, so those are pruned (see [`otlp_json_line`]).
+pub fn to_otlp_json_line(request: &ExportMetricsServiceRequest) -> String {
+    otlp_json_line(request)
+}
+
+/// Members of protobuf `oneof`s: a default value there is still a chosen value (`asDouble: 0`,
+/// `stringValue: ""`), so it must not be pruned.
+const ONEOF_KEYS: [&str; 13] = [
+    "asDouble",
+    "asInt",
+    "stringValue",
+    "boolValue",
+    "intValue",
+    "doubleValue",
+    "arrayValue",
+    "kvlistValue",
+    "bytesValue",
+    "gauge",
+    "sum",
+    "histogram",
+    "summary",
+];
+
+/// Serialises an opentelemetry-proto message as one OTLP/JSON line, leaving out fields at
+/// their proto3 default (`""`, `0`, `false`, `[]`) except oneof members.
+pub(crate) fn otlp_json_line<T: Serialize>(message: &T) -> String {
+    // Cannot fail: the messages have string keys only and plain derived Serialize impls.
+    let mut value = serde_json::to_value(message)
+        .expect("opentelemetry-proto messages always serialise to JSON");
+    prune_defaults(&mut value);
+    value.to_string()
+}
+
+fn prune_defaults(value: &mut serde_json::Value) {
+    use serde_json::Value as J;
+    match value {
+        J::Object(map) => {
+            map.retain(|key, v| {
+                prune_defaults(v);
+                let is_default = match v {
+                    J::Null => true,
+                    J::Bool(b) => !*b,
+                    J::Number(n) => n.as_f64() == Some(0.0),
+                    J::String(s) => s.is_empty(),
+                    J::Array(a) => a.is_empty(),
+                    J::Object(_) => false,
+                };
+                !is_default || ONEOF_KEYS.contains(&key.as_str())
+            });
+        }
+        J::Array(items) => items.iter_mut().for_each(prune_defaults),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use opentelemetry_proto::tonic::common::v1::any_value;
+
+    use super::*;
+    use crate::attribution::AttributionMethod;
+    use crate::sampling::{DeviceInfo, ProcessKind};
+
+    fn t(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn g(mean: f64, min: f64, max: f64, last: f64) -> Gauge {
+        Gauge {
+            mean,
+            min,
+            max,
+            last,
+            count: 10,
+        }
+    }
+
+    fn info(index: u32) -> Arc<DeviceInfo> {
+        Arc::new(DeviceInfo {
+            index,
+            uuid: format!("GPU-{index:04}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: format!("00000000:{:02X}:00.0", index + 0x10),
+            serial: None,
+            minor_number: Some(index),
+            memory_total_bytes: Some(80 << 30),
+            max_sm_clock_mhz: Some(1980),
+            max_memory_clock_mhz: Some(2619),
+            compute_capability: Some("9.0".into()),
+            fan_count: Some(0),
+        })
+    }
+
+    fn bare_device(index: u32) -> DeviceWindow {
+        DeviceWindow {
+            info: info(index),
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            utilization_gpu: None,
+            utilization_memory: None,
+            utilization_encoder: None,
+            utilization_decoder: None,
+            temperature_celsius: None,
+            power_watts: None,
+            sm_clock_mhz: None,
+            memory_clock_mhz: None,
+            graphics_clock_mhz: None,
+            fan_speed: None,
+            memory_used_bytes: None,
+            memory_free_bytes: None,
+            memory_reserved_bytes: None,
+            memory_total_bytes: None,
+            power_limit_watts: None,
+            performance_state: None,
+            throttle_active_ratio: None,
+            counters_start: t(100),
+            energy_joules_total: None,
+            pcie_tx_bytes_total: None,
+            pcie_rx_bytes_total: None,
+            ecc_corrected_total: None,
+            ecc_uncorrected_total: None,
+            xid_total: 0,
+        }
+    }
+
+    fn window(devices: Vec<DeviceWindow>, processes: Vec<ProcessWindow>) -> Window {
+        Window {
+            start: t(1000),
+            end: t(1010),
+            sample_count: 10,
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            devices,
+            processes,
+            xid_events: Vec::new(),
+        }
+    }
+
+    fn process(pid: u32, device: u32) -> ProcessWindow {
+        ProcessWindow {
+            pid,
+            device_index: device,
+            device_uuid: format!("GPU-{device:04}"),
+            kind: ProcessKind::Compute,
+            first_seen: t(900 + u64::from(device)),
+            gpu_memory_bytes: Some(g(1e9, 5e8, 2e9, 1.5e9)),
+            sm_utilization: Some(g(0.5, 0.1, 0.9, 0.4)),
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+        }
+    }
+
+    fn node() -> NodeIdentity {
+        NodeIdentity {
+            host_name: "node-a".into(),
+            service_name: "gpulse".into(),
+            service_instance_id: "i-1".into(),
+            service_version: "0.1.0".into(),
+            extra_attributes: Vec::new(),
+        }
+    }
+
+    fn build(w: &Window) -> ExportMetricsServiceRequest {
+        metrics_request(
+            w,
+            &HashMap::new(),
+            &HashMap::new(),
+            &node(),
+            &RequestOptions::default(),
+        )
+    }
+
+    fn metric<'a>(rm: &'a ResourceMetrics, name: &str) -> Option<&'a Metric> {
+        rm.scope_metrics[0].metrics.iter().find(|m| m.name == name)
+    }
+
+    fn points<'a>(rm: &'a ResourceMetrics, name: &str) -> &'a [NumberDataPoint] {
+        match metric(rm, name).and_then(|m| m.data.as_ref()) {
+            Some(Data::Gauge(g)) => &g.data_points,
+            Some(Data::Sum(s)) => &s.data_points,
+            _ => &[],
+        }
+    }
+
+    fn attr<'a>(p: &'a NumberDataPoint, key: &str) -> Option<&'a any_value::Value> {
+        p.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+    }
+
+    fn s(v: &str) -> any_value::Value {
+        any_value::Value::StringValue(v.into())
+    }
+
+    fn value(p: &NumberDataPoint) -> f64 {
+        match p.value {
+            Some(number_data_point::Value::AsDouble(v)) => v,
+            Some(number_data_point::Value::AsInt(v)) => v as f64,
+            None => f64::NAN,
+        }
+    }
+
+    /// The point of `name` whose attribute `key` is `val`.
+    fn point_with<'a>(
+        rm: &'a ResourceMetrics,
+        name: &str,
+        key: &str,
+        val: &str,
+    ) -> &'a NumberDataPoint {
+        points(rm, name)
+            .iter()
+            .find(|p| attr(p, key) == Some(&s(val)))
+            .unwrap_or_else(|| panic!("no {name} point with {key}={val}"))
+    }
+
+    #[test]
+    fn metric_table_ids_match_positions_and_names_are_unique() {
+        for (i, spec) in METRICS.iter().enumerate() {
+            assert_eq!(spec.id as usize, i, "{} is out of place", spec.name);
+        }
+        let mut names: Vec<&str> = METRICS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), METRICS.len());
+    }
+
+    #[test]
+    fn device_values_attributes_and_instruments() {
+        let mut d = bare_device(0);
+        d.utilization_gpu = Some(g(0.6, 0.2, 0.95, 0.5));
+        d.utilization_encoder = Some(g(0.1, 0.0, 0.3, 0.1));
+        d.memory_used_bytes = Some(40 << 30);
+        d.temperature_celsius = Some(g(61.5, 60.0, 66.0, 62.0));
+        d.power_watts = Some(g(350.0, 100.0, 700.0, 300.0));
+        d.power_limit_watts = Some(700.0);
+        d.energy_joules_total = Some(12345.5);
+        d.sm_clock_mhz = Some(g(1800.0, 1500.0, 1980.0, 1800.0));
+        d.pcie_rx_bytes_total = Some(777);
+        d.ecc_uncorrected_total = Some(2);
+        d.xid_total = 3;
+        d.performance_state = Some(2);
+        let req = build(&window(vec![d], Vec::new()));
+        let rm = &req.resource_metrics[0];
+
+        // (metric, attribute key, attribute value, expected value)
+        let cases: &[(&str, &str, &str, f64)] = &[
+            ("hw.gpu.utilization", "hw.gpu.task", "general", 0.6),
+            ("hw.gpu.utilization.max", "hw.gpu.task", "general", 0.95),
+            ("hw.gpu.utilization.min", "hw.gpu.task", "general", 0.2),
+            ("hw.gpu.utilization", "hw.gpu.task", "encoder", 0.1),
+            (
+                "hw.gpu.memory.usage",
+                "hw.type",
+                "gpu",
+                (40u64 << 30) as f64,
+            ),
+            (
+                "hw.gpu.memory.limit",
+                "hw.type",
+                "gpu",
+                (80u64 << 30) as f64,
+            ),
+            ("hw.temperature", "hw.type", "gpu", 61.5),
+            ("hw.temperature.max", "hw.type", "gpu", 66.0),
+            ("hw.power", "hw.type", "gpu", 350.0),
+            ("hw.power.max", "hw.type", "gpu", 700.0),
+            ("nvidia.gpu.power.limit", "hw.type", "gpu", 700.0),
+            ("hw.energy", "hw.type", "gpu", 12345.5),
+            ("nvidia.gpu.clock", "nvidia.gpu.clock.type", "sm", 1800.0),
+            ("hw.gpu.io", "network.io.direction", "receive", 777.0),
+            ("hw.errors", "error.type", "uncorrected", 2.0),
+            ("hw.errors", "error.type", "xid", 3.0),
+            ("hw.status", "hw.state", "ok", 1.0),
+            ("hw.status", "hw.state", "failed", 0.0),
+            ("nvidia.gpu.performance_state", "hw.type", "gpu", 2.0),
+        ];
+        for (name, key, val, want) in cases {
+            let p = point_with(rm, name, key, val);
+            assert_eq!(value(p), *want, "{name} {key}={val}");
+            assert_eq!(attr(p, "hw.id"), Some(&s("GPU-0000")), "{name}");
+            assert_eq!(attr(p, "hw.vendor"), Some(&s("NVIDIA")), "{name}");
+            assert_eq!(
+                attr(p, "hw.model"),
+                Some(&s("NVIDIA H100 80GB HBM3")),
+                "{name}"
+            );
+            assert_eq!(
+                attr(p, "hw.driver_version"),
+                Some(&s("550.54.15")),
+                "{name}"
+            );
+            assert_eq!(
+                attr(p, "gpu.pci_address"),
+                Some(&s("00000000:10:00.0")),
+                "{name}"
+            );
+            assert_eq!(
+                attr(p, "gpu.index"),
+                Some(&any_value::Value::IntValue(0)),
+                "{name}"
+            );
+        }
+        // Unknown fields: no point, and no metric at all when no device has them.
+        for name in [
+            "hw.gpu.memory.free",
+            "nvidia.gpu.fan.speed",
+            "hw.gpu.memory.utilization",
+        ] {
+            assert!(metric(rm, name).is_none(), "{name} must be omitted");
+        }
+        assert_eq!(
+            points(rm, "hw.gpu.io").len(),
+            1,
+            "transmit unknown: omitted"
+        );
+        assert_eq!(
+            points(rm, "hw.errors").len(),
+            2,
+            "corrected unknown: omitted"
+        );
+        assert!(
+            metric(rm, "nvidia.gpu.throttle").is_none(),
+            "unknown throttle state: nothing"
+        );
+
+        for (name, instrument) in [
+            ("hw.gpu.utilization", Instrument::Gauge),
+            ("hw.energy", Instrument::Counter),
+            ("hw.gpu.memory.usage", Instrument::UpDownCounter),
+            ("hw.status", Instrument::UpDownCounter),
+        ] {
+            let m = metric(rm, name).expect(name);
+            match (&m.data, instrument) {
+                (Some(Data::Gauge(_)), Instrument::Gauge) => {}
+                (Some(Data::Sum(s)), Instrument::Counter) => {
+                    assert!(s.is_monotonic);
+                    assert_eq!(
+                        s.aggregation_temporality,
+                        AggregationTemporality::Cumulative as i32
+                    );
+                }
+                (Some(Data::Sum(s)), Instrument::UpDownCounter) => assert!(!s.is_monotonic),
+                (data, _) => panic!("{name}: unexpected {data:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn throttle_reasons_known_inactive_are_zero() {
+        let mut d = bare_device(0);
+        d.throttle_active_ratio = Some(BTreeMap::from([(0x4, 0.25), (0x40, 1.0), (0x1000, 0.5)]));
+        let req = build(&window(vec![d], Vec::new()));
+        let rm = &req.resource_metrics[0];
+        let cases = [
+            ("sw_power_cap", 0.25),
+            ("hw_thermal_slowdown", 1.0),
+            ("gpu_idle", 0.0),
+            ("display_clock_setting", 0.0),
+            ("other_0x1000", 0.5),
+        ];
+        for (reason, want) in cases {
+            let p = point_with(
+                rm,
+                "nvidia.gpu.throttle",
+                "nvidia.gpu.throttle.reason",
+                reason,
+            );
+            assert_eq!(value(p), want, "{reason}");
+        }
+        assert_eq!(
+            points(rm, "nvidia.gpu.throttle").len(),
+            THROTTLE_REASONS.len() + 1
+        );
+
+        let mut none_active = bare_device(0);
+        none_active.throttle_active_ratio = Some(BTreeMap::new());
+        let req = build(&window(vec![none_active], Vec::new()));
+        let pts = points(&req.resource_metrics[0], "nvidia.gpu.throttle");
+        assert_eq!(pts.len(), THROTTLE_REASONS.len());
+        assert!(pts.iter().all(|p| value(p) == 0.0));
+    }
+
+    #[test]
+    fn lost_device_reports_failed_status() {
+        let mut d = bare_device(3);
+        d.status = DeviceStatus::Lost;
+        let req = build(&window(vec![d], Vec::new()));
+        let rm = &req.resource_metrics[0];
+        assert_eq!(
+            value(point_with(rm, "hw.status", "hw.state", "failed")),
+            1.0
+        );
+        assert_eq!(value(point_with(rm, "hw.status", "hw.state", "ok")), 0.0);
+    }
+
+    #[test]
+    fn timestamps_gauges_window_sums_counters_start() {
+        let mut d = bare_device(0);
+        d.utilization_gpu = Some(g(0.5, 0.5, 0.5, 0.5));
+        d.energy_joules_total = Some(1.0);
+        let req = build(&window(vec![d], vec![process(42, 0)]));
+        let node_rm = &req.resource_metrics[0];
+        let gauge = &points(node_rm, "hw.gpu.utilization")[0];
+        assert_eq!(gauge.start_time_unix_nano, 1000 * 1_000_000_000);
+        assert_eq!(gauge.time_unix_nano, 1010 * 1_000_000_000);
+        let sum = &points(node_rm, "hw.energy")[0];
+        assert_eq!(sum.start_time_unix_nano, 100 * 1_000_000_000);
+        assert_eq!(sum.time_unix_nano, 1010 * 1_000_000_000);
+        let proc_rm = &req.resource_metrics[1];
+        let mem = &points(proc_rm, "process.gpu.memory.usage")[0];
+        assert_eq!(mem.start_time_unix_nano, 900 * 1_000_000_000, "first_seen");
+        assert_eq!(mem.time_unix_nano, 1010 * 1_000_000_000);
+        assert_eq!(value(mem), 1.5e9, "last value");
+    }
+
+    #[test]
+    fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
+        let w = window(
+            vec![bare_device(0), bare_device(1)],
+            vec![process(42, 0), process(7, 1), process(42, 1)],
+        );
+        let mut workloads = HashMap::new();
+        let mut wl = Workload::unresolved(42);
+        wl.container_id = Some("abc".into());
+        wl.vpid = Some(1);
+        wl.attributed_by = AttributionMethod::HostPid;
+        workloads.insert(42, wl);
+        let usage = HashMap::from([(
+            42,
+            ProcessUsage {
+                cpu_utilization: Some(1.5),
+                tree_cpu_utilization: Some(3.0),
+                memory_rss_bytes: Some(1 << 30),
+            },
+        )]);
+        let req = metrics_request(&w, &workloads, &usage, &node(), &RequestOptions::default());
+        assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
+        let pid_of = |rm: &ResourceMetrics| {
+            rm.resource
+                .as_ref()
+                .and_then(|r| r.attributes.iter().find(|kv| kv.key == "process.pid"))
+                .and_then(|kv| kv.value.as_ref()?.value.clone())
+        };
+        assert_eq!(
+            pid_of(&req.resource_metrics[1]),
+            Some(any_value::Value::IntValue(7))
+        );
+        assert_eq!(
+            pid_of(&req.resource_metrics[2]),
+            Some(any_value::Value::IntValue(42))
+        );
+
+        let rm = &req.resource_metrics[2];
+        let mem = points(rm, "process.gpu.memory.usage");
+        let ids: Vec<_> = mem.iter().map(|p| attr(p, "hw.id").cloned()).collect();
+        assert_eq!(ids, vec![Some(s("GPU-0000")), Some(s("GPU-0001"))]);
+        assert_eq!(points(rm, "process.gpu.utilization").len(), 2);
+        assert_eq!(value(&points(rm, "process.gpu.utilization.max")[0]), 0.9);
+        assert_eq!(value(&points(rm, "process.cpu.utilization")[0]), 1.5);
+        assert_eq!(
+            value(&points(rm, "gpulse.process.tree.cpu.utilization")[0]),
+            3.0
+        );
+        let rss = &points(rm, "process.memory.usage")[0];
+        assert_eq!(value(rss), (1u64 << 30) as f64);
+        assert_eq!(
+            rss.start_time_unix_nano,
+            900 * 1_000_000_000,
+            "earliest first_seen"
+        );
+        // pid 7 has no usage: no CPU/RSS points.
+        assert!(metric(&req.resource_metrics[1], "process.cpu.utilization").is_none());
+    }
+
+    #[test]
+    fn options_turn_companions_and_processes_off() {
+        let mut d = bare_device(0);
+        d.utilization_gpu = Some(g(0.5, 0.1, 0.9, 0.5));
+        d.power_watts = Some(g(1.0, 1.0, 2.0, 1.0));
+        let w = window(vec![d], vec![process(1, 0)]);
+        let options = RequestOptions {
+            include_min_max: false,
+            include_processes: false,
+        };
+        let req = metrics_request(&w, &HashMap::new(), &HashMap::new(), &node(), &options);
+        assert_eq!(req.resource_metrics.len(), 1);
+        let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert!(names.contains(&"hw.gpu.utilization") && names.contains(&"hw.power"));
+        assert!(!names
+            .iter()
+            .any(|n| n.ends_with(".max") || n.ends_with(".min")));
+    }
+
+    #[test]
+    fn non_finite_values_yield_no_point() {
+        let mut d = bare_device(0);
+        d.power_watts = Some(g(f64::NAN, 1.0, f64::INFINITY, 1.0));
+        d.power_limit_watts = Some(f64::NAN);
+        let req = build(&window(vec![d], Vec::new()));
+        let rm = &req.resource_metrics[0];
+        assert!(metric(rm, "hw.power").is_none());
+        assert!(metric(rm, "hw.power.max").is_none());
+        assert!(metric(rm, "nvidia.gpu.power.limit").is_none());
+    }
+
+    #[test]
+    fn empty_window_still_has_the_node_resource() {
+        let req = build(&window(Vec::new(), Vec::new()));
+        assert_eq!(req.resource_metrics.len(), 1);
+        assert!(req.resource_metrics[0].scope_metrics[0].metrics.is_empty());
+    }
+
+    #[test]
+    fn health_metrics_values_and_attributes() {
+        let mut h = HealthSnapshot::new(t(5));
+        h.queue_requests = 2;
+        h.export_failures_total.insert("timeout".into(), 4);
+        h.sample_duration = Some(g(0.01, 0.005, 0.2, 0.01));
+        h.findings_active.insert("throttling".into(), 1);
+        let mut req = build(&window(Vec::new(), Vec::new()));
+        append_health(
+            &mut req,
+            &node(),
+            &h,
+            t(1000),
+            t(1010),
+            &RequestOptions::default(),
+        );
+        let rm = &req.resource_metrics[0];
+        assert_eq!(value(&points(rm, "gpulse.export.queue.size")[0]), 2.0);
+        let failures = point_with(rm, "gpulse.export.failures", "error.type", "timeout");
+        assert_eq!(value(failures), 4.0);
+        assert_eq!(failures.start_time_unix_nano, 5 * 1_000_000_000);
+        assert_eq!(value(&points(rm, "gpulse.sample.duration.max")[0]), 0.2);
+        let active = point_with(
+            rm,
+            "gpulse.diagnosis.active",
+            "gpulse.diagnosis.rule",
+            "throttling",
+        );
+        assert_eq!(value(active), 1.0);
+        assert!(
+            metric(rm, "gpulse.export.duration").is_none(),
+            "not measured yet"
+        );
+        assert!(
+            metric(rm, "gpulse.nvml.errors").is_none(),
+            "no error kind yet"
+        );
+
+        let mut empty = ExportMetricsServiceRequest::default();
+        append_health(
+            &mut empty,
+            &node(),
+            &h,
+            t(1000),
+            t(1010),
+            &RequestOptions::default(),
+        );
+        assert_eq!(empty.resource_metrics.len(), 1);
+        assert!(metric(&empty.resource_metrics[0], "gpulse.sample.stalled").is_some());
+    }
+
+    #[test]
+    fn data_point_count_counts_every_point() {
+        let mut d = bare_device(0);
+        d.utilization_gpu = Some(g(0.5, 0.1, 0.9, 0.5));
+        let req = build(&window(vec![d], vec![process(1, 0)]));
+        // Node: 3 utilisation + memory limit (from DeviceInfo) + 2 status + 1 xid;
+        // process: 1 memory + 3 utilisation.
+        assert_eq!(data_point_count(&req), 11);
+    }
+
+    #[test]
+    fn json_keeps_oneof_defaults_and_drops_field_defaults() {
+        let mut d = bare_device(0);
+        d.status = DeviceStatus::Lost;
+        let req = build(&window(vec![d], Vec::new()));
+        let line = to_otlp_json_line(&req);
+        assert!(!line.contains('\n'));
+        assert!(
+            line.contains(r#""asInt":"0""#),
+            "a zero value stays: {line}"
+        );
+        assert!(!line.contains(r#""description":"""#));
+        assert!(!line.contains(r#""flags":0"#));
+        assert!(!line.contains(r#""exemplars""#));
+        assert!(line.contains(r#""aggregationTemporality":2"#));
+        assert!(line.contains(r#""startTimeUnixNano":"100000000000""#));
+        let back: ExportMetricsServiceRequest =
+            serde_json::from_str(&line).expect("our JSON must parse back");
+        assert_eq!(back, req);
+    }
+}

@@ -1,1 +1,634 @@
-//! (being written)
+//! OTLP resources: who the exported data is about.
+//!
+//! Owns the node's identity (`NodeIdentity`, resolved from `OTEL_SERVICE_NAME` and
+//! `OTEL_RESOURCE_ATTRIBUTES` with the specification's precedence) and the two resource builders
+//! every request shares: the node resource (gpulse itself, carrying the device metrics) and one
+//! resource per GPU process, named as the process's own SDK names itself so that its GPU metrics
+//! land next to its traces. Also the instrumentation scope and the small `KeyValue` helpers the
+//! metric and log builders use, so the attribute encoding lives in one place.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use crate::attribution::{AttributionMethod, Workload};
+
+/// `OTEL_SERVICE_NAME`: wins over `service.name` in `OTEL_RESOURCE_ATTRIBUTES`.
+pub const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// `OTEL_RESOURCE_ATTRIBUTES`: comma-separated `key=value`, values percent-encoded.
+pub const ENV_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+/// `service.name` when neither variable names one.
+pub const DEFAULT_SERVICE_NAME: &str = "gpulse";
+/// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
+/// the instrumentation scope's version.
+pub const GPULSE_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Instrumentation scope name of everything gpulse emits.
+pub const SCOPE_NAME: &str = "gpulse";
+
+/// The identity of the node gpulse runs on, and of gpulse itself: the node resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub host_name: String,
+    /// `OTEL_SERVICE_NAME`, else `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, else `gpulse`.
+    pub service_name: String,
+    pub service_instance_id: String,
+    pub service_version: String,
+    /// `OTEL_RESOURCE_ATTRIBUTES` (less the keys resolved into the fields above) and
+    /// `k8s.node.name` when known. They never override the fields above.
+    pub extra_attributes: Vec<(String, String)>,
+}
+
+/// What `NodeIdentity::from_env` resolved, and why part of the environment was ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedIdentity {
+    pub identity: NodeIdentity,
+    /// Set when `OTEL_RESOURCE_ATTRIBUTES` was malformed and therefore ignored as a whole (as
+    /// the specification requires); the caller logs it once at start-up.
+    pub ignored: Option<ResourceAttributesError>,
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES` could not be parsed. The whole variable is then ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResourceAttributesError {
+    /// An entry without `=`.
+    #[error(
+        "OTEL_RESOURCE_ATTRIBUTES entry {index} ({entry:?}) has no '=': the variable must be \
+         comma-separated key=value pairs, e.g. 'deployment.environment.name=prod,team=ml'; \
+         the whole variable was ignored"
+    )]
+    MissingEquals { index: usize, entry: String },
+    /// An entry whose key is empty (`=value`).
+    #[error(
+        "OTEL_RESOURCE_ATTRIBUTES entry {index} ({entry:?}) has an empty key: write key=value; \
+         the whole variable was ignored"
+    )]
+    EmptyKey { index: usize, entry: String },
+    /// A `%` not followed by two hex digits, or an escape that decodes to invalid UTF-8.
+    #[error(
+        "OTEL_RESOURCE_ATTRIBUTES entry {index} (key {key:?}) has an invalid percent-encoding: \
+         write a literal '%' as %25, ',' as %2C and '=' as %3D, and encode non-ASCII as UTF-8 \
+         bytes; the whole variable was ignored"
+    )]
+    BadPercentEncoding { index: usize, key: String },
+}
+
+impl NodeIdentity {
+    /// Resolves the node identity from the environment, as the OpenTelemetry specification
+    /// orders it:
+    ///
+    /// 1. `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
+    ///    `OTEL_RESOURCE_ATTRIBUTES`, else `gpulse`.
+    /// 2. `host.name`, `service.instance.id`, `service.version`, `k8s.node.name`: a value in
+    ///    `OTEL_RESOURCE_ATTRIBUTES` (the user's explicit word) wins over the detected one passed
+    ///    in here.
+    /// 3. Every other `OTEL_RESOURCE_ATTRIBUTES` entry is kept, in order, later duplicates
+    ///    winning.
+    ///
+    /// An empty variable counts as unset. A malformed `OTEL_RESOURCE_ATTRIBUTES` is ignored as a
+    /// whole and reported in `ResolvedIdentity::ignored`.
+    pub fn from_env(
+        lookup: impl Fn(&str) -> Option<String>,
+        host_name: String,
+        service_instance_id: String,
+        k8s_node_name: Option<String>,
+    ) -> ResolvedIdentity {
+        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let (from_attributes, ignored) = match non_empty(ENV_RESOURCE_ATTRIBUTES) {
+            Some(raw) => match parse_resource_attributes(&raw) {
+                Ok(parsed) => (parsed, None),
+                Err(e) => (Vec::new(), Some(e)),
+            },
+            None => (Vec::new(), None),
+        };
+
+        let mut identity = NodeIdentity {
+            host_name,
+            service_name: DEFAULT_SERVICE_NAME.to_string(),
+            service_instance_id,
+            service_version: GPULSE_VERSION.to_string(),
+            extra_attributes: Vec::with_capacity(from_attributes.len() + 1),
+        };
+        let mut node_name = k8s_node_name;
+        for (key, value) in from_attributes {
+            match key.as_str() {
+                "service.name" => identity.service_name = value,
+                "host.name" => identity.host_name = value,
+                "service.instance.id" => identity.service_instance_id = value,
+                "service.version" => identity.service_version = value,
+                "k8s.node.name" => node_name = Some(value),
+                _ => upsert_pair(&mut identity.extra_attributes, key, value),
+            }
+        }
+        if let Some(name) = non_empty(ENV_SERVICE_NAME) {
+            identity.service_name = name.trim().to_string();
+        }
+        if let Some(name) = node_name {
+            upsert_pair(
+                &mut identity.extra_attributes,
+                "k8s.node.name".to_string(),
+                name,
+            );
+        }
+        ResolvedIdentity { identity, ignored }
+    }
+
+    /// `k8s.node.name` when known (kept among the extra attributes).
+    pub fn k8s_node_name(&self) -> Option<&str> {
+        self.extra_attributes
+            .iter()
+            .find(|(k, _)| k == "k8s.node.name")
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn upsert_pair(pairs: &mut Vec<(String, String)>, key: String, value: String) {
+    match pairs.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => pairs.push((key, value)),
+    }
+}
+
+/// Parses an `OTEL_RESOURCE_ATTRIBUTES` value: comma-separated `key=value` pairs, surrounding
+/// whitespace trimmed, values percent-decoded (W3C Baggage octets). Empty entries (a trailing
+/// comma) are skipped; a later duplicate key replaces the earlier value in place.
+pub fn parse_resource_attributes(
+    raw: &str,
+) -> Result<Vec<(String, String)>, ResourceAttributesError> {
+    let mut pairs = Vec::new();
+    for (index, entry) in raw.split(',').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(ResourceAttributesError::MissingEquals {
+                index,
+                entry: entry.to_string(),
+            });
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(ResourceAttributesError::EmptyKey {
+                index,
+                entry: entry.to_string(),
+            });
+        }
+        let value = percent_decode(value.trim()).ok_or_else(|| {
+            ResourceAttributesError::BadPercentEncoding {
+                index,
+                key: key.to_string(),
+            }
+        })?;
+        upsert_pair(&mut pairs, key.to_string(), value);
+    }
+    Ok(pairs)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_string());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A string attribute.
+pub fn kv_str(key: &str, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// An integer attribute.
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// An attribute list in which a key appears once: setting a key already present replaces its
+/// value in place, which is how the precedence rules below are written.
+struct AttributeSet(Vec<KeyValue>);
+
+impl AttributeSet {
+    fn with_capacity(n: usize) -> Self {
+        Self(Vec::with_capacity(n))
+    }
+
+    fn set(&mut self, kv: KeyValue) {
+        match self.0.iter_mut().find(|existing| existing.key == kv.key) {
+            Some(existing) => *existing = kv,
+            None => self.0.push(kv),
+        }
+    }
+
+    /// Adds `kv` only when the key is not there yet.
+    fn add_if_absent(&mut self, kv: KeyValue) {
+        if !self.0.iter().any(|existing| existing.key == kv.key) {
+            self.0.push(kv);
+        }
+    }
+
+    fn into_resource(self) -> Resource {
+        Resource {
+            attributes: self.0,
+            dropped_attributes_count: 0,
+            entity_refs: Vec::new(),
+        }
+    }
+}
+
+/// The node resource: gpulse itself on this host. Device metrics and node-level findings go here.
+///
+/// `service.*`, `host.name` and `telemetry.sdk.*` come from the identity fields; the extra
+/// attributes are added after them and never replace them.
+pub fn node_resource(node: &NodeIdentity) -> Resource {
+    let mut attrs = AttributeSet::with_capacity(7 + node.extra_attributes.len());
+    attrs.set(kv_str("service.name", node.service_name.as_str()));
+    attrs.set(kv_str(
+        "service.instance.id",
+        node.service_instance_id.as_str(),
+    ));
+    attrs.set(kv_str("service.version", node.service_version.as_str()));
+    attrs.set(kv_str("host.name", node.host_name.as_str()));
+    attrs.set(kv_str("telemetry.sdk.name", "gpulse"));
+    attrs.set(kv_str("telemetry.sdk.language", "rust"));
+    attrs.set(kv_str("telemetry.sdk.version", GPULSE_VERSION));
+    for (key, value) in &node.extra_attributes {
+        attrs.add_if_absent(kv_str(key, value.as_str()));
+    }
+    attrs.into_resource()
+}
+
+/// The value of `gpulse.attribution.method`.
+pub fn attribution_method_name(method: AttributionMethod) -> &'static str {
+    match method {
+        AttributionMethod::HostPid => "host_pid",
+        AttributionMethod::DeviceFile => "device_file",
+        AttributionMethod::Unresolved => "unresolved",
+    }
+}
+
+/// The resource of one GPU process, in three layers, each overriding the one before:
+///
+/// 1. `service.name` = `Workload::effective_service_name` (the process's own, or the
+///    specification's `unknown_service:<executable>` default);
+/// 2. the process's own `OTEL_RESOURCE_ATTRIBUTES` (so `service.namespace`, `service.version`,
+///    `deployment.environment.name` match its traces); its `service.name` entry is already
+///    folded into step 1;
+/// 3. the identity gpulse observed, which always wins: `process.*`, `container.*`, `k8s.*`,
+///    `host.name` (and `k8s.node.name` when the node knows it), `gpulse.attribution.method`.
+///
+/// The join key with the application's own telemetry: `container.id` + `process.vpid` here
+/// equals `container.id` + `process.pid` there.
+pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
+    let mut attrs = AttributeSet::with_capacity(16 + workload.resource_attributes.len());
+    attrs.set(kv_str("service.name", workload.effective_service_name()));
+    for (key, value) in &workload.resource_attributes {
+        if key != "service.name" {
+            attrs.set(kv_str(key, value.as_str()));
+        }
+    }
+    attrs.set(kv_int("process.pid", i64::from(workload.pid)));
+    let optional_strings = [
+        ("process.executable.name", &workload.executable_name),
+        ("process.owner", &workload.owner),
+        ("process.command_line", &workload.command_line),
+        ("container.id", &workload.container_id),
+        ("container.runtime", &workload.container_runtime),
+        ("k8s.pod.uid", &workload.pod_uid),
+        ("k8s.pod.name", &workload.pod_name),
+        ("k8s.namespace.name", &workload.namespace_name),
+        ("k8s.container.name", &workload.container_name),
+    ];
+    if let Some(vpid) = workload.vpid {
+        attrs.set(kv_int("process.vpid", i64::from(vpid)));
+    }
+    for (key, value) in optional_strings {
+        if let Some(value) = value {
+            attrs.set(kv_str(key, value.as_str()));
+        }
+    }
+    attrs.set(kv_str("host.name", node.host_name.as_str()));
+    if let Some(node_name) = node.k8s_node_name() {
+        attrs.set(kv_str("k8s.node.name", node_name));
+    }
+    attrs.set(kv_str(
+        "gpulse.attribution.method",
+        attribution_method_name(workload.attributed_by),
+    ));
+    attrs.into_resource()
+}
+
+/// The instrumentation scope of every metric and log record gpulse emits.
+pub fn gpulse_scope() -> InstrumentationScope {
+    InstrumentationScope {
+        name: SCOPE_NAME.to_string(),
+        version: GPULSE_VERSION.to_string(),
+        attributes: Vec::new(),
+        dropped_attributes_count: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name: &str| map.get(name).cloned()
+    }
+
+    fn resolve(vars: &[(&str, &str)]) -> ResolvedIdentity {
+        NodeIdentity::from_env(env(vars), "node-a".into(), "inst-1".into(), None)
+    }
+
+    fn attr<'a>(resource: &'a Resource, key: &str) -> Option<&'a any_value::Value> {
+        resource
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref())
+            .and_then(|v| v.value.as_ref())
+    }
+
+    fn attr_str<'a>(resource: &'a Resource, key: &str) -> Option<&'a str> {
+        match attr(resource, key) {
+            Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn service_name_precedence_follows_the_specification() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[], "gpulse"),
+            (
+                &[("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs")],
+                "from-attrs",
+            ),
+            (&[("OTEL_SERVICE_NAME", "from-env")], "from-env"),
+            (
+                &[
+                    ("OTEL_SERVICE_NAME", "from-env"),
+                    ("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs"),
+                ],
+                "from-env",
+            ),
+            // Empty means unset.
+            (
+                &[
+                    ("OTEL_SERVICE_NAME", ""),
+                    ("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs"),
+                ],
+                "from-attrs",
+            ),
+            (&[("OTEL_SERVICE_NAME", "  ")], "gpulse"),
+        ];
+        for (vars, want) in cases {
+            let got = resolve(vars);
+            assert_eq!(got.identity.service_name, *want, "env {vars:?}");
+            assert!(
+                got.identity
+                    .extra_attributes
+                    .iter()
+                    .all(|(k, _)| k != "service.name"),
+                "service.name must not stay among the extras: {vars:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn resource_attributes_override_detected_identity_fields() {
+        let got = NodeIdentity::from_env(
+            env(&[(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "host.name=override,service.instance.id=i-9,service.version=7,k8s.node.name=n2,team=ml",
+            )]),
+            "detected".into(),
+            "inst-1".into(),
+            Some("n1".into()),
+        );
+        assert_eq!(got.ignored, None);
+        let id = got.identity;
+        assert_eq!(id.host_name, "override");
+        assert_eq!(id.service_instance_id, "i-9");
+        assert_eq!(id.service_version, "7");
+        assert_eq!(id.k8s_node_name(), Some("n2"));
+        assert_eq!(
+            id.extra_attributes,
+            vec![
+                ("team".to_string(), "ml".to_string()),
+                ("k8s.node.name".to_string(), "n2".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn detected_k8s_node_name_is_kept_when_not_overridden() {
+        let got = NodeIdentity::from_env(env(&[]), "h".into(), "i".into(), Some("n1".into()));
+        assert_eq!(got.identity.k8s_node_name(), Some("n1"));
+        assert_eq!(got.identity.service_version, GPULSE_VERSION);
+    }
+
+    #[test]
+    fn malformed_resource_attributes_are_ignored_whole_and_reported() {
+        let got = resolve(&[
+            ("OTEL_SERVICE_NAME", "svc"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "team=ml,oops,service.name=x"),
+        ]);
+        assert_eq!(got.identity.service_name, "svc");
+        assert!(got.identity.extra_attributes.is_empty());
+        let err = got.ignored.expect("a malformed variable must be reported");
+        assert!(matches!(
+            err,
+            ResourceAttributesError::MissingEquals { index: 1, .. }
+        ));
+        assert!(err.to_string().contains("whole variable was ignored"));
+    }
+
+    #[test]
+    fn parse_resource_attributes_table() {
+        type Want = Result<Vec<(&'static str, &'static str)>, &'static str>;
+        let cases: &[(&str, Want)] = &[
+            ("", Ok(vec![])),
+            ("a=1", Ok(vec![("a", "1")])),
+            (" a = 1 , b=2,", Ok(vec![("a", "1"), ("b", "2")])),
+            ("a=1,a=2", Ok(vec![("a", "2")])),
+            ("a=x%2Cy%3Dz%25", Ok(vec![("a", "x,y=z%")])),
+            ("a=caf%C3%A9", Ok(vec![("a", "café")])),
+            ("a=b=c", Ok(vec![("a", "b=c")])),
+            ("a=", Ok(vec![("a", "")])),
+            ("novalue", Err("MissingEquals")),
+            ("=v", Err("EmptyKey")),
+            ("a=%zz", Err("BadPercentEncoding")),
+            ("a=%4", Err("BadPercentEncoding")),
+            ("a=%FF", Err("BadPercentEncoding")),
+        ];
+        for (raw, want) in cases {
+            let got = parse_resource_attributes(raw);
+            match (want, got) {
+                (Ok(want), Ok(got)) => {
+                    let got: Vec<(&str, &str)> =
+                        got.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    assert_eq!(&got, want, "input {raw:?}");
+                }
+                (Err(variant), Err(e)) => {
+                    assert!(
+                        format!("{e:?}").starts_with(variant),
+                        "input {raw:?}: {e:?}"
+                    )
+                }
+                (want, got) => panic!("input {raw:?}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    fn node() -> NodeIdentity {
+        NodeIdentity {
+            host_name: "node-a".into(),
+            service_name: "gpulse".into(),
+            service_instance_id: "inst-1".into(),
+            service_version: "0.1.0".into(),
+            extra_attributes: vec![
+                ("service.name".into(), "must-not-win".into()),
+                ("host.name".into(), "must-not-win".into()),
+                ("deployment.environment.name".into(), "prod".into()),
+                ("k8s.node.name".into(), "kn-1".into()),
+            ],
+        }
+    }
+
+    #[test]
+    fn node_resource_identity_fields_win_over_extras() {
+        let r = node_resource(&node());
+        assert_eq!(attr_str(&r, "service.name"), Some("gpulse"));
+        assert_eq!(attr_str(&r, "host.name"), Some("node-a"));
+        assert_eq!(attr_str(&r, "service.instance.id"), Some("inst-1"));
+        assert_eq!(attr_str(&r, "telemetry.sdk.name"), Some("gpulse"));
+        assert_eq!(attr_str(&r, "telemetry.sdk.language"), Some("rust"));
+        assert_eq!(attr_str(&r, "telemetry.sdk.version"), Some(GPULSE_VERSION));
+        assert_eq!(attr_str(&r, "deployment.environment.name"), Some("prod"));
+        let keys: Vec<&str> = r.attributes.iter().map(|kv| kv.key.as_str()).collect();
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(keys.len(), unique.len(), "duplicate keys in {keys:?}");
+    }
+
+    fn workload() -> Workload {
+        Workload {
+            pid: 4242,
+            vpid: Some(7),
+            executable_name: Some("python3".into()),
+            owner: Some("alice".into()),
+            command_line: None,
+            container_id: Some("c0ffee".into()),
+            container_runtime: Some("containerd".into()),
+            pod_uid: Some("pod-uid-1".into()),
+            pod_name: Some("trainer-0".into()),
+            namespace_name: Some("ml".into()),
+            container_name: Some("trainer".into()),
+            service_name: Some("trainer".into()),
+            resource_attributes: vec![
+                ("service.name".into(), "ignored-here".into()),
+                ("service.namespace".into(), "research".into()),
+                ("process.pid".into(), "1".into()),
+                ("container.id".into(), "spoofed".into()),
+                ("host.name".into(), "spoofed".into()),
+            ],
+            attributed_by: AttributionMethod::HostPid,
+        }
+    }
+
+    #[test]
+    fn process_resource_layers_identity_over_the_apps_own_attributes() {
+        let r = process_resource(&workload(), &node());
+        assert_eq!(attr_str(&r, "service.name"), Some("trainer"));
+        assert_eq!(attr_str(&r, "service.namespace"), Some("research"));
+        assert_eq!(
+            attr(&r, "process.pid"),
+            Some(&any_value::Value::IntValue(4242))
+        );
+        assert_eq!(
+            attr(&r, "process.vpid"),
+            Some(&any_value::Value::IntValue(7))
+        );
+        assert_eq!(attr_str(&r, "container.id"), Some("c0ffee"));
+        assert_eq!(attr_str(&r, "container.runtime"), Some("containerd"));
+        assert_eq!(attr_str(&r, "host.name"), Some("node-a"));
+        assert_eq!(attr_str(&r, "k8s.pod.uid"), Some("pod-uid-1"));
+        assert_eq!(attr_str(&r, "k8s.pod.name"), Some("trainer-0"));
+        assert_eq!(attr_str(&r, "k8s.namespace.name"), Some("ml"));
+        assert_eq!(attr_str(&r, "k8s.container.name"), Some("trainer"));
+        assert_eq!(attr_str(&r, "k8s.node.name"), Some("kn-1"));
+        assert_eq!(attr_str(&r, "process.executable.name"), Some("python3"));
+        assert_eq!(attr_str(&r, "process.owner"), Some("alice"));
+        assert_eq!(attr_str(&r, "gpulse.attribution.method"), Some("host_pid"));
+        assert_eq!(
+            attr(&r, "process.command_line"),
+            None,
+            "only when asked for"
+        );
+        let pid_count = r
+            .attributes
+            .iter()
+            .filter(|kv| kv.key == "process.pid")
+            .count();
+        assert_eq!(pid_count, 1);
+    }
+
+    #[test]
+    fn unresolved_process_gets_the_default_service_name_and_pid_only() {
+        let r = process_resource(&Workload::unresolved(9), &node());
+        assert_eq!(attr_str(&r, "service.name"), Some("unknown_service"));
+        assert_eq!(
+            attr(&r, "process.pid"),
+            Some(&any_value::Value::IntValue(9))
+        );
+        assert_eq!(attr(&r, "process.vpid"), None);
+        assert_eq!(attr(&r, "container.id"), None);
+        assert_eq!(
+            attr_str(&r, "gpulse.attribution.method"),
+            Some("unresolved")
+        );
+    }
+
+    #[test]
+    fn attribution_method_names() {
+        let cases = [
+            (AttributionMethod::HostPid, "host_pid"),
+            (AttributionMethod::DeviceFile, "device_file"),
+            (AttributionMethod::Unresolved, "unresolved"),
+        ];
+        for (method, name) in cases {
+            assert_eq!(attribution_method_name(method), name);
+        }
+    }
+}
