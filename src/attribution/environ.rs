@@ -15,8 +15,7 @@
 //! Empty list members (`a=1,,b=2`, a trailing comma) are tolerated, as the SDKs do, and
 //! whitespace around keys and values is trimmed (Baggage's optional whitespace).
 
-use percent_encoding::percent_decode_str;
-use thiserror::Error;
+use crate::config::values::{parse_resource_attributes, ResourceAttributesError};
 
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
@@ -57,61 +56,6 @@ fn value_of<'a>(entry: &'a [u8], key: &str) -> Option<&'a [u8]> {
     entry
         .strip_prefix(key.as_bytes())
         .and_then(|rest| rest.strip_prefix(b"="))
-}
-
-/// Why an `OTEL_RESOURCE_ATTRIBUTES` value was discarded. Messages never include the value.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum ResourceAttributesError {
-    /// A list member had no `=`.
-    #[error("OTEL_RESOURCE_ATTRIBUTES member {index} has no '=' (expected key=value); the whole value is ignored as the OpenTelemetry specification says")]
-    MissingEquals { index: usize },
-    /// A list member had an empty key.
-    #[error("OTEL_RESOURCE_ATTRIBUTES member {index} has an empty key; the whole value is ignored as the OpenTelemetry specification says")]
-    EmptyKey { index: usize },
-    /// A `%` not followed by two hex digits.
-    #[error("OTEL_RESOURCE_ATTRIBUTES member {index} has a '%' not followed by two hex digits; encode a literal '%' as %25")]
-    BadEscape { index: usize },
-    /// The percent-decoded bytes are not UTF-8.
-    #[error("OTEL_RESOURCE_ATTRIBUTES member {index} does not decode to UTF-8")]
-    NotUtf8 { index: usize },
-}
-
-/// Parses an `OTEL_RESOURCE_ATTRIBUTES` value into its pairs, in order.
-pub fn parse_resource_attributes(
-    value: &str,
-) -> Result<Vec<(String, String)>, ResourceAttributesError> {
-    let mut pairs = Vec::new();
-    for (index, member) in value.split(',').enumerate() {
-        if member.trim().is_empty() {
-            continue;
-        }
-        let (key, value) = member
-            .split_once('=')
-            .ok_or(ResourceAttributesError::MissingEquals { index })?;
-        let key = decode(key.trim(), index)?;
-        if key.is_empty() {
-            return Err(ResourceAttributesError::EmptyKey { index });
-        }
-        pairs.push((key, decode(value.trim(), index)?));
-    }
-    Ok(pairs)
-}
-
-fn decode(text: &str, index: usize) -> Result<String, ResourceAttributesError> {
-    // percent_decode_str passes a malformed `%` through unchanged; the specification treats it
-    // as a decoding failure, so check first.
-    let bytes = text.as_bytes();
-    for (i, _) in text.match_indices('%') {
-        let hex = bytes.get(i + 1..i + 3);
-        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-            return Err(ResourceAttributesError::BadEscape { index });
-        }
-    }
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(|decoded| decoded.into_owned())
-        .map_err(|_| ResourceAttributesError::NotUtf8 { index })
 }
 
 /// What the process says about itself, resolved: `service.name` and its other attributes.

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
+use thiserror::Error;
 
 /// Parses a duration written with units: `100ms`, `1s`, `2m`, `1h`, `1m30s`, `1.5s`.
 ///
@@ -195,6 +196,66 @@ pub fn parse_key_value_list(text: &str) -> Result<Vec<(String, String)>, ListEnt
 /// `k8s.pod.uid` fit too.
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// Parses `OTEL_RESOURCE_ATTRIBUTES` as the OpenTelemetry specification defines it, for gpulse's
+/// own resource and for the processes' (read from their environ): comma-separated `key=value`,
+/// keys and values trimmed and percent-decoded. Unlike header lists, any malformed member (no
+/// `=`, empty key, bad `%` escape, not UTF-8) makes the whole value invalid: the caller discards
+/// it and reports the error, as the specification says.
+/// Why an `OTEL_RESOURCE_ATTRIBUTES` value was discarded. Messages never include the value and
+/// count entries from 1; `index` counts from 0.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ResourceAttributesError {
+    /// A list member had no `=`.
+    #[error("OTEL_RESOURCE_ATTRIBUTES entry {} has no '=' (expected key=value); the whole value is ignored as the OpenTelemetry specification says", .index + 1)]
+    MissingEquals { index: usize },
+    /// A list member had an empty key.
+    #[error("OTEL_RESOURCE_ATTRIBUTES entry {} has an empty key; the whole value is ignored as the OpenTelemetry specification says", .index + 1)]
+    EmptyKey { index: usize },
+    /// A `%` not followed by two hex digits.
+    #[error("OTEL_RESOURCE_ATTRIBUTES entry {} has a '%' not followed by two hex digits; encode a literal '%' as %25", .index + 1)]
+    BadEscape { index: usize },
+    /// The percent-decoded bytes are not UTF-8.
+    #[error("OTEL_RESOURCE_ATTRIBUTES entry {} does not decode to UTF-8", .index + 1)]
+    NotUtf8 { index: usize },
+}
+
+pub fn parse_resource_attributes(
+    value: &str,
+) -> Result<Vec<(String, String)>, ResourceAttributesError> {
+    let mut pairs = Vec::new();
+    for (index, member) in value.split(',').enumerate() {
+        if member.trim().is_empty() {
+            continue;
+        }
+        let (key, value) = member
+            .split_once('=')
+            .ok_or(ResourceAttributesError::MissingEquals { index })?;
+        let key = decode(key.trim(), index)?;
+        if key.is_empty() {
+            return Err(ResourceAttributesError::EmptyKey { index });
+        }
+        pairs.push((key, decode(value.trim(), index)?));
+    }
+    Ok(pairs)
+}
+
+fn decode(text: &str, index: usize) -> Result<String, ResourceAttributesError> {
+    // percent_decode_str passes a malformed `%` through unchanged; the specification treats it
+    // as a decoding failure, so check first.
+    let bytes = text.as_bytes();
+    for (i, _) in text.match_indices('%') {
+        let hex = bytes.get(i + 1..i + 3);
+        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+            return Err(ResourceAttributesError::BadEscape { index });
+        }
+    }
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| ResourceAttributesError::NotUtf8 { index })
 }
 
 #[cfg(test)]

@@ -12,12 +12,6 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::attribution::{AttributionMethod, Workload};
 
-/// `OTEL_SERVICE_NAME`: wins over `service.name` in `OTEL_RESOURCE_ATTRIBUTES`.
-pub const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
-/// `OTEL_RESOURCE_ATTRIBUTES`: comma-separated `key=value`, values percent-encoded.
-pub const ENV_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
-/// `service.name` when neither variable names one.
-pub const DEFAULT_SERVICE_NAME: &str = "gpulse";
 /// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
 /// the instrumentation scope's version.
 pub const GPULSE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -37,90 +31,38 @@ pub struct NodeIdentity {
     pub extra_attributes: Vec<(String, String)>,
 }
 
-/// What `NodeIdentity::from_env` resolved, and why part of the environment was ignored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedIdentity {
-    pub identity: NodeIdentity,
-    /// Set when `OTEL_RESOURCE_ATTRIBUTES` was malformed and therefore ignored as a whole (as
-    /// the specification requires); the caller logs it once at start-up.
-    pub ignored: Option<ResourceAttributesError>,
-}
-
-/// `OTEL_RESOURCE_ATTRIBUTES` could not be parsed. The whole variable is then ignored.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ResourceAttributesError {
-    /// An entry without `=`.
-    #[error(
-        "OTEL_RESOURCE_ATTRIBUTES entry {index} ({entry:?}) has no '=': the variable must be \
-         comma-separated key=value pairs, e.g. 'deployment.environment.name=prod,team=ml'; \
-         the whole variable was ignored"
-    )]
-    MissingEquals { index: usize, entry: String },
-    /// An entry whose key is empty (`=value`).
-    #[error(
-        "OTEL_RESOURCE_ATTRIBUTES entry {index} ({entry:?}) has an empty key: write key=value; \
-         the whole variable was ignored"
-    )]
-    EmptyKey { index: usize, entry: String },
-    /// A `%` not followed by two hex digits, or an escape that decodes to invalid UTF-8.
-    #[error(
-        "OTEL_RESOURCE_ATTRIBUTES entry {index} (key {key:?}) has an invalid percent-encoding: \
-         write a literal '%' as %25, ',' as %2C and '=' as %3D, and encode non-ASCII as UTF-8 \
-         bytes; the whole variable was ignored"
-    )]
-    BadPercentEncoding { index: usize, key: String },
-}
-
 impl NodeIdentity {
-    /// Resolves the node identity from the environment, as the OpenTelemetry specification
-    /// orders it:
-    ///
-    /// 1. `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
-    ///    `OTEL_RESOURCE_ATTRIBUTES`, else `gpulse`.
-    /// 2. `host.name`, `service.instance.id`, `service.version`, `k8s.node.name`: a value in
-    ///    `OTEL_RESOURCE_ATTRIBUTES` (the user's explicit word) wins over the detected one passed
-    ///    in here.
-    /// 3. Every other `OTEL_RESOURCE_ATTRIBUTES` entry is kept, in order, later duplicates
-    ///    winning.
-    ///
-    /// An empty variable counts as unset. A malformed `OTEL_RESOURCE_ATTRIBUTES` is ignored as a
-    /// whole and reported in `ResolvedIdentity::ignored`.
-    pub fn from_env(
-        lookup: impl Fn(&str) -> Option<String>,
+    /// The node identity from the resolved configuration (`service_name` and the
+    /// `OTEL_RESOURCE_ATTRIBUTES` pairs, already merged with the config file by `config`) and what
+    /// gpulse detected. A `host.name`, `service.instance.id`, `service.version` or
+    /// `k8s.node.name` among the attributes is the user's explicit word and wins over the
+    /// detected value; every other attribute is kept, in order, later duplicates winning.
+    pub fn resolve(
+        service_name: String,
+        resource_attributes: &[(String, String)],
         host_name: String,
         service_instance_id: String,
         k8s_node_name: Option<String>,
-    ) -> ResolvedIdentity {
-        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let (from_attributes, ignored) = match non_empty(ENV_RESOURCE_ATTRIBUTES) {
-            Some(raw) => match parse_resource_attributes(&raw) {
-                Ok(parsed) => (parsed, None),
-                Err(e) => (Vec::new(), Some(e)),
-            },
-            None => (Vec::new(), None),
-        };
-
+    ) -> NodeIdentity {
         let mut identity = NodeIdentity {
             host_name,
-            service_name: DEFAULT_SERVICE_NAME.to_string(),
+            service_name,
             service_instance_id,
             service_version: GPULSE_VERSION.to_string(),
-            extra_attributes: Vec::with_capacity(from_attributes.len() + 1),
+            extra_attributes: Vec::with_capacity(resource_attributes.len() + 1),
         };
         let mut node_name = k8s_node_name;
-        for (key, value) in from_attributes {
+        for (key, value) in resource_attributes {
+            let value = value.clone();
             match key.as_str() {
-                "service.name" => identity.service_name = value,
+                // `config` resolved it into `service_name` already, with its precedence.
+                "service.name" => {}
                 "host.name" => identity.host_name = value,
                 "service.instance.id" => identity.service_instance_id = value,
                 "service.version" => identity.service_version = value,
                 "k8s.node.name" => node_name = Some(value),
-                _ => upsert_pair(&mut identity.extra_attributes, key, value),
+                _ => upsert_pair(&mut identity.extra_attributes, key.clone(), value),
             }
-        }
-        if let Some(name) = non_empty(ENV_SERVICE_NAME) {
-            identity.service_name = name.trim().to_string();
         }
         if let Some(name) = node_name {
             upsert_pair(
@@ -129,7 +71,7 @@ impl NodeIdentity {
                 name,
             );
         }
-        ResolvedIdentity { identity, ignored }
+        identity
     }
 
     /// `k8s.node.name` when known (kept among the extra attributes).
@@ -146,63 +88,6 @@ fn upsert_pair(pairs: &mut Vec<(String, String)>, key: String, value: String) {
         Some(slot) => slot.1 = value,
         None => pairs.push((key, value)),
     }
-}
-
-/// Parses an `OTEL_RESOURCE_ATTRIBUTES` value: comma-separated `key=value` pairs, surrounding
-/// whitespace trimmed, values percent-decoded (W3C Baggage octets). Empty entries (a trailing
-/// comma) are skipped; a later duplicate key replaces the earlier value in place.
-pub fn parse_resource_attributes(
-    raw: &str,
-) -> Result<Vec<(String, String)>, ResourceAttributesError> {
-    let mut pairs = Vec::new();
-    for (index, entry) in raw.split(',').enumerate() {
-        let entry = entry.trim();
-        if entry.is_empty() {
-            continue;
-        }
-        let Some((key, value)) = entry.split_once('=') else {
-            return Err(ResourceAttributesError::MissingEquals {
-                index,
-                entry: entry.to_string(),
-            });
-        };
-        let key = key.trim();
-        if key.is_empty() {
-            return Err(ResourceAttributesError::EmptyKey {
-                index,
-                entry: entry.to_string(),
-            });
-        }
-        let value = percent_decode(value.trim()).ok_or_else(|| {
-            ResourceAttributesError::BadPercentEncoding {
-                index,
-                key: key.to_string(),
-            }
-        })?;
-        upsert_pair(&mut pairs, key.to_string(), value);
-    }
-    Ok(pairs)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    if !s.contains('%') {
-        return Some(s.to_string());
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// A string attribute.
@@ -357,16 +242,10 @@ mod tests {
 
     use super::*;
 
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = vars
-            .iter()
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name: &str| map.get(name).cloned()
-    }
-
-    fn resolve(vars: &[(&str, &str)]) -> ResolvedIdentity {
-        NodeIdentity::from_env(env(vars), "node-a".into(), "inst-1".into(), None)
+            .collect()
     }
 
     fn attr<'a>(resource: &'a Resource, key: &str) -> Option<&'a any_value::Value> {
@@ -386,57 +265,22 @@ mod tests {
     }
 
     #[test]
-    fn service_name_precedence_follows_the_specification() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[], "gpulse"),
-            (
-                &[("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs")],
-                "from-attrs",
-            ),
-            (&[("OTEL_SERVICE_NAME", "from-env")], "from-env"),
-            (
-                &[
-                    ("OTEL_SERVICE_NAME", "from-env"),
-                    ("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs"),
-                ],
-                "from-env",
-            ),
-            // Empty means unset.
-            (
-                &[
-                    ("OTEL_SERVICE_NAME", ""),
-                    ("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs"),
-                ],
-                "from-attrs",
-            ),
-            (&[("OTEL_SERVICE_NAME", "  ")], "gpulse"),
-        ];
-        for (vars, want) in cases {
-            let got = resolve(vars);
-            assert_eq!(got.identity.service_name, *want, "env {vars:?}");
-            assert!(
-                got.identity
-                    .extra_attributes
-                    .iter()
-                    .all(|(k, _)| k != "service.name"),
-                "service.name must not stay among the extras: {vars:?}"
-            );
-        }
-    }
-
-    #[test]
     fn resource_attributes_override_detected_identity_fields() {
-        let got = NodeIdentity::from_env(
-            env(&[(
-                "OTEL_RESOURCE_ATTRIBUTES",
-                "host.name=override,service.instance.id=i-9,service.version=7,k8s.node.name=n2,team=ml",
-            )]),
+        let id = NodeIdentity::resolve(
+            "svc".into(),
+            &pairs(&[
+                ("host.name", "override"),
+                ("service.instance.id", "i-9"),
+                ("service.version", "7"),
+                ("k8s.node.name", "n2"),
+                ("team", "ml"),
+                ("service.name", "resolved-by-config-already"),
+            ]),
             "detected".into(),
             "inst-1".into(),
             Some("n1".into()),
         );
-        assert_eq!(got.ignored, None);
-        let id = got.identity;
+        assert_eq!(id.service_name, "svc");
         assert_eq!(id.host_name, "override");
         assert_eq!(id.service_instance_id, "i-9");
         assert_eq!(id.service_version, "7");
@@ -452,77 +296,9 @@ mod tests {
 
     #[test]
     fn detected_k8s_node_name_is_kept_when_not_overridden() {
-        let got = NodeIdentity::from_env(env(&[]), "h".into(), "i".into(), Some("n1".into()));
-        assert_eq!(got.identity.k8s_node_name(), Some("n1"));
-        assert_eq!(got.identity.service_version, GPULSE_VERSION);
-    }
-
-    #[test]
-    fn malformed_resource_attributes_are_ignored_whole_and_reported() {
-        let got = resolve(&[
-            ("OTEL_SERVICE_NAME", "svc"),
-            ("OTEL_RESOURCE_ATTRIBUTES", "team=ml,oops,service.name=x"),
-        ]);
-        assert_eq!(got.identity.service_name, "svc");
-        assert!(got.identity.extra_attributes.is_empty());
-        let err = got.ignored.expect("a malformed variable must be reported");
-        assert!(matches!(
-            err,
-            ResourceAttributesError::MissingEquals { index: 1, .. }
-        ));
-        assert!(err.to_string().contains("whole variable was ignored"));
-    }
-
-    #[test]
-    fn parse_resource_attributes_table() {
-        type Want = Result<Vec<(&'static str, &'static str)>, &'static str>;
-        let cases: &[(&str, Want)] = &[
-            ("", Ok(vec![])),
-            ("a=1", Ok(vec![("a", "1")])),
-            (" a = 1 , b=2,", Ok(vec![("a", "1"), ("b", "2")])),
-            ("a=1,a=2", Ok(vec![("a", "2")])),
-            ("a=x%2Cy%3Dz%25", Ok(vec![("a", "x,y=z%")])),
-            ("a=caf%C3%A9", Ok(vec![("a", "café")])),
-            ("a=b=c", Ok(vec![("a", "b=c")])),
-            ("a=", Ok(vec![("a", "")])),
-            ("novalue", Err("MissingEquals")),
-            ("=v", Err("EmptyKey")),
-            ("a=%zz", Err("BadPercentEncoding")),
-            ("a=%4", Err("BadPercentEncoding")),
-            ("a=%FF", Err("BadPercentEncoding")),
-        ];
-        for (raw, want) in cases {
-            let got = parse_resource_attributes(raw);
-            match (want, got) {
-                (Ok(want), Ok(got)) => {
-                    let got: Vec<(&str, &str)> =
-                        got.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                    assert_eq!(&got, want, "input {raw:?}");
-                }
-                (Err(variant), Err(e)) => {
-                    assert!(
-                        format!("{e:?}").starts_with(variant),
-                        "input {raw:?}: {e:?}"
-                    )
-                }
-                (want, got) => panic!("input {raw:?}: want {want:?}, got {got:?}"),
-            }
-        }
-    }
-
-    fn node() -> NodeIdentity {
-        NodeIdentity {
-            host_name: "node-a".into(),
-            service_name: "gpulse".into(),
-            service_instance_id: "inst-1".into(),
-            service_version: "0.1.0".into(),
-            extra_attributes: vec![
-                ("service.name".into(), "must-not-win".into()),
-                ("host.name".into(), "must-not-win".into()),
-                ("deployment.environment.name".into(), "prod".into()),
-                ("k8s.node.name".into(), "kn-1".into()),
-            ],
-        }
+        let id = NodeIdentity::resolve("s".into(), &[], "h".into(), "i".into(), Some("n1".into()));
+        assert_eq!(id.k8s_node_name(), Some("n1"));
+        assert_eq!(id.service_version, GPULSE_VERSION);
     }
 
     #[test]
@@ -540,6 +316,21 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(keys.len(), unique.len(), "duplicate keys in {keys:?}");
+    }
+
+    fn node() -> NodeIdentity {
+        NodeIdentity {
+            host_name: "node-a".into(),
+            service_name: "gpulse".into(),
+            service_instance_id: "inst-1".into(),
+            service_version: "0.1.0".into(),
+            extra_attributes: vec![
+                ("service.name".into(), "must-not-win".into()),
+                ("host.name".into(), "must-not-win".into()),
+                ("deployment.environment.name".into(), "prod".into()),
+                ("k8s.node.name".into(), "kn-1".into()),
+            ],
+        }
     }
 
     fn workload() -> Workload {

@@ -419,33 +419,17 @@ fn gauge_of(values: &[f64]) -> Option<Gauge> {
 /// The node resource: the resolved service name and resource attributes, this host's name, a
 /// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
 fn node_identity(config: &Config) -> NodeIdentity {
-    let host_name = host_name();
-    let mut extra_attributes = config.resource_attributes.clone();
-    let mut host = host_name;
-    let mut instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    extra_attributes.retain(|(k, v)| match k.as_str() {
-        "host.name" => {
-            host.clone_from(v);
-            false
-        }
-        "service.instance.id" => {
-            instance.clone_from(v);
-            false
-        }
-        _ => true,
-    });
-    if let Ok(node) = std::env::var("K8S_NODE_NAME") {
-        if !node.is_empty() && !extra_attributes.iter().any(|(k, _)| k == "k8s.node.name") {
-            extra_attributes.push(("k8s.node.name".into(), node));
-        }
-    }
-    NodeIdentity {
-        host_name: host,
-        service_name: config.service_name.clone(),
-        service_instance_id: instance,
-        service_version: env!("CARGO_PKG_VERSION").to_string(),
-        extra_attributes,
-    }
+    let instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let k8s_node_name = std::env::var("K8S_NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty());
+    NodeIdentity::resolve(
+        config.service_name.clone(),
+        &config.resource_attributes,
+        host_name(),
+        instance,
+        k8s_node_name,
+    )
 }
 
 /// This machine's host name, as an SDK's host detector reports it (`gethostname`).
