@@ -238,7 +238,6 @@ pub fn gpulse_scope() -> InstrumentationScope {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
