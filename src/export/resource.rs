@@ -238,7 +238,6 @@ pub fn gpulse_scope() -> InstrumentationScope {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
