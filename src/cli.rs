@@ -169,6 +169,23 @@ pub struct RunArgs {
     /// [env: GPULSE_SERVICE_NAME, else OTEL_SERVICE_NAME] [file: service_name] [default: gpulse]
     #[arg(long, value_name = "NAME")]
     pub service_name: Option<String>,
+
+    /// Accept OTLP/gRPC traces, metrics and logs from local applications here and forward them
+    /// upstream, spans enriched with their process's GPU usage: PORT, :PORT (both 127.0.0.1)
+    /// or IP:PORT, e.g. 4317. [env: GPULSE_OTLP_RECEIVER_GRPC] [file: otlp_receiver.grpc]
+    /// [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub otlp_receiver_grpc: Option<String>,
+
+    /// The same for OTLP/HTTP (protobuf) on /v1/traces, /v1/metrics and /v1/logs, e.g. 4318.
+    /// [env: GPULSE_OTLP_RECEIVER_HTTP] [file: otlp_receiver.http] [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub otlp_receiver_http: Option<String>,
+
+    /// How far back per-process GPU samples are kept for enriching received spans, e.g. 10m.
+    /// [env: GPULSE_ENRICH_HISTORY] [file: otlp_receiver.enrich_history] [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub enrich_history: Option<String>,
 }
 
 /// One `--otlp-header KEY=VALUE`. The value is taken literally (no percent-decoding: that is the

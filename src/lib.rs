@@ -11,5 +11,6 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod diagnosis;
+pub mod enrich;
 pub mod export;
 pub mod sampling;

@@ -61,7 +61,7 @@ fn err(args: &[&str], env: &Env, file: Option<&LoadedFile>) -> String {
 
 fn otlp(config: &Config) -> (&SignalEndpoint, &SignalEndpoint) {
     match &config.exporter {
-        ExporterKind::Otlp { metrics, logs } => (metrics, logs),
+        ExporterKind::Otlp { metrics, logs, .. } => (metrics, logs),
         other => panic!("expected OTLP, got {other:?}"),
     }
 }
@@ -844,7 +844,7 @@ fn resource_attributes_and_service_name() {
     );
     assert_eq!(c.warnings.len(), 1);
     assert!(
-        c.warnings[0].contains("OTEL_RESOURCE_ATTRIBUTES: entry 2"),
+        c.warnings[0].contains("OTEL_RESOURCE_ATTRIBUTES entry 2 has no '='"),
         "{}",
         c.warnings[0]
     );

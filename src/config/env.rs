@@ -57,6 +57,12 @@ pub const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
 pub const QUEUE_MAX_BYTES: &str = "GPULSE_QUEUE_MAX_BYTES";
 /// `--queue-max-age`, a duration.
 pub const QUEUE_MAX_AGE: &str = "GPULSE_QUEUE_MAX_AGE";
+/// `--otlp-receiver-grpc`: the local OTLP/gRPC receiver's address.
+pub const OTLP_RECEIVER_GRPC: &str = "GPULSE_OTLP_RECEIVER_GRPC";
+/// `--otlp-receiver-http`: the local OTLP/HTTP receiver's address.
+pub const OTLP_RECEIVER_HTTP: &str = "GPULSE_OTLP_RECEIVER_HTTP";
+/// `--enrich-history`, a duration.
+pub const ENRICH_HISTORY: &str = "GPULSE_ENRICH_HISTORY";
 /// `--service-name`. Wins over [`OTEL_SERVICE_NAME`].
 pub const SERVICE_NAME: &str = "GPULSE_SERVICE_NAME";
 /// The OTel `service.name` of gpulse itself (the node resource).

@@ -1,4 +1,4 @@
-//! Resolving the OTLP exporter settings of each signal (metrics, logs) as the OpenTelemetry
+//! Resolving the OTLP exporter settings of each signal (metrics, logs, forwarded traces) as the OpenTelemetry
 //! specification's "OTLP Exporter Configuration" says, inside gpulse's one precedence:
 //!
 //! 1. the `--otlp-*` flag (applies to both signals),
@@ -37,6 +37,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Signal {
     Metrics,
     Logs,
+    /// Where the spans received by `--otlp-receiver-*` are forwarded.
+    Traces,
 }
 
 impl Signal {
@@ -44,6 +46,7 @@ impl Signal {
         match self {
             Signal::Metrics => "METRICS",
             Signal::Logs => "LOGS",
+            Signal::Traces => "TRACES",
         }
     }
 
@@ -51,6 +54,7 @@ impl Signal {
         match self {
             Signal::Metrics => "metrics",
             Signal::Logs => "logs",
+            Signal::Traces => "traces",
         }
     }
 
@@ -59,6 +63,7 @@ impl Signal {
         match self {
             Signal::Metrics => "v1/metrics",
             Signal::Logs => "v1/logs",
+            Signal::Traces => "v1/traces",
         }
     }
 }
@@ -93,13 +98,14 @@ pub(crate) fn resolve_otlp(
         for (signal, table) in [
             ("metrics", &file.config.otlp.metrics),
             ("logs", &file.config.otlp.logs),
+            ("traces", &file.config.otlp.traces),
         ] {
             if let Some(table) = table {
-                if table.metrics.is_some() || table.logs.is_some() {
+                if table.metrics.is_some() || table.logs.is_some() || table.traces.is_some() {
                     return Err(ConfigError::Invalid {
                         setting: format!("[otlp.{signal}] in {}", file.path.display()),
-                        reason: "holds another signal table; [otlp.metrics] and [otlp.logs] go \
-                                 directly under [otlp]"
+                        reason: "holds another signal table; [otlp.metrics], [otlp.logs] and \
+                                 [otlp.traces] go directly under [otlp]"
                             .into(),
                     });
                 }
@@ -109,6 +115,7 @@ pub(crate) fn resolve_otlp(
     Ok(ExporterKind::Otlp {
         metrics: resolve_signal(Signal::Metrics, run, layers)?,
         logs: resolve_signal(Signal::Logs, run, layers)?,
+        traces: resolve_signal(Signal::Traces, run, layers)?,
     })
 }
 
@@ -134,6 +141,7 @@ impl SignalLayers<'_, '_> {
                 let table = match self.signal {
                     Signal::Metrics => otlp.metrics.as_deref(),
                     Signal::Logs => otlp.logs.as_deref(),
+                    Signal::Traces => otlp.traces.as_deref(),
                 };
                 (
                     table.and_then(|t| {
@@ -182,6 +190,7 @@ impl SignalLayers<'_, '_> {
         let table = match self.signal {
             Signal::Metrics => otlp.metrics.as_deref(),
             Signal::Logs => otlp.logs.as_deref(),
+            Signal::Traces => otlp.traces.as_deref(),
         };
         let specific = table
             .and_then(|t| t.headers.as_ref())

@@ -104,6 +104,8 @@ pub struct FileConfig {
     pub queue: QueueFile,
     #[serde(default)]
     pub otlp: OtlpFile,
+    #[serde(default)]
+    pub otlp_receiver: ReceiverFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
     /// [`crate::diagnosis::Thresholds`].
     #[serde(default)]
@@ -123,6 +125,19 @@ pub struct LogFile {
     pub level: Value,
     /// `"text"` or `"json"`. Default `"text"`.
     pub format: Value,
+}
+
+/// `[otlp_receiver]`: the local OTLP endpoint applications send to (off unless an address is
+/// set), whose spans are enriched with GPU usage and forwarded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverFile {
+    /// OTLP/gRPC address: `"PORT"`, `":PORT"` (both bind 127.0.0.1) or `"IP:PORT"`.
+    pub grpc: Value,
+    /// OTLP/HTTP address, same forms.
+    pub http: Value,
+    /// How far back per-process GPU samples are kept for enrichment. Default `"10m"`.
+    pub enrich_history: Value,
 }
 
 /// `[queue]`: what is kept for retry while the backend is unreachable.
@@ -167,6 +182,9 @@ pub struct OtlpSignalFile {
     pub metrics: Option<Box<OtlpSignalFile>>,
     /// `[otlp.logs]`, only meaningful inside `[otlp]`.
     pub logs: Option<Box<OtlpSignalFile>>,
+    /// `[otlp.traces]`: where spans received by the local OTLP receiver are forwarded; only
+    /// meaningful inside `[otlp]`.
+    pub traces: Option<Box<OtlpSignalFile>>,
 }
 
 /// A parsed config file, with what is needed to point at a line in it.

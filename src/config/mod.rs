@@ -79,6 +79,10 @@ pub const DEFAULT_QUEUE_MAX_BYTES: u64 = 64 << 20;
 pub const DEFAULT_QUEUE_MAX_AGE: Duration = Duration::from_secs(300);
 pub const DEFAULT_SERVICE_NAME: &str = "gpulse";
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// How far back the span-enrichment history reaches by default (see `enrich::history`).
+pub const DEFAULT_ENRICH_HISTORY: Duration = Duration::from_secs(600);
+/// The longest history accepted: a day of 50 ms samples would be ~1.7 M frames.
+pub const MAX_ENRICH_HISTORY: Duration = Duration::from_secs(24 * 3600);
 
 /// Everything `gpulse run` needs, resolved and validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,10 +113,30 @@ pub struct Config {
     pub log: LogSettings,
     /// The diagnosis rules' thresholds (`[diagnosis]` in the file), validated.
     pub diagnosis: Thresholds,
+    /// The local OTLP receiver and span enrichment (`enrich`).
+    pub otlp_receiver: ReceiverSettings,
     /// Problems that did not stop the start and that `main` should log once logging is up (the
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
     pub warnings: Vec<String>,
+}
+
+/// The local OTLP receiver (`--otlp-receiver-grpc`, `--otlp-receiver-http`): off when both
+/// addresses are `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverSettings {
+    pub grpc: Option<SocketAddr>,
+    pub http: Option<SocketAddr>,
+    /// How far back per-process GPU samples are kept. Greater than zero, at most
+    /// [`MAX_ENRICH_HISTORY`].
+    pub history: Duration,
+}
+
+impl ReceiverSettings {
+    /// Whether any receiver is to be started.
+    pub fn enabled(&self) -> bool {
+        self.grpc.is_some() || self.http.is_some()
+    }
 }
 
 /// Bounds of the retry queue of unsent requests.
@@ -296,6 +320,7 @@ impl Config {
 
         let mut warnings = Vec::new();
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
+        let otlp_receiver = receiver_settings(run, &layers, &exporter)?;
 
         Ok(Config {
             config_file: file.map(|f| f.path.clone()),
@@ -314,6 +339,7 @@ impl Config {
             resource_attributes,
             log: common.log,
             diagnosis: common.diagnosis,
+            otlp_receiver,
             warnings,
         })
     }
@@ -536,7 +562,7 @@ fn resource(
         .unwrap_or_default();
     let mut from_env_service_name = None;
     if let Some(raw) = layers.env(env::OTEL_RESOURCE_ATTRIBUTES) {
-        match values::parse_key_value_list(&raw.text) {
+        match values::parse_resource_attributes(&raw.text) {
             Ok(list) => {
                 for (key, value) in list {
                     if key == "service.name" {
@@ -547,10 +573,8 @@ fn resource(
                 }
             }
             // The specification: discard the whole value and report the error, do not fail.
-            Err(entry) => warnings.push(format!(
-                "{}: {entry}; the whole variable is ignored, as the OpenTelemetry specification \
-                 says. Expected key=value pairs separated by commas, values percent-encoded",
-                env::OTEL_RESOURCE_ATTRIBUTES
+            Err(error) => warnings.push(format!(
+                "{error}. Expected key=value pairs separated by commas, values percent-encoded"
             )),
         }
     }
@@ -577,6 +601,118 @@ fn resource(
         None => DEFAULT_SERVICE_NAME.to_string(),
     };
     Ok((service_name, attributes.into_iter().collect()))
+}
+
+/// The local OTLP receiver's addresses and history. Refuses a receiver on the very port the
+/// exporter sends to on this host, which would forward everything to itself forever.
+fn receiver_settings(
+    run: &RunArgs,
+    layers: &Layers<'_>,
+    exporter: &ExporterKind,
+) -> Result<ReceiverSettings, ConfigError> {
+    let mut addrs = [None, None];
+    for (slot, flag, value, var, key, field) in [
+        (
+            0,
+            "--otlp-receiver-grpc",
+            run.otlp_receiver_grpc.as_deref(),
+            env::OTLP_RECEIVER_GRPC,
+            "otlp_receiver.grpc",
+            (|f| &f.otlp_receiver.grpc) as fn(&FileConfig) -> &file::Value,
+        ),
+        (
+            1,
+            "--otlp-receiver-http",
+            run.otlp_receiver_http.as_deref(),
+            env::OTLP_RECEIVER_HTTP,
+            "otlp_receiver.http",
+            |f| &f.otlp_receiver.http,
+        ),
+    ] {
+        let Some(raw) = first([
+            Layers::flag(flag, value),
+            layers.env(var),
+            layers.file(key, field),
+        ]) else {
+            continue;
+        };
+        let addr = raw.parse(parse_health_addr)?;
+        if let ExporterKind::Otlp {
+            metrics,
+            logs,
+            traces,
+        } = exporter
+        {
+            for endpoint in [metrics, logs, traces] {
+                if points_at(&endpoint.url, addr) {
+                    return Err(raw.invalid(format!(
+                        "the exporter sends to {} on this same address, so received data would \
+                         be forwarded to gpulse itself; point OTEL_EXPORTER_OTLP_ENDPOINT at \
+                         the collector, or listen on another port",
+                        endpoint.url
+                    )));
+                }
+            }
+        }
+        addrs[slot] = Some(addr);
+    }
+    let history = match first([
+        Layers::flag("--enrich-history", run.enrich_history.as_deref()),
+        layers.env(env::ENRICH_HISTORY),
+        layers.file("otlp_receiver.enrich_history", |f| {
+            &f.otlp_receiver.enrich_history
+        }),
+    ]) {
+        Some(raw) => {
+            let d = raw.parse(values::parse_duration)?;
+            if d.is_zero() || d > MAX_ENRICH_HISTORY {
+                return Err(raw.invalid(format!(
+                    "expected a duration above 0 and at most {}, e.g. 10m",
+                    values::format_duration(MAX_ENRICH_HISTORY)
+                )));
+            }
+            d
+        }
+        None => DEFAULT_ENRICH_HISTORY,
+    };
+    if addrs[0].is_some() && addrs[0] == addrs[1] {
+        return Err(ConfigError::Invalid {
+            setting: "--otlp-receiver-grpc and --otlp-receiver-http".into(),
+            reason: "both name the same address; gRPC and HTTP need a port each, e.g. 4317 and \
+                     4318"
+                .into(),
+        });
+    }
+    Ok(ReceiverSettings {
+        grpc: addrs[0],
+        http: addrs[1],
+        history,
+    })
+}
+
+/// Whether an exporter URL names `addr` on this host (a loopback or unspecified listener).
+fn points_at(url: &str, addr: SocketAddr) -> bool {
+    let Ok(uri) = url.trim().parse::<http::Uri>() else {
+        return false;
+    };
+    let default_port = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    if uri.port_u16().unwrap_or(default_port) != addr.port() {
+        return false;
+    }
+    let host = uri
+        .host()
+        .unwrap_or("")
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let local_host = host == "localhost"
+        || host
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip == addr.ip());
+    local_host && (addr.ip().is_loopback() || addr.ip().is_unspecified())
 }
 
 /// `PORT`, `:PORT` (both 127.0.0.1: a health endpoint is for the local kubelet or a sidecar, not

@@ -78,6 +78,8 @@ pub enum ExporterKind {
     Otlp {
         metrics: SignalEndpoint,
         logs: SignalEndpoint,
+        /// Spans received by the local OTLP receiver (`enrich`) are forwarded here.
+        traces: SignalEndpoint,
     },
     /// One line of OTLP JSON per request on standard output (the OTLP file-exporter format).
     Stdout,

@@ -48,6 +48,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Receiver(#[from] crate::enrich::ReceiverError),
 }
 
 /// How long the last flush may take at shutdown, at most: Kubernetes gives 30 s by default
@@ -73,7 +75,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            Some(snapshot) = pipeline.snapshots.recv() => pipeline.aggregator.add(&snapshot),
+            Some(snapshot) = pipeline.snapshots.recv() => {
+                if let Some(receivers) = &pipeline.receivers {
+                    receivers.intake.history().record(&snapshot);
+                }
+                pipeline.aggregator.add(&snapshot);
+            }
             _ = export_tick.tick() => {
                 pipeline.watch_sampler(watchdog_after);
                 pipeline.export_window();
@@ -122,6 +129,8 @@ struct Pipeline {
     own_pod: Option<OwnPod>,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
+    /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
+    receivers: Option<crate::enrich::Receivers>,
 }
 
 use crate::sampling::Snapshot;
@@ -198,6 +207,31 @@ impl Pipeline {
             ),
             None => None,
         };
+        let receivers = if config.otlp_receiver.enabled() {
+            let history = crate::enrich::HistoryHandle::new(
+                config.otlp_receiver.history,
+                config.sample_interval,
+            );
+            let intake = crate::enrich::Intake::new(
+                queue.clone(),
+                history,
+                crate::enrich::IntakeSettings {
+                    proc_root: config.proc_root.clone(),
+                    max_queue_bytes: limits.max_bytes,
+                    max_wait: config.sample_interval,
+                },
+            );
+            Some(
+                crate::enrich::Receivers::start(
+                    config.otlp_receiver.grpc,
+                    config.otlp_receiver.http,
+                    Arc::new(intake),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         let attributor = Attributor::new(AttributionSettings {
             proc_root: config.proc_root.clone(),
             include_command_line: config.include_command_line,
@@ -220,6 +254,7 @@ impl Pipeline {
             own_pod: OwnPod::from_env(),
             stall_reported: false,
             _health_server: health_server,
+            receivers,
         })
     }
 
@@ -295,6 +330,12 @@ impl Pipeline {
         pids.sort_unstable();
         pids.dedup();
         let usage = self.attributor.usage(&pids);
+        if let Some(receivers) = &self.receivers {
+            receivers
+                .intake
+                .history()
+                .note_workloads(workloads.values());
+        }
         (workloads, usage)
     }
 
@@ -369,6 +410,9 @@ impl Pipeline {
     }
 
     async fn shutdown(mut self) {
+        if let Some(receivers) = &self.receivers {
+            receivers.stop();
+        }
         if let Some(sampler) = self.sampler.take() {
             if !sampler.stop(Duration::from_secs(2)) {
                 tracing::warn!("the sampler thread is stuck in an NVML call; leaving it behind");

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::{BufMut as _, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -201,6 +202,10 @@ impl Transport for GrpcTransport {
             }
             Signal::Logs => {
                 self.export::<ExportLogsServiceResponse>(signal, request)
+                    .await
+            }
+            Signal::Traces => {
+                self.export::<ExportTraceServiceResponse>(signal, request)
                     .await
             }
         }

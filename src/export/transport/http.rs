@@ -19,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 
 use super::{
     error_chain, log_partial_success, parse_retry_after, redact_url, rpc_status_message, tls,
@@ -260,6 +261,10 @@ impl Transport for HttpTransport {
             }
             Signal::Logs => {
                 self.export::<ExportLogsServiceResponse>(signal, request)
+                    .await
+            }
+            Signal::Traces => {
+                self.export::<ExportTraceServiceResponse>(signal, request)
                     .await
             }
         }

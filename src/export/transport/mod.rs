@@ -1,6 +1,6 @@
 //! OTLP transports: how one already-encoded export request reaches a collector. This module owns
-//! the `Transport` contract (send the prost-encoded bytes of an `ExportMetricsServiceRequest` or
-//! `ExportLogsServiceRequest`, report the server's partial success, or fail with an error that
+//! the `Transport` contract (send the prost-encoded bytes of an `ExportMetricsServiceRequest`,
+//! `ExportLogsServiceRequest` or forwarded `ExportTraceServiceRequest`, report the server's partial success, or fail with an error that
 //! says whether a retry can help), the three carriers (`grpc`: tonic with a pass-through codec;
 //! `http`: OTLP/HTTP protobuf POSTs over hyper and rustls; `stdout`: one OTLP JSON line per
 //! request), and the OTLP specification's retry classification (`classify`).
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 
 use crate::config::otlp::{ExporterKind, Protocol, SignalEndpoint};
 
@@ -30,6 +31,8 @@ pub use classify::{
     classify_grpc, classify_http, parse_retry_after, retry_info_delay, rpc_status_message,
     Retryability,
 };
+// The local OTLP receiver (`enrich`) answers with these messages too.
+pub(crate) use classify::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus};
 pub use grpc::GrpcTransport;
 pub use http::HttpTransport;
 pub use stdout::{render_otlp_json, RenderFn, StdoutTransport};
@@ -39,6 +42,8 @@ pub use stdout::{render_otlp_json, RenderFn, StdoutTransport};
 pub enum Signal {
     Metrics,
     Logs,
+    /// Spans received from applications (`gpulse run --otlp-receiver-*`) and forwarded.
+    Traces,
 }
 
 impl Signal {
@@ -47,6 +52,7 @@ impl Signal {
         match self {
             Signal::Metrics => "metrics",
             Signal::Logs => "logs",
+            Signal::Traces => "traces",
         }
     }
 
@@ -55,6 +61,7 @@ impl Signal {
         match self {
             Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
             Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
         }
     }
 }
@@ -383,12 +390,13 @@ impl Transport for AnyTransport {
     }
 }
 
-/// The carriers of both signals: metrics and logs may go to different endpoints (the
-/// `_METRICS_`/`_LOGS_` variables), so each has its own.
+/// The carriers of the signals: metrics, logs and forwarded traces may go to different
+/// endpoints (the `_METRICS_`/`_LOGS_`/`_TRACES_` variables), so each has its own.
 #[derive(Debug)]
 pub struct SignalTransports {
     pub metrics: AnyTransport,
     pub logs: AnyTransport,
+    pub traces: AnyTransport,
 }
 
 impl SignalTransports {
@@ -401,16 +409,33 @@ impl SignalTransports {
     /// Outside a tokio runtime when an endpoint uses gRPC.
     pub fn from_exporter(kind: &ExporterKind) -> Result<Self, TransportBuildError> {
         Ok(match kind {
-            ExporterKind::Otlp { metrics, logs } => SignalTransports {
-                metrics: AnyTransport::for_endpoint(Signal::Metrics, metrics)?,
-                logs: AnyTransport::for_endpoint(Signal::Logs, logs)?,
-            },
+            ExporterKind::Otlp {
+                metrics,
+                logs,
+                traces,
+            } => {
+                let metrics_transport = AnyTransport::for_endpoint(Signal::Metrics, metrics)?;
+                // Forwarded spans share the metrics' gRPC connection when they go to the same
+                // place, as they usually do (one origin for all signals).
+                let traces_transport = match &metrics_transport {
+                    AnyTransport::Grpc(grpc) if traces == metrics => {
+                        AnyTransport::Grpc(grpc.clone())
+                    }
+                    _ => AnyTransport::for_endpoint(Signal::Traces, traces)?,
+                };
+                SignalTransports {
+                    metrics: metrics_transport,
+                    logs: AnyTransport::for_endpoint(Signal::Logs, logs)?,
+                    traces: traces_transport,
+                }
+            }
             ExporterKind::Stdout => {
-                // Both signals share the one stdout, so lines of the two never interleave.
+                // The signals share the one stdout, so their lines never interleave.
                 let out = StdoutTransport::stdout();
                 SignalTransports {
                     metrics: AnyTransport::Stdout(out.clone()),
-                    logs: AnyTransport::Stdout(out),
+                    logs: AnyTransport::Stdout(out.clone()),
+                    traces: AnyTransport::Stdout(out),
                 }
             }
         })
@@ -426,6 +451,7 @@ impl Transport for SignalTransports {
         match signal {
             Signal::Metrics => self.metrics.send(signal, request).await,
             Signal::Logs => self.logs.send(signal, request).await,
+            Signal::Traces => self.traces.send(signal, request).await,
         }
     }
 }
@@ -451,6 +477,17 @@ impl ExportResponse for ExportLogsServiceResponse {
         self.partial_success
             .map(|p| PartialSuccess {
                 rejected: p.rejected_log_records,
+                error_message: p.error_message,
+            })
+            .filter(|p| p.rejected != 0 || !p.error_message.is_empty())
+    }
+}
+
+impl ExportResponse for ExportTraceServiceResponse {
+    fn into_partial_success(self) -> Option<PartialSuccess> {
+        self.partial_success
+            .map(|p| PartialSuccess {
+                rejected: p.rejected_spans,
                 error_message: p.error_message,
             })
             .filter(|p| p.rejected != 0 || !p.error_message.is_empty())

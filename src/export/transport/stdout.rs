@@ -2,7 +2,8 @@
 //! Collector's file exporter, so `gpulse run --exporter stdout | otelcol --config file-receiver`
 //! or a plain `jq` works. The line is rendered by a pluggable function; the default decodes the
 //! request and renders it with the export model's OTLP/JSON writers
-//! (`metrics::to_otlp_json_line`, `logs::logs_to_otlp_json_line`), which prune proto3 defaults
+//! (`metrics::to_otlp_json_line`, `logs::logs_to_otlp_json_line`, and the same writer for
+//! forwarded traces), which prune proto3 defaults
 //! the collector's file receiver refuses.
 
 use std::io::Write;
@@ -10,11 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
 
 use super::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 use crate::export::logs::logs_to_otlp_json_line;
-use crate::export::metrics::to_otlp_json_line;
+use crate::export::metrics::{otlp_json_line, to_otlp_json_line};
 
 /// Turns an encoded request into one line of OTLP JSON (no trailing newline).
 pub type RenderFn = fn(Signal, &[u8]) -> Result<String, String>;
@@ -84,6 +86,9 @@ pub fn render_otlp_json(signal: Signal, body: &[u8]) -> Result<String, String> {
         Signal::Logs => ExportLogsServiceRequest::decode(body)
             .map(|r| logs_to_otlp_json_line(&r))
             .map_err(|e| format!("not an ExportLogsServiceRequest: {e}")),
+        Signal::Traces => ExportTraceServiceRequest::decode(body)
+            .map(|r| otlp_json_line(&r))
+            .map_err(|e| format!("not an ExportTraceServiceRequest: {e}")),
     }
 }
 
@@ -127,6 +132,35 @@ mod tests {
             value["resourceMetrics"][0]["schemaUrl"],
             "https://opentelemetry.io/schemas/1.37.0"
         );
+    }
+
+    #[tokio::test]
+    async fn forwarded_traces_render_as_otlp_json_with_hex_ids() {
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        let buffer = Buffer::default();
+        let out = StdoutTransport::with_writer(buffer.clone(), render_otlp_json);
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        trace_id: vec![0xab; 16],
+                        span_id: vec![0xcd; 8],
+                        name: "train_step".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        out.send(Signal::Traces, &EncodedRequest::from_message(&request, 1))
+            .await
+            .unwrap();
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let span = &value["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+        assert_eq!(span["name"], "train_step");
+        assert_eq!(span["traceId"], "ab".repeat(16));
     }
 
     #[tokio::test]

@@ -1,0 +1,504 @@
+//! What both receivers do with one export request, whatever carried it: check that it is OTLP
+//! protobuf, enrich its spans, and put it in gpulse's own delivery queue, so that it goes
+//! upstream over the same connection, with the same retry and bounds, as gpulse's metrics.
+//!
+//! ## Contract toward the sending application
+//! - Accepted means queued: delivery is then gpulse's business (at least once, oldest first,
+//!   the queue's age and byte bounds). A partial success upstream is logged by the queue; the
+//!   application has already been answered.
+//! - Nothing is dropped because enrichment could not be done: a span of a process gpulse does
+//!   not know, or older than the history, goes on unchanged. A request in which no span was
+//!   enriched is forwarded as the very bytes received (prost does not keep unknown fields, so
+//!   a re-encoded request could lose fields of a newer OTLP version); one with enriched spans is
+//!   re-encoded, every known field kept.
+//! - Malformed (not protobuf of the signal's request): refused with a message, never retried.
+//! - Queue full (accepting would push out queued data): refused with a retry hint
+//!   ([`RETRY_AFTER`]), so the application's SDK keeps the data and tries again, instead of gpulse
+//!   dropping older data to make room.
+//! - Shutting down: refused as unavailable, retryable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message as _;
+
+use super::history::HistoryHandle;
+use super::identity::{identify_new, match_resource, Match, ResourceKey};
+use super::peer::{resolve_peer, PeerCache};
+use super::spans::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
+use crate::export::logs::log_record_count;
+use crate::export::metrics::data_point_count;
+use crate::export::queue::QueueHandle;
+use crate::export::transport::{EncodedRequest, Signal};
+
+/// The retry hint sent with a "queue full" refusal.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The connection a request came over, for finding its sender when the resource does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Our end (the receiver's address).
+    pub local: SocketAddr,
+    /// The application's end.
+    pub remote: SocketAddr,
+}
+
+/// Why a received request was refused. The messages go back to the application's SDK, which
+/// logs them, so they say what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IntakeError {
+    /// Not protobuf of the signal's export request.
+    #[error(
+        "the body is not a valid OTLP {signal} export request in protobuf ({detail}); gpulse's \
+         receiver takes OTLP/gRPC or OTLP/HTTP with application/x-protobuf bodies"
+    )]
+    Malformed { signal: Signal, detail: String },
+    /// Taking it would push older data out of gpulse's bounded queue.
+    #[error(
+        "gpulse's export queue is full ({queued} of {max} bytes): the upstream collector is \
+         unreachable or slow. Retry after {}s; raise --queue-max-bytes to buffer more",
+        retry_after.as_secs()
+    )]
+    QueueFull {
+        queued: usize,
+        max: usize,
+        retry_after: Duration,
+    },
+    /// gpulse is stopping.
+    #[error("gpulse is shutting down and no longer accepts data; retry against its replacement")]
+    ShuttingDown,
+}
+
+/// What was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// Spans, data points or log records.
+    pub items: u64,
+    /// Spans given GPU attributes.
+    pub enriched: u64,
+}
+
+/// Counters of what the receivers took and refused.
+#[derive(Debug, Default)]
+pub struct IntakeStats {
+    pub requests: AtomicU64,
+    pub spans: AtomicU64,
+    pub enriched_spans: AtomicU64,
+    pub refused_malformed: AtomicU64,
+    pub refused_full: AtomicU64,
+}
+
+/// Settings of the intake.
+#[derive(Debug, Clone)]
+pub struct IntakeSettings {
+    /// Where `<pid>/status`, `net/tcp` and `<pid>/fd` are read.
+    pub proc_root: PathBuf,
+    /// The queue's byte bound, to refuse rather than evict.
+    pub max_queue_bytes: usize,
+    /// How long a span ending after the newest sample waits for the next one: one sample
+    /// interval.
+    pub max_wait: Duration,
+}
+
+/// The shared request handler of the gRPC and HTTP receivers.
+#[derive(Debug)]
+pub struct Intake {
+    queue: QueueHandle,
+    history: HistoryHandle,
+    settings: IntakeSettings,
+    peers: PeerCache,
+    pub stats: IntakeStats,
+}
+
+impl Intake {
+    pub fn new(queue: QueueHandle, history: HistoryHandle, settings: IntakeSettings) -> Self {
+        Self {
+            queue,
+            history,
+            settings,
+            peers: PeerCache::default(),
+            stats: IntakeStats::default(),
+        }
+    }
+
+    pub fn history(&self) -> &HistoryHandle {
+        &self.history
+    }
+
+    /// Checks, enriches (traces) and queues one request body (already decompressed).
+    ///
+    /// # Errors
+    /// [`IntakeError`]: malformed, queue full, or shutting down.
+    pub async fn accept(
+        self: &Arc<Self>,
+        signal: Signal,
+        body: Bytes,
+        peer: Option<Peer>,
+    ) -> Result<Accepted, IntakeError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let malformed = |e: prost::DecodeError| {
+            self.stats.refused_malformed.fetch_add(1, Ordering::Relaxed);
+            IntakeError::Malformed {
+                signal,
+                detail: e.to_string(),
+            }
+        };
+        let (request, accepted) = match signal {
+            Signal::Metrics => {
+                let decoded =
+                    ExportMetricsServiceRequest::decode(body.clone()).map_err(malformed)?;
+                let items = data_point_count(&decoded) as u64;
+                (
+                    EncodedRequest::new(body, items),
+                    Accepted { items, enriched: 0 },
+                )
+            }
+            Signal::Logs => {
+                let decoded = ExportLogsServiceRequest::decode(body.clone()).map_err(malformed)?;
+                let items = log_record_count(&decoded) as u64;
+                (
+                    EncodedRequest::new(body, items),
+                    Accepted { items, enriched: 0 },
+                )
+            }
+            Signal::Traces => {
+                let decoded = ExportTraceServiceRequest::decode(body.clone()).map_err(malformed)?;
+                self.traces(decoded, body, peer).await
+            }
+        };
+        if accepted.items == 0 {
+            // An empty request is valid OTLP and needs no forwarding.
+            return Ok(accepted);
+        }
+        self.push(signal, request)?;
+        if signal == Signal::Traces {
+            self.stats
+                .spans
+                .fetch_add(accepted.items, Ordering::Relaxed);
+            self.stats
+                .enriched_spans
+                .fetch_add(accepted.enriched, Ordering::Relaxed);
+        }
+        Ok(accepted)
+    }
+
+    fn push(&self, signal: Signal, request: EncodedRequest) -> Result<(), IntakeError> {
+        let stats = self.queue.stats();
+        let max = self.settings.max_queue_bytes;
+        if stats.bytes.saturating_add(request.len()) > max {
+            self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Err(IntakeError::QueueFull {
+                queued: stats.bytes,
+                max,
+                retry_after: RETRY_AFTER,
+            });
+        }
+        let report = self.queue.push(signal, request);
+        if report.queued {
+            Ok(())
+        } else {
+            Err(IntakeError::ShuttingDown)
+        }
+    }
+
+    async fn traces(
+        self: &Arc<Self>,
+        mut request: ExportTraceServiceRequest,
+        body: Bytes,
+        peer: Option<Peer>,
+    ) -> (EncodedRequest, Accepted) {
+        let items = span_count(&request) as u64;
+        let unchanged = |body| {
+            (
+                EncodedRequest::new(body, items),
+                Accepted { items, enriched: 0 },
+            )
+        };
+        if items == 0 || self.history.read().is_empty() {
+            return unchanged(body);
+        }
+        let pids = self.resolve(&request, peer).await;
+        let Some(end) = latest_end(&request, &pids) else {
+            return unchanged(body);
+        };
+        if self
+            .history
+            .read()
+            .newest()
+            .is_some_and(|newest| newest < end)
+        {
+            self.history
+                .wait_for_sample(end, self.settings.max_wait)
+                .await;
+        }
+        let enriched = enrich_request(&mut request, &pids, &self.history.read());
+        if enriched == 0 {
+            return unchanged(body);
+        }
+        (
+            EncodedRequest::from_message(&request, items),
+            Accepted { items, enriched },
+        )
+    }
+
+    /// The process of each resource: from its attributes, else from the connection.
+    async fn resolve(
+        self: &Arc<Self>,
+        request: &ExportTraceServiceRequest,
+        peer: Option<Peer>,
+    ) -> ResourcePids {
+        if !self.history.read().unidentified().is_empty() {
+            let me = Arc::clone(self);
+            // Reads a few small procfs files; kept off the async worker threads.
+            let _ = tokio::task::spawn_blocking(move || {
+                identify_new(&me.history, &me.settings.proc_root);
+            })
+            .await;
+        }
+        let mut pids: ResourcePids = {
+            let history = self.history.read();
+            request
+                .resource_spans
+                .iter()
+                .map(
+                    |rs| match match_resource(&history, &ResourceKey::of(rs.resource.as_ref())) {
+                        Match::Pid(pid) => Some((pid, MatchedBy::Resource)),
+                        Match::Ambiguous | Match::None => None,
+                    },
+                )
+                .collect()
+        };
+        if let (true, Some(peer)) = (pids.iter().any(Option::is_none), peer) {
+            let me = Arc::clone(self);
+            let found = tokio::task::spawn_blocking(move || {
+                me.peers.get_or_resolve(peer.local, peer.remote, || {
+                    resolve_peer(&me.settings.proc_root, peer.local, peer.remote)
+                })
+            })
+            .await
+            .ok()
+            .flatten();
+            // One connection is one SDK, so every resource it sent that is not named otherwise
+            // is that process's.
+            if let Some(pid) = found.filter(|&pid| self.history.read().knows(pid)) {
+                for slot in pids.iter_mut().filter(|p| p.is_none()) {
+                    *slot = Some((pid, MatchedBy::Connection));
+                }
+            }
+        }
+        pids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    use super::*;
+    use crate::enrich::history::tests::{device, process, snapshot};
+    use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
+    use crate::export::transport::{SendError, SendOutcome, Transport};
+
+    struct Never;
+
+    impl Transport for Never {
+        async fn send(&self, _: Signal, _: &EncodedRequest) -> Result<SendOutcome, SendError> {
+            Ok(SendOutcome::default())
+        }
+    }
+
+    /// An intake whose queue is never drained (the sender task is not spawned), and a history
+    /// with process 42 on GPU-a from t = 100 s to 110 s.
+    fn intake(max_bytes: usize, max_wait: Duration) -> (Arc<Intake>, QueueHandle) {
+        let (queue, _sender) = DeliveryQueue::new(
+            QueueLimits {
+                max_bytes,
+                max_age: Duration::from_secs(3600),
+            },
+            BackoffPolicy::default(),
+            Never,
+        );
+        let history = HistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
+        for t in 100..=110 {
+            history.record(&snapshot(
+                t,
+                vec![device("GPU-a", 0.5, 10.0)],
+                vec![process(42, "GPU-a", 1, Some(0.5))],
+            ));
+        }
+        let intake = Intake::new(
+            queue.clone(),
+            history,
+            IntakeSettings {
+                proc_root: "/nonexistent".into(),
+                max_queue_bytes: max_bytes,
+                max_wait,
+            },
+        );
+        (Arc::new(intake), queue)
+    }
+
+    fn traces(pid: i64, start_s: u64, end_s: u64) -> Bytes {
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "process.pid".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::IntValue(pid)),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        name: "s".into(),
+                        start_time_unix_nano: start_s * 1_000_000_000,
+                        end_time_unix_nano: end_s * 1_000_000_000,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        Bytes::from(request.encode_to_vec())
+    }
+
+    #[tokio::test]
+    async fn an_unknown_process_is_forwarded_as_sent_and_a_known_one_enriched() {
+        let (intake, queue) = intake(1 << 20, Duration::ZERO);
+        let unknown_body = traces(7, 101, 103);
+        let unknown = intake
+            .accept(Signal::Traces, unknown_body.clone(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            unknown,
+            Accepted {
+                items: 1,
+                enriched: 0
+            }
+        );
+        // Not re-encoded: the queued request is the received one.
+        assert_eq!(queue.stats().bytes, unknown_body.len());
+        let known_body = traces(42, 101, 103);
+        let known = intake
+            .accept(Signal::Traces, known_body.clone(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            known,
+            Accepted {
+                items: 1,
+                enriched: 1
+            }
+        );
+        let stats = queue.stats();
+        assert_eq!(stats.depth, 2);
+        // The enriched one grew by its attributes.
+        assert!(
+            stats.bytes > unknown_body.len() + known_body.len() + 100,
+            "{stats:?}"
+        );
+        assert_eq!(intake.stats.enriched_spans.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn malformed_bodies_are_refused_and_nothing_is_queued() {
+        let (intake, queue) = intake(1 << 20, Duration::ZERO);
+        for signal in [Signal::Traces, Signal::Metrics, Signal::Logs] {
+            let err = intake
+                .accept(signal, Bytes::from_static(&[0xff, 0xff]), None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, IntakeError::Malformed { .. }), "{err}");
+            assert!(err.to_string().contains(signal.as_str()), "{err}");
+        }
+        assert_eq!(queue.stats().depth, 0);
+        // An empty request is valid and needs no forwarding.
+        let ok = intake
+            .accept(Signal::Metrics, Bytes::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(ok.items, 0);
+        assert_eq!(queue.stats().depth, 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_instead_of_evicting() {
+        let body = traces(7, 101, 103);
+        let (intake, queue) = intake(body.len() * 2 + 1, Duration::ZERO);
+        intake
+            .accept(Signal::Traces, body.clone(), None)
+            .await
+            .unwrap();
+        intake
+            .accept(Signal::Traces, body.clone(), None)
+            .await
+            .unwrap();
+        let err = intake
+            .accept(Signal::Traces, body.clone(), None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, IntakeError::QueueFull { retry_after, .. } if retry_after == RETRY_AFTER),
+            "{err}"
+        );
+        assert_eq!(queue.stats().depth, 2);
+        assert_eq!(queue.stats().dropped_overflow.requests, 0);
+    }
+
+    #[tokio::test]
+    async fn a_span_ending_after_the_newest_sample_waits_for_the_next_one() {
+        let (intake, _queue) = intake(1 << 20, Duration::from_secs(5));
+        let writer = intake.history().clone();
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            writer.record(&snapshot(
+                112,
+                vec![device("GPU-a", 0.9, 10.0)],
+                vec![process(42, "GPU-a", 1, Some(0.9))],
+            ));
+        });
+        let started = std::time::Instant::now();
+        let accepted = intake
+            .accept(Signal::Traces, traces(42, 109, 112), None)
+            .await
+            .unwrap();
+        late.await.unwrap();
+        assert_eq!(accepted.enriched, 1);
+        assert!(started.elapsed() >= Duration::from_millis(40));
+        assert!(started.elapsed() < Duration::from_secs(4));
+        // Without a next sample the wait ends after max_wait and the span still goes.
+        let (intake, _queue) = intake_with_wait(Duration::from_millis(30));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let started = std::time::Instant::now();
+        let accepted = intake
+            .accept(Signal::Traces, traces(42, 105, now + 60), None)
+            .await
+            .unwrap();
+        assert_eq!(accepted.items, 1);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    fn intake_with_wait(wait: Duration) -> (Arc<Intake>, QueueHandle) {
+        intake(1 << 20, wait)
+    }
+}
