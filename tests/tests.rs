@@ -7,5 +7,6 @@ mod diagnosis;
 mod enrich;
 mod export;
 mod kernel;
+mod reliability;
 mod run;
 mod sampling;

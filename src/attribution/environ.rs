@@ -224,4 +224,57 @@ mod tests {
             let _ = scan_environ(&bytes);
         }
     }
+
+    /// Percent-encodes everything but ASCII letters and digits, as a careful writer would.
+    fn encode_all(text: &str) -> String {
+        text.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// The two OTEL values are found wherever they are among any other entries, and no
+        /// other entry's value ever comes out.
+        #[test]
+        fn scan_environ_finds_the_two_keys_and_nothing_else(
+            others in proptest::collection::vec(("[A-Z_]{1,20}", "[^\u{0}]{0,30}"), 0..20),
+            service in "[^\u{0}]{0,30}",
+            attributes in "[^\u{0}]{0,60}",
+            at in proptest::num::usize::ANY,
+        ) {
+            let mut entries: Vec<String> = others
+                .iter()
+                .filter(|(k, _)| k != OTEL_SERVICE_NAME && k != OTEL_RESOURCE_ATTRIBUTES)
+                .map(|(k, v)| format!("{k}=SECRET{v}"))
+                .collect();
+            let n = entries.len() + 1;
+            entries.insert(at % n, format!("{OTEL_SERVICE_NAME}={service}"));
+            entries.insert((at / 3) % (n + 1), format!("{OTEL_RESOURCE_ATTRIBUTES}={attributes}"));
+            let mut environ = entries.join("\0").into_bytes();
+            environ.push(0);
+            let found = scan_environ(&environ);
+            proptest::prop_assert_eq!(found.service_name.as_deref(), Some(service.as_str()));
+            proptest::prop_assert_eq!(found.resource_attributes.as_deref(), Some(attributes.as_str()));
+        }
+
+        /// Any keys and values, percent-encoded, decode back to themselves, in order.
+        #[test]
+        fn resource_attributes_round_trip(
+            pairs in proptest::collection::vec(("\\PC{1,12}", "\\PC{0,20}"), 0..8),
+        ) {
+            let text = pairs
+                .iter()
+                .map(|(k, v)| format!("{}={}", encode_all(k), encode_all(v)))
+                .collect::<Vec<_>>()
+                .join(",");
+            let parsed = parse_resource_attributes(&text).expect("an encoded list parses");
+            proptest::prop_assert_eq!(parsed, pairs);
+        }
+    }
 }

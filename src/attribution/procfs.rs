@@ -326,4 +326,69 @@ mod tests {
             let _ = parse_cmdline(content.as_bytes());
         }
     }
+
+    proptest::proptest! {
+        /// Any `comm` (spaces, parentheses, `)` included, as the kernel allows) and any field
+        /// values come back exactly from a line shaped like the kernel's.
+        #[test]
+        fn stat_fields_round_trip(
+            comm in "[^\n]{0,15}",
+            state in proptest::sample::select(vec!['R', 'S', 'D', 'Z', 'T', 'I']),
+            ppid in 0u32..=4_194_304,
+            utime in proptest::num::u64::ANY,
+            stime in proptest::num::u64::ANY,
+            start in proptest::num::u64::ANY,
+            rss in proptest::num::u64::ANY,
+        ) {
+            let mut fields: Vec<String> = (4..=52).map(|n| format!("{n}")).collect();
+            // `fields[i]` is field i + 4.
+            fields[0] = ppid.to_string();
+            fields[10] = utime.to_string();
+            fields[11] = stime.to_string();
+            fields[18] = start.to_string();
+            fields[20] = rss.to_string();
+            let line = format!("4242 ({comm}) {state} {}\n", fields.join(" "));
+            let stat = parse_stat(&line).expect("a well-formed stat line");
+            proptest::prop_assert_eq!(stat.comm, comm);
+            proptest::prop_assert_eq!(stat.state, state);
+            proptest::prop_assert_eq!(stat.ppid, ppid);
+            proptest::prop_assert_eq!(stat.utime_ticks, utime);
+            proptest::prop_assert_eq!(stat.stime_ticks, stime);
+            proptest::prop_assert_eq!(stat.start_time_ticks, start);
+            proptest::prop_assert_eq!(stat.rss_pages, rss);
+        }
+
+        /// The fields attribution needs survive any other lines around them, in any order.
+        #[test]
+        fn status_fields_survive_unknown_lines(
+            nspid in proptest::collection::vec(1u32..=4_194_304, 1..5),
+            uid in proptest::num::u32::ANY,
+            rss_kb in 0u64..(u64::MAX / 1024),
+            noise in proptest::collection::vec("[A-Za-z_]{1,12}:[^\n]{0,40}", 0..8),
+            seed in proptest::num::u64::ANY,
+        ) {
+            let nspid_text: Vec<String> = nspid.iter().map(u32::to_string).collect();
+            let mut lines: Vec<String> = noise
+                .into_iter()
+                // The keys under test only from the lines this test writes.
+                .filter(|l| !["Name:", "NSpid:", "Uid:", "VmRSS:"].iter().any(|k| l.starts_with(k)))
+                .collect();
+            let known = [
+                "Name:\tpython3".to_string(),
+                format!("NSpid:\t{}", nspid_text.join("\t")),
+                format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}"),
+                format!("VmRSS:\t{rss_kb:>8} kB"),
+            ];
+            for (i, line) in known.into_iter().enumerate() {
+                let at = (seed as usize).wrapping_add(i * 7) % (lines.len() + 1);
+                lines.insert(at, line);
+            }
+            let status = parse_status(&lines.join("\n"));
+            proptest::prop_assert_eq!(status.name.as_deref(), Some("python3"));
+            proptest::prop_assert_eq!(status.vpid(), nspid.last().copied());
+            proptest::prop_assert_eq!(status.nspid, nspid);
+            proptest::prop_assert_eq!(status.real_uid, Some(uid));
+            proptest::prop_assert_eq!(status.vm_rss_bytes, Some(rss_kb * 1024));
+        }
+    }
 }
