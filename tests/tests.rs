@@ -6,6 +6,7 @@ mod config;
 mod diagnosis;
 mod enrich;
 mod export;
+mod findings;
 mod kernel;
 mod reliability;
 mod run;
