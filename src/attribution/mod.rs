@@ -10,6 +10,7 @@ pub mod attributor;
 pub mod cgroup;
 pub mod devicefile;
 pub mod environ;
+pub mod parents;
 pub mod podresources;
 pub mod procfs;
 pub mod usage;
@@ -23,5 +24,6 @@ pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
     DEFAULT_KUBELET_SOCKET,
 };
+pub use parents::ParentWatch;
 pub use usage::UsageTracker;
 pub use workload::{AttributionMethod, ProcessUsage, Workload};

@@ -174,7 +174,7 @@ pub static METRICS: [MetricSpec; METRIC_COUNT] = [
     spec(M::ProcessMemoryUsage, "process.memory.usage", UpDown, "By", "Resident set size of the process."),
     spec(M::HealthQueueSize, "gpulse.export.queue.size", UpDown, "{request}", "Requests waiting in the export queue."),
     spec(M::HealthQueueBytes, "gpulse.export.queue.bytes", UpDown, "By", "Encoded bytes waiting in the export queue."),
-    spec(M::HealthDropped, "gpulse.export.dropped", Counter, "{request}", "Requests dropped because the export queue was full."),
+    spec(M::HealthDropped, "gpulse.export.dropped", Counter, "{request}", "Requests dropped: oldest first at the queue bound, expired past the age bound, or refused for good by the backend."),
     spec(M::HealthDroppedPoints, "gpulse.export.data_points.dropped", Counter, "{data_point}", "Data points in the dropped requests."),
     spec(M::HealthFailures, "gpulse.export.failures", Counter, "{request}", "Failed export attempts, by reason."),
     spec(M::HealthExportDuration, "gpulse.export.duration", G, "s", "Duration of the last export attempt."),

@@ -34,11 +34,9 @@ pub async fn serve(
             };
             let sampler = Arc::clone(&sampler);
             tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let read =
-                    tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await;
-                let Ok(Ok(n)) = read else { return };
-                let request = String::from_utf8_lossy(&buf[..n]);
+                let Some(request) = read_request_head(&mut stream).await else {
+                    return;
+                };
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = respond(path, &sampler, stale_after);
                 let response = format!(
@@ -49,6 +47,25 @@ pub async fn serve(
             });
         }
     }))
+}
+
+/// Reads until the end of the request head (a probe's request can arrive in several packets),
+/// at most 4 KiB and 2 s.
+async fn read_request_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 4096 {
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut chunk))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 fn respond(path: &str, sampler: &SamplerHealth, stale_after: Duration) -> (&'static str, String) {

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::attribution::{AttributionSettings, Attributor, ProcessUsage, Workload};
+use crate::attribution::{AttributionSettings, Attributor, ParentWatch, ProcessUsage, Workload};
 use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, Diagnoser, FindingEvent};
 use crate::export::logs::{log_record_count, logs_request};
@@ -127,6 +127,8 @@ struct Pipeline {
     /// Own-pod identity from the Downward API, for naming processes of this pod without the
     /// kubelet socket.
     own_pod: Option<OwnPod>,
+    /// Whether each GPU process still has the parent it started under (orphaned holders).
+    parents: ParentWatch,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
     /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
@@ -232,6 +234,7 @@ impl Pipeline {
         } else {
             None
         };
+        warn_if_no_processes_visible(&config.proc_root);
         let attributor = Attributor::new(AttributionSettings {
             proc_root: config.proc_root.clone(),
             include_command_line: config.include_command_line,
@@ -252,6 +255,7 @@ impl Pipeline {
             health: HealthSnapshot::new(SystemTime::now()),
             window_start: SystemTime::now(),
             own_pod: OwnPod::from_env(),
+            parents: ParentWatch::new(&config.proc_root),
             stall_reported: false,
             _health_server: health_server,
             receivers,
@@ -286,9 +290,11 @@ impl Pipeline {
             None => (HashMap::new(), HashMap::new()),
         };
         let events = match &window {
-            Some(window) => self
-                .diagnoser
-                .observe(window, &workloads, &usage, &HashMap::new()),
+            Some(window) => {
+                let parent_alive = self.parents.parent_alive(&window_pids(window));
+                self.diagnoser
+                    .observe(window, &workloads, &usage, &parent_alive)
+            }
             None => Vec::new(),
         };
         self.refresh_health();
@@ -326,10 +332,7 @@ impl Pipeline {
                 own.apply(workload);
             }
         }
-        let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        let usage = self.attributor.usage(&pids);
+        let usage = self.attributor.usage(&window_pids(window));
         if let Some(receivers) = &self.receivers {
             receivers
                 .intake
@@ -367,17 +370,9 @@ impl Pipeline {
         );
     }
 
+    /// Queues a request; the queue itself logs (rate-limited) when its bound makes it drop.
     fn push(&self, signal: Signal, request: EncodedRequest) {
-        let report = self.queue.push(signal, request);
-        if report.overflow.requests > 0 {
-            tracing::warn!(
-                "the export queue is full: dropped the {} oldest request(s) ({} points). \
-                 The backend has been unreachable or slow for a while; raise --queue-max-bytes \
-                 to keep more",
-                report.overflow.requests,
-                report.overflow.points
-            );
-        }
+        self.queue.push(signal, request);
     }
 
     fn refresh_health(&mut self) {
@@ -435,6 +430,35 @@ impl Pipeline {
         self.sender.abort();
         tracing::info!("gpulse stopped");
     }
+}
+
+/// One warning at start when the procfs root shows no process at all (an empty or wrong
+/// `--proc-root`, or a sidecar without the host's PIDs): every GPU process would then be exported
+/// with its PID only, and nothing else would say why.
+fn warn_if_no_processes_visible(proc_root: &std::path::Path) {
+    let visible = std::fs::read_dir(proc_root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        })
+        .unwrap_or(false);
+    if !visible {
+        tracing::warn!(
+            "no process is visible under the proc root {}: GPU processes will be exported with \
+             their PID only (no container, pod or service name). Mount the host's /proc \
+             read-only (e.g. at /host/proc) and point --proc-root or HOST_PROC at it",
+            proc_root.display()
+        );
+    }
+}
+
+/// The distinct host PIDs of a window's GPU processes.
+fn window_pids(window: &Window) -> Vec<u32> {
+    let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 fn log_finding(event: &FindingEvent) {

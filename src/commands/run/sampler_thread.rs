@@ -33,8 +33,10 @@ pub struct SamplerHealth {
     pub session_up: AtomicBool,
     /// Durations of the samples taken since the last `take_durations`, seconds.
     durations: Mutex<Vec<f64>>,
-    /// NVML errors by kind, cumulative (copied from the session, plus session failures).
+    /// NVML call errors by kind, cumulative over every session (copied from the sessions).
     nvml_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Failed attempts to open NVML, by kind; kept apart so a session's copy cannot overwrite them.
+    open_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     started: Option<Instant>,
 }
 
@@ -53,12 +55,22 @@ impl SamplerHealth {
 
     /// NVML errors by kind since gpulse started.
     pub fn nvml_errors(&self) -> std::collections::BTreeMap<String, u64> {
-        self.nvml_errors
+        let mut total: std::collections::BTreeMap<String, u64> = self
+            .nvml_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
-            .collect()
+            .collect();
+        for (kind, count) in self
+            .open_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            *total.entry(kind.to_string()).or_insert(0) += count;
+        }
+        total
     }
 
     /// How long ago the last tick finished; `None` before the first.
@@ -90,9 +102,9 @@ impl SamplerHealth {
         }
     }
 
-    fn count_error(&self, kind: &'static str) {
+    fn count_open_error(&self, kind: &'static str) {
         *self
-            .nvml_errors
+            .open_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(kind)
@@ -131,7 +143,7 @@ impl SamplerThread {
             Ok(sampler) => Some(sampler),
             Err(e) if settings.wait_for_gpu => {
                 tracing::warn!("{e}. Waiting for the GPU (--wait-for-gpu): retrying with backoff");
-                health.count_error(e.kind());
+                health.count_open_error(e.kind());
                 None
             }
             Err(e) => return Err(e),
@@ -221,7 +233,7 @@ fn tick_loop(
                     backoff = Duration::from_secs(1);
                 }
                 Err(e) => {
-                    health.count_error(e.kind());
+                    health.count_open_error(e.kind());
                     tracing::warn!("{e}. Retrying in {}s", backoff.as_secs());
                     next_open = started + backoff;
                     backoff = (backoff * 2).min(MAX_REOPEN_BACKOFF);
