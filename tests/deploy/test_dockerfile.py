@@ -148,9 +148,16 @@ def release_builds(script: str) -> set[str]:
     """The `cargo build ... --release ...` commands a shell script runs, normalised."""
     out = set()
     for line in script.splitlines():
+        # Only lines that can hold the command: others may use `#` and quotes in ways this small
+        # parser does not follow (`${#array[@]}`).
+        if "cargo" not in line:
+            continue
         line = line.split("#", 1)[0]
         for part in re.split(r"&&|;|\|\|", line):
-            words = shlex.split(part, posix=True) if part.strip() else []
+            try:
+                words = shlex.split(part, posix=True) if part.strip() else []
+            except ValueError:
+                continue
             while words and ("=" in words[0] or words[0] in ("time", "run", "exec")):
                 words = words[1:]  # VAR=x prefixes, wrappers
             if words[:2] == ["cargo", "build"] and "--release" in words:
