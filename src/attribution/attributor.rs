@@ -128,7 +128,23 @@ pub struct Attributor {
     pods: Option<Arc<PodDirectory>>,
     refresher: Option<RefreshHandle>,
     usage: UsageTracker,
+    /// The last scan of `/proc/*/fd` for device-file holders, kept while the set of invisible
+    /// NVML PIDs stays the same: the scan reads every fd of every process, the costliest thing
+    /// attribution does, and a profile showed it dominating when host PIDs are not visible.
+    holders_scan: Option<HolderScan>,
 }
+
+/// Device-file holders found for one set of invisible NVML PIDs.
+#[derive(Debug)]
+struct HolderScan {
+    invisible: BTreeSet<u32>,
+    holders: std::collections::BTreeMap<u32, BTreeSet<u32>>,
+    at: Instant,
+}
+
+/// A holders scan is redone at least this often even when the invisible PIDs did not change, so
+/// a local process that opened the device later is still found.
+const HOLDER_SCAN_MAX_AGE: Duration = Duration::from_secs(60);
 
 impl Attributor {
     /// Builds an attributor. When a kubelet socket is configured and this is called inside a
@@ -155,6 +171,7 @@ impl Attributor {
         };
         Self {
             usage: UsageTracker::new(&settings.proc_root),
+            holders_scan: None,
             settings,
             cache: HashMap::new(),
             local_cache: HashMap::new(),
@@ -331,7 +348,21 @@ impl Attributor {
         if by_minor.is_empty() {
             return false;
         }
-        let holders = scan_device_holders(&self.settings.proc_root);
+        let invisible_set: BTreeSet<u32> = invisible.iter().copied().collect();
+        let fresh = self.holders_scan.as_ref().is_some_and(|scan| {
+            scan.invisible == invisible_set && scan.at.elapsed() < HOLDER_SCAN_MAX_AGE
+        });
+        if !fresh {
+            self.holders_scan = Some(HolderScan {
+                holders: scan_device_holders(&self.settings.proc_root),
+                invisible: invisible_set,
+                at: Instant::now(),
+            });
+        }
+        let holders = match &self.holders_scan {
+            Some(scan) => scan.holders.clone(),
+            None => return false,
+        };
         let visible: HashSet<u32> = workloads
             .iter()
             .filter(|(_, w)| w.attributed_by == AttributionMethod::HostPid)

@@ -1,0 +1,372 @@
+//! The hot-path benchmarks, shared by one bench binary per nvml-sim scenario (the simulator
+//! reads its scenario once per process, so a scenario cannot change inside one binary).
+//!
+//! Groups, each named after the scenario (`8x64`, `64x1024`):
+//! - `sample_cycle/gpulse` is `Sampler::sample`, and `sample_cycle/bare_nvml` the floor: the
+//!   same NVML calls through the same library and the same nvml-wrapper, with none of gpulse's
+//!   bookkeeping (field classification, process merge, snapshot building);
+//! - `aggregate/add` folds one snapshot into the open window, `aggregate/take_10` closes a
+//!   window of ten samples;
+//! - `attribution/warm` resolves every GPU process with a warm cache (one `stat` read per PID),
+//!   `attribution/churn` with an eighth of the PIDs new on every call (their files read in
+//!   full), against a generated procfs tree (containerd pods, `OTEL_SERVICE_NAME` in environ);
+//! - `export/build` is `metrics_request` over a ten-sample window, `export/build_encode` the
+//!   same plus the protobuf encoding the transports put on the wire (`encode_to_vec`).
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion};
+use gpulse::attribution::{AttributionSettings, Attributor, GpuProcessRef, ProcessUsage};
+use gpulse::export::metrics::{metrics_request, RequestOptions};
+use gpulse::export::resource::NodeIdentity;
+use gpulse::sampling::{Sampler, Snapshot, Window, WindowAggregator};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use prost::Message;
+
+/// Samples per export window in the aggregation and export benches (1 s export, 100 ms sampling).
+const WINDOW_SAMPLES: usize = 10;
+
+/// Runs every group against `scenario` (a file name under `nvml-sim/scenarios/`).
+pub fn run(label: &str, scenario: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Before the first NVML init of this process: the simulator reads it once.
+    std::env::set_var(
+        "NVML_SIM_SCENARIO",
+        root.join("nvml-sim/scenarios").join(scenario),
+    );
+    let lib = sim_lib(root);
+
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+
+    let mut sampler = match Sampler::open(&lib) {
+        Ok(sampler) => sampler,
+        Err(e) => panic!("benchmark needs the simulator: {e}"),
+    };
+    let first = sample(&mut sampler);
+    assert!(
+        !first.devices.is_empty() && !first.processes.is_empty(),
+        "scenario {scenario} gave {} devices and {} processes: expected both",
+        first.devices.len(),
+        first.processes.len()
+    );
+
+    let mut group = c.benchmark_group(format!("sample_cycle/{label}"));
+    group.bench_function("gpulse", |b| b.iter(|| black_box(sample(&mut sampler))));
+    let nvml = std::sync::Arc::clone(sampler.nvml());
+    let mut floor = BareLoop::default();
+    group.bench_function("bare_nvml", |b| b.iter(|| black_box(floor.cycle(&nvml))));
+    group.finish();
+
+    let snapshots: Vec<Snapshot> = (0..WINDOW_SAMPLES).map(|_| sample(&mut sampler)).collect();
+    let mut group = c.benchmark_group(format!("aggregate/{label}"));
+    let mut aggregator = WindowAggregator::new();
+    let mut next = 0usize;
+    group.bench_function("add", |b| {
+        b.iter(|| {
+            aggregator.add(&snapshots[next % WINDOW_SAMPLES]);
+            next += 1;
+            // Keep the window bounded, as the export task would.
+            if aggregator.sample_count() as usize >= WINDOW_SAMPLES {
+                black_box(aggregator.take());
+            }
+        })
+    });
+    group.bench_function("take_10", |b| {
+        b.iter_batched(
+            || {
+                let mut a = WindowAggregator::new();
+                for s in &snapshots {
+                    a.add(s);
+                }
+                a
+            },
+            |mut a| black_box(a.take()),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    let window = window_of(&snapshots);
+    let pids: Vec<u32> = {
+        let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    let tree = FakeProc::new(&pids);
+    let mut group = c.benchmark_group(format!("attribution/{label}"));
+    let mut warm = tree.attributor();
+    let refs: Vec<GpuProcessRef<'_>> = window
+        .processes
+        .iter()
+        .map(|p| GpuProcessRef {
+            pid: p.pid,
+            device_uuid: &p.device_uuid,
+            device_minor: None,
+        })
+        .collect();
+    let workloads = warm.resolve_processes(&refs);
+    assert!(
+        workloads.values().all(|w| w.container_id.is_some()),
+        "the generated procfs tree should attribute every PID to a container"
+    );
+    group.bench_function("warm", |b| {
+        b.iter(|| black_box(warm.resolve_processes(&refs)))
+    });
+    let mut churning = tree.attributor();
+    let mut round = 0usize;
+    group.bench_function("churn_1_in_8", |b| {
+        b.iter(|| {
+            round += 1;
+            black_box(churning.resolve_processes(&tree.churned(&refs, round)))
+        })
+    });
+    group.finish();
+
+    let node = NodeIdentity {
+        host_name: "gpu-node-17".into(),
+        service_name: "gpulse".into(),
+        service_instance_id: "6f1c1e0e-6b1a-4a61-9d0e-4f6f8f0a2b11".into(),
+        service_version: "0.1.0".into(),
+        extra_attributes: vec![("k8s.node.name".into(), "gpu-node-17".into())],
+    };
+    let usage: HashMap<u32, ProcessUsage> = pids
+        .iter()
+        .map(|&pid| {
+            let u = ProcessUsage {
+                cpu_utilization: Some(0.93),
+                tree_cpu_utilization: Some(3.1),
+                memory_rss_bytes: Some(12 << 30),
+            };
+            (pid, u)
+        })
+        .collect();
+    let options = RequestOptions::default();
+    let mut group = c.benchmark_group(format!("export/{label}"));
+    group.bench_function("build", |b| {
+        b.iter(|| {
+            black_box(metrics_request(
+                &window, &workloads, &usage, &node, &options,
+            ))
+        })
+    });
+    group.bench_function("build_encode", |b| {
+        b.iter(|| {
+            let request = metrics_request(&window, &workloads, &usage, &node, &options);
+            black_box(request.encode_to_vec())
+        })
+    });
+    group.finish();
+
+    c.final_summary();
+}
+
+/// The simulator built in release mode (`cargo build --release -p nvml-sim`), or
+/// `GPULSE_BENCH_NVML_LIB`.
+fn sim_lib(root: &Path) -> PathBuf {
+    if let Some(path) = std::env::var_os("GPULSE_BENCH_NVML_LIB") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let lib = target.join("release/libnvidia_ml.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: run `cargo build --release -p nvml-sim` first, or set \
+         GPULSE_BENCH_NVML_LIB to a libnvidia-ml.so.1",
+        lib.display()
+    );
+    lib
+}
+
+fn sample(sampler: &mut Sampler) -> Snapshot {
+    match sampler.sample() {
+        Ok(snapshot) => snapshot,
+        Err(e) => panic!("the simulator stopped answering: {e}"),
+    }
+}
+
+fn window_of(snapshots: &[Snapshot]) -> Window {
+    let mut aggregator = WindowAggregator::new();
+    for s in snapshots {
+        aggregator.add(s);
+    }
+    match aggregator.take() {
+        Some(window) => window,
+        None => panic!("a window of {} snapshots came out empty", snapshots.len()),
+    }
+}
+
+/// The floor: every NVML call `Sampler::sample` makes on a healthy device, in the same order,
+/// through the same nvml-wrapper handle, keeping only a checksum of the answers.
+#[derive(Default)]
+struct BareLoop {
+    seen: HashMap<u32, u64>,
+}
+
+impl BareLoop {
+    fn cycle(&mut self, nvml: &Nvml) -> u64 {
+        let mut sum = 0u64;
+        let count = nvml.device_count().unwrap_or(0);
+        for index in 0..count {
+            let Ok(d) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let ok = |r: Result<u32, NvmlError>| u64::from(r.unwrap_or(0));
+            if let Ok(u) = d.utilization_rates() {
+                sum += u64::from(u.gpu + u.memory);
+            }
+            sum += d
+                .encoder_utilization()
+                .map_or(0, |u| u64::from(u.utilization));
+            sum += d
+                .decoder_utilization()
+                .map_or(0, |u| u64::from(u.utilization));
+            sum += d.memory_info().map_or(0, |m| m.used);
+            sum += ok(d.temperature(TemperatureSensor::Gpu));
+            sum += ok(d.power_usage());
+            sum += ok(d.enforced_power_limit());
+            sum += d.total_energy_consumption().unwrap_or(0);
+            sum += ok(d.clock_info(Clock::SM));
+            sum += ok(d.clock_info(Clock::Memory));
+            sum += ok(d.clock_info(Clock::Graphics));
+            sum += ok(d.pcie_throughput(PcieUtilCounter::Send));
+            sum += ok(d.pcie_throughput(PcieUtilCounter::Receive));
+            sum += d.current_throttle_reasons().map_or(0, |r| r.bits());
+            sum += d
+                .total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+                .unwrap_or(0);
+            sum += d
+                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
+                .unwrap_or(0);
+            sum += d.performance_state().map_or(0, |p| u64::from(p.as_c()));
+            let compute = d.running_compute_processes().unwrap_or_default();
+            let graphics = d.running_graphics_processes().unwrap_or_default();
+            sum += (compute.len() + graphics.len()) as u64;
+            if !compute.is_empty() || !graphics.is_empty() {
+                let seen = self.seen.get(&index).copied();
+                if let Ok(samples) = d.process_utilization_stats(seen) {
+                    if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
+                        self.seen.insert(index, newest);
+                    }
+                    sum += samples.len() as u64;
+                }
+            }
+        }
+        sum
+    }
+}
+
+/// A procfs tree with one directory per PID: `stat`, `status`, `cgroup` (a containerd
+/// container in a Kubernetes pod, cgroup v2), `environ` and an `exe` link, as the attributor
+/// reads them. Holds twice the PIDs asked for, so churn can swap new processes in.
+struct FakeProc {
+    dir: tempfile::TempDir,
+    pids: Vec<u32>,
+    spares: Vec<u32>,
+}
+
+impl FakeProc {
+    fn new(pids: &[u32]) -> Self {
+        let dir = match tempfile::tempdir() {
+            Ok(dir) => dir,
+            Err(e) => panic!("cannot create a temporary procfs tree: {e}"),
+        };
+        let top = pids.iter().copied().max().unwrap_or(0);
+        let spares: Vec<u32> = (1..=pids.len() as u32).map(|i| top + i).collect();
+        for (i, &pid) in pids.iter().chain(&spares).enumerate() {
+            if let Err(e) = write_process(dir.path(), pid, i) {
+                panic!("cannot write the procfs tree entry of {pid}: {e}");
+            }
+        }
+        Self {
+            dir,
+            pids: pids.to_vec(),
+            spares,
+        }
+    }
+
+    fn attributor(&self) -> Attributor {
+        Attributor::new(AttributionSettings {
+            proc_root: self.dir.path().to_path_buf(),
+            include_command_line: false,
+            read_environ: true,
+            kubelet_socket: None,
+        })
+    }
+
+    /// `refs` with every eighth PID slot, shifted by `round`, replaced by a spare PID: a
+    /// different eighth each round, so the attributor sees new processes on every call.
+    fn churned<'a>(&self, refs: &[GpuProcessRef<'a>], round: usize) -> Vec<GpuProcessRef<'a>> {
+        let replace: HashMap<u32, u32> = self
+            .pids
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i + round) % 8 == 0)
+            .map(|(i, &pid)| (pid, self.spares[(i + round * 7) % self.spares.len()]))
+            .collect();
+        refs.iter()
+            .map(|r| GpuProcessRef {
+                pid: replace.get(&r.pid).copied().unwrap_or(r.pid),
+                ..*r
+            })
+            .collect()
+    }
+}
+
+fn write_process(root: &Path, pid: u32, i: usize) -> std::io::Result<()> {
+    let dir = root.join(pid.to_string());
+    std::fs::create_dir_all(&dir)?;
+    // Fields 3..=52 after "pid (comm)"; field 22 is the start time in clock ticks.
+    let mut fields = vec!["0".to_string(); 50];
+    fields[0] = "S".into();
+    fields[22 - 3] = (1_000_000 + pid as u64).to_string();
+    std::fs::write(
+        dir.join("stat"),
+        format!("{pid} (python3) {}\n", fields.join(" ")),
+    )?;
+    std::fs::write(
+        dir.join("status"),
+        format!(
+            "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\n\
+             PPid:\t1\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n\
+             NSpid:\t{pid}\t{}\nVmRSS:\t12582912 kB\n",
+            1 + i % 8
+        ),
+    )?;
+    let pod = format!("{:08x}-1c2d-4e5f-8a9b-{:012x}", i / 8, i / 8);
+    std::fs::write(
+        dir.join("cgroup"),
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/\
+             cri-containerd-{:064x}.scope\n",
+            pod.replace('-', "_"),
+            i
+        ),
+    )?;
+    std::fs::write(
+        dir.join("environ"),
+        format!(
+            "PATH=/usr/bin\0HOME=/root\0OTEL_SERVICE_NAME=trainer-{}\0\
+             OTEL_RESOURCE_ATTRIBUTES=team=ml,job.id={}\0",
+            i / 8,
+            i
+        ),
+    )?;
+    let exe = dir.join("exe");
+    if !exe.exists() {
+        std::os::unix::fs::symlink("/usr/bin/python3.11", exe)?;
+    }
+    Ok(())
+}
