@@ -198,7 +198,10 @@ fn snapshot_reports_exactly_what_the_scenario_sets() {
     assert_eq!(findings.len(), 1, "{findings:?}");
     assert_eq!(findings[0]["rule"], "throttling");
     assert!(
-        findings[0]["summary"].as_str().unwrap_or("").contains("sw_thermal_slowdown"),
+        findings[0]["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sw_thermal_slowdown"),
         "{findings:?}"
     );
 }

@@ -20,10 +20,10 @@ pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
 };
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
+pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
     DEFAULT_KUBELET_SOCKET,
 };
-pub use parents::ParentWatch;
 pub use usage::UsageTracker;
 pub use workload::{AttributionMethod, ProcessUsage, Workload};
