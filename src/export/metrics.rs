@@ -929,35 +929,7 @@ mod tests {
     }
 
     fn bare_device(index: u32) -> DeviceWindow {
-        DeviceWindow {
-            info: info(index),
-            status: DeviceStatus::Ok,
-            lost_samples: 0,
-            utilization_gpu: None,
-            utilization_memory: None,
-            utilization_encoder: None,
-            utilization_decoder: None,
-            temperature_celsius: None,
-            power_watts: None,
-            sm_clock_mhz: None,
-            memory_clock_mhz: None,
-            graphics_clock_mhz: None,
-            fan_speed: None,
-            memory_used_bytes: None,
-            memory_free_bytes: None,
-            memory_reserved_bytes: None,
-            memory_total_bytes: None,
-            power_limit_watts: None,
-            performance_state: None,
-            throttle_active_ratio: None,
-            counters_start: t(100),
-            energy_joules_total: None,
-            pcie_tx_bytes_total: None,
-            pcie_rx_bytes_total: None,
-            ecc_corrected_total: None,
-            ecc_uncorrected_total: None,
-            xid_total: 0,
-        }
+        DeviceWindow::empty(info(index), t(100))
     }
 
     fn window(devices: Vec<DeviceWindow>, processes: Vec<ProcessWindow>) -> Window {

@@ -84,6 +84,41 @@ pub struct DeviceWindow {
     pub xid_total: u64,
 }
 
+impl DeviceWindow {
+    /// A window of a device with nothing known but its identity and the counters' start.
+    pub fn empty(info: Arc<DeviceInfo>, counters_start: SystemTime) -> Self {
+        Self {
+            info,
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            utilization_gpu: None,
+            utilization_memory: None,
+            utilization_encoder: None,
+            utilization_decoder: None,
+            temperature_celsius: None,
+            power_watts: None,
+            sm_clock_mhz: None,
+            memory_clock_mhz: None,
+            graphics_clock_mhz: None,
+            fan_speed: None,
+            memory_used_bytes: None,
+            memory_free_bytes: None,
+            memory_reserved_bytes: None,
+            memory_total_bytes: None,
+            power_limit_watts: None,
+            performance_state: None,
+            throttle_active_ratio: None,
+            counters_start,
+            energy_joules_total: None,
+            pcie_tx_bytes_total: None,
+            pcie_rx_bytes_total: None,
+            ecc_corrected_total: None,
+            ecc_uncorrected_total: None,
+            xid_total: 0,
+        }
+    }
+}
+
 /// One process on one device over one window (present in at least one of its samples).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessWindow {
