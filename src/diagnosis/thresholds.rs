@@ -61,7 +61,8 @@ pub struct HistoryLimits {
     /// Summaries older than this (by window end) are dropped. Default 1 h.
     #[serde(with = "duration_serde")]
     pub max_age: Duration,
-    /// (pid, device) series kept at most; the least recently updated go first. Default 256.
+    /// (pid, device) series kept at most; beyond it the most recently started go first, so a burst
+    /// of short-lived processes cannot evict a long training job's history. Default 256.
     pub max_series: usize,
 }
 
