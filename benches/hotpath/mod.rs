@@ -10,8 +10,10 @@
 //! - `attribution/warm` resolves every GPU process with a warm cache (one `stat` read per PID),
 //!   `attribution/churn` with an eighth of the PIDs new on every call (their files read in
 //!   full), against a generated procfs tree (containerd pods, `OTEL_SERVICE_NAME` in environ);
-//! - `export/build` is `metrics_request` over a ten-sample window, `export/build_encode` the
-//!   same plus the protobuf encoding the transports put on the wire (`encode_to_vec`).
+//! - `export/build` is `metrics_batch` over a ten-sample window, `export/build_encode` the
+//!   same plus `MetricsBatch::encode`, the bytes the transports put on the wire;
+//!   `export/prost_build_encode` is the reference it replaced: the same request built as
+//!   prost messages (`metrics_request`) and encoded with `encode_to_vec`, the same bytes.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use gpulse::attribution::{AttributionSettings, Attributor, GpuProcessRef, ProcessUsage};
-use gpulse::export::metrics::{metrics_request, RequestOptions};
+use gpulse::export::metrics::{metrics_batch, metrics_request, RequestOptions};
 use gpulse::export::resource::NodeIdentity;
 use gpulse::sampling::{Sampler, Snapshot, Window, WindowAggregator};
 use nvml_wrapper::enum_wrappers::device::{
@@ -154,13 +156,15 @@ pub fn run(label: &str, scenario: &str) {
     let options = RequestOptions::default();
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {
-        b.iter(|| {
-            black_box(metrics_request(
-                &window, &workloads, &usage, &node, &options,
-            ))
-        })
+        b.iter(|| black_box(metrics_batch(&window, &workloads, &usage, &node, &options)))
     });
     group.bench_function("build_encode", |b| {
+        b.iter(|| {
+            let batch = metrics_batch(&window, &workloads, &usage, &node, &options);
+            black_box(batch.encode())
+        })
+    });
+    group.bench_function("prost_build_encode", |b| {
         b.iter(|| {
             let request = metrics_request(&window, &workloads, &usage, &node, &options);
             black_box(request.encode_to_vec())

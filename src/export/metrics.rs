@@ -1,5 +1,5 @@
-//! The OTLP metrics request: a `Window` and the workloads turned into one
-//! `ExportMetricsServiceRequest`.
+//! The OTLP metrics request: a `Window` and the workloads turned into one [`MetricsBatch`]
+//! (what the exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`.
 //!
 //! ## Contract
 //! - One `ResourceMetrics` for the node (first, always present: device metrics and gpulse's own
@@ -20,15 +20,13 @@ use std::time::SystemTime;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::metrics::v1::{
-    metric::Data, number_data_point, AggregationTemporality, Gauge as OtlpGauge, Metric,
-    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-};
+use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point, Metric};
 use serde::Serialize;
 
-use super::resource::{
-    gpulse_scope, kv_int, kv_str, node_resource, process_resource, NodeIdentity,
+use super::batch::{
+    to_metrics, AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes,
 };
+use super::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, ProcessWindow, Window};
@@ -68,7 +66,7 @@ pub struct MetricSpec {
 
 /// Index of a metric in [`METRICS`]; the builders address metrics by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MetricId {
+pub(crate) enum MetricId {
     GpuUtilization,
     GpuUtilizationMax,
     GpuUtilizationMin,
@@ -217,77 +215,32 @@ pub const THROTTLE_REASONS: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-/// Collects data points per metric for one resource; metrics are created on first use so an
-/// unused one never reaches the request.
+/// Collects the data points of one resource, in any metric order (the batch sorts them); a
+/// metric with no point never reaches the request.
 struct MetricsBuilder {
-    /// Position in `metrics` of each `MetricId`, `u16::MAX` when not created yet.
-    slots: [u16; METRIC_COUNT],
-    metrics: Vec<(MetricId, Metric)>,
-    points_hint: usize,
+    points: Vec<BatchPoint>,
 }
-
-const NO_SLOT: u16 = u16::MAX;
 
 impl MetricsBuilder {
     fn new(points_hint: usize) -> Self {
         Self {
-            slots: [NO_SLOT; METRIC_COUNT],
-            metrics: Vec::new(),
-            points_hint,
+            points: Vec::with_capacity(points_hint),
         }
     }
 
-    fn points(&mut self, id: MetricId) -> &mut Vec<NumberDataPoint> {
-        let mut slot = self.slots[id as usize];
-        if slot == NO_SLOT {
-            let spec = &METRICS[id as usize];
-            let data_points = Vec::with_capacity(self.points_hint);
-            let data = match spec.instrument {
-                Instrument::Gauge => Data::Gauge(OtlpGauge { data_points }),
-                Instrument::Counter | Instrument::UpDownCounter => Data::Sum(Sum {
-                    data_points,
-                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                    is_monotonic: spec.instrument == Instrument::Counter,
-                }),
-            };
-            let metric = Metric {
-                name: spec.name.to_string(),
-                description: spec.description.to_string(),
-                unit: spec.unit.to_string(),
-                metadata: Vec::new(),
-                data: Some(data),
-            };
-            slot = self.metrics.len() as u16;
-            self.slots[id as usize] = slot;
-            self.metrics.push((id, metric));
-        }
-        match &mut self.metrics[slot as usize].1.data {
-            Some(Data::Gauge(g)) => &mut g.data_points,
-            Some(Data::Sum(s)) => &mut s.data_points,
-            // Only the two shapes above are ever created.
-            _ => unreachable!("MetricsBuilder creates gauges and sums only"),
-        }
-    }
-
-    fn push(&mut self, id: MetricId, attributes: Vec<KeyValue>, span: Span, value: Value) {
+    fn push(&mut self, id: MetricId, attributes: PointAttributes, span: Span, value: Value) {
         let value = match value {
             Value::F64(v) if !v.is_finite() => return,
             Value::F64(v) => number_data_point::Value::AsDouble(v),
             Value::I64(v) => number_data_point::Value::AsInt(v),
         };
-        self.points(id).push(NumberDataPoint {
+        self.points.push(BatchPoint {
+            metric: id,
             attributes,
-            start_time_unix_nano: span.start,
-            time_unix_nano: span.end,
-            exemplars: Vec::new(),
-            flags: 0,
-            value: Some(value),
+            start: span.start,
+            end: span.end,
+            value,
         });
-    }
-
-    fn finish(mut self) -> Vec<Metric> {
-        self.metrics.sort_unstable_by_key(|(id, _)| *id as usize);
-        self.metrics.into_iter().map(|(_, m)| m).collect()
     }
 }
 
@@ -308,12 +261,9 @@ struct Span {
     end: u64,
 }
 
-/// Base attributes plus one more.
-fn with(base: &[KeyValue], extra: KeyValue) -> Vec<KeyValue> {
-    let mut attrs = Vec::with_capacity(base.len() + 2);
-    attrs.extend_from_slice(base);
-    attrs.push(extra);
-    attrs
+/// The shared attributes plus one more, whose value is a constant.
+fn with(base: AttributeSetId, key: &'static str, value: &'static str) -> PointAttributes {
+    PointAttributes::with(Some(base), key, ExtraValue::Static(value))
 }
 
 /// Mean, and the companions asked for, of one gauge.
@@ -331,7 +281,7 @@ const fn family(mean: MetricId, max: Option<MetricId>, min: Option<MetricId>) ->
 fn push_gauge(
     b: &mut MetricsBuilder,
     fam: Family,
-    attrs: Vec<KeyValue>,
+    attrs: PointAttributes,
     span: Span,
     g: &Gauge,
     options: &RequestOptions,
@@ -369,12 +319,13 @@ fn device_attributes(device: &DeviceWindow, driver_version: Option<&str>) -> Vec
 
 fn push_device(
     b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
     d: &DeviceWindow,
     driver_version: Option<&str>,
     gauge_span: Span,
     options: &RequestOptions,
 ) {
-    let base = device_attributes(d, driver_version);
+    let base = batch.add_attribute_set(device_attributes(d, driver_version));
     let sum_span = Span {
         start: to_nanos(d.counters_start),
         end: gauge_span.end,
@@ -391,7 +342,7 @@ fn push_device(
         ("decoder", &d.utilization_decoder),
     ] {
         if let Some(g) = gauge {
-            let attrs = with(&base, kv_str("hw.gpu.task", task));
+            let attrs = with(base, "hw.gpu.task", task);
             push_gauge(b, util, attrs, gauge_span, g, options);
         }
     }
@@ -401,7 +352,7 @@ fn push_device(
             Some(M::GpuMemoryUtilizationMax),
             Some(M::GpuMemoryUtilizationMin),
         );
-        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
     }
 
     let limit = d.memory_total_bytes.or(d.info.memory_total_bytes);
@@ -412,23 +363,33 @@ fn push_device(
         (M::GpuMemoryReserved, d.memory_reserved_bytes),
     ] {
         if let Some(bytes) = bytes {
-            b.push(id, base.clone(), sum_span, int(bytes));
+            b.push(id, PointAttributes::of(base), sum_span, int(bytes));
         }
     }
 
     if let Some(g) = &d.temperature_celsius {
         let fam = family(M::Temperature, Some(M::TemperatureMax), None);
-        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
     }
     if let Some(g) = &d.power_watts {
         let fam = family(M::Power, Some(M::PowerMax), None);
-        push_gauge(b, fam, base.clone(), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
     }
     if let Some(limit) = d.power_limit_watts {
-        b.push(M::PowerLimit, base.clone(), gauge_span, Value::F64(limit));
+        b.push(
+            M::PowerLimit,
+            PointAttributes::of(base),
+            gauge_span,
+            Value::F64(limit),
+        );
     }
     if let Some(joules) = d.energy_joules_total {
-        b.push(M::Energy, base.clone(), sum_span, Value::F64(joules));
+        b.push(
+            M::Energy,
+            PointAttributes::of(base),
+            sum_span,
+            Value::F64(joules),
+        );
     }
 
     for (clock, gauge) in [
@@ -437,12 +398,17 @@ fn push_device(
         ("graphics", &d.graphics_clock_mhz),
     ] {
         if let Some(g) = gauge {
-            let attrs = with(&base, kv_str("nvidia.gpu.clock.type", clock));
+            let attrs = with(base, "nvidia.gpu.clock.type", clock);
             b.push(M::Clock, attrs, gauge_span, Value::F64(g.mean));
         }
     }
     if let Some(g) = &d.fan_speed {
-        b.push(M::FanSpeed, base.clone(), gauge_span, Value::F64(g.mean));
+        b.push(
+            M::FanSpeed,
+            PointAttributes::of(base),
+            gauge_span,
+            Value::F64(g.mean),
+        );
     }
 
     for (direction, bytes) in [
@@ -450,7 +416,7 @@ fn push_device(
         ("receive", d.pcie_rx_bytes_total),
     ] {
         if let Some(bytes) = bytes {
-            let attrs = with(&base, kv_str("network.io.direction", direction));
+            let attrs = with(base, "network.io.direction", direction);
             b.push(M::GpuIo, attrs, sum_span, int(bytes));
         }
     }
@@ -458,15 +424,16 @@ fn push_device(
     if let Some(active) = &d.throttle_active_ratio {
         for (bit, reason) in THROTTLE_REASONS {
             let ratio = active.get(&bit).copied().unwrap_or(0.0);
-            let attrs = with(&base, kv_str("nvidia.gpu.throttle.reason", reason));
+            let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
             b.push(M::Throttle, attrs, gauge_span, Value::F64(ratio));
         }
         // A bit newer than this build's table is still worth seeing, under its number.
         for (bit, ratio) in active {
             if !THROTTLE_REASONS.iter().any(|(known, _)| known == bit) {
-                let attrs = with(
-                    &base,
-                    kv_str("nvidia.gpu.throttle.reason", format!("other_{bit:#x}")),
+                let attrs = PointAttributes::with(
+                    Some(base),
+                    "nvidia.gpu.throttle.reason",
+                    ExtraValue::Owned(format!("other_{bit:#x}").into()),
                 );
                 b.push(M::Throttle, attrs, gauge_span, Value::F64(*ratio));
             }
@@ -479,21 +446,21 @@ fn push_device(
         ("xid", Some(d.xid_total)),
     ] {
         if let Some(count) = count {
-            let attrs = with(&base, kv_str("error.type", error_type));
+            let attrs = with(base, "error.type", error_type);
             b.push(M::Errors, attrs, sum_span, int(count));
         }
     }
 
     let failed = d.status == DeviceStatus::Lost;
     for (state, value) in [("ok", !failed), ("failed", failed)] {
-        let attrs = with(&base, kv_str("hw.state", state));
+        let attrs = with(base, "hw.state", state);
         b.push(M::Status, attrs, sum_span, Value::I64(i64::from(value)));
     }
 
     if let Some(pstate) = d.performance_state {
         b.push(
             M::PerformanceState,
-            base,
+            PointAttributes::of(base),
             gauge_span,
             Value::I64(i64::from(pstate)),
         );
@@ -502,14 +469,15 @@ fn push_device(
 
 fn push_process_device(
     b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
     p: &ProcessWindow,
     gauge_span: Span,
     options: &RequestOptions,
 ) {
-    let base = [
+    let base = batch.add_attribute_set(vec![
         kv_str("hw.id", p.device_uuid.as_str()),
         kv_int("gpu.index", i64::from(p.device_index)),
-    ];
+    ]);
     if let Some(g) = &p.gpu_memory_bytes {
         let span = Span {
             start: to_nanos(p.first_seen),
@@ -521,7 +489,12 @@ fn push_process_device(
         } else {
             Value::F64(f64::NAN)
         };
-        b.push(M::ProcessGpuMemoryUsage, base.to_vec(), span, bytes);
+        b.push(
+            M::ProcessGpuMemoryUsage,
+            PointAttributes::of(base),
+            span,
+            bytes,
+        );
     }
     let util = family(
         M::ProcessGpuUtilization,
@@ -534,7 +507,7 @@ fn push_process_device(
         ("decoder", &p.decoder_utilization),
     ] {
         if let Some(g) = gauge {
-            let attrs = with(&base, kv_str("hw.gpu.task", task));
+            let attrs = with(base, "hw.gpu.task", task);
             push_gauge(b, util, attrs, gauge_span, g, options);
         }
     }
@@ -544,7 +517,7 @@ fn push_process_device(
             Some(M::ProcessGpuMemoryUtilizationMax),
             Some(M::ProcessGpuMemoryUtilizationMin),
         );
-        push_gauge(b, fam, base.to_vec(), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
     }
 }
 
@@ -557,7 +530,7 @@ fn push_process_usage(
     if let Some(ratio) = usage.cpu_utilization {
         b.push(
             M::ProcessCpuUtilization,
-            Vec::new(),
+            PointAttributes::NONE,
             gauge_span,
             Value::F64(ratio),
         );
@@ -565,7 +538,7 @@ fn push_process_usage(
     if let Some(ratio) = usage.tree_cpu_utilization {
         b.push(
             M::ProcessTreeCpuUtilization,
-            Vec::new(),
+            PointAttributes::NONE,
             gauge_span,
             Value::F64(ratio),
         );
@@ -575,53 +548,32 @@ fn push_process_usage(
             start: first_seen,
             end: gauge_span.end,
         };
-        b.push(M::ProcessMemoryUsage, Vec::new(), span, int(bytes));
+        b.push(
+            M::ProcessMemoryUsage,
+            PointAttributes::NONE,
+            span,
+            int(bytes),
+        );
     }
 }
 
-fn resource_metrics(
-    resource: opentelemetry_proto::tonic::resource::v1::Resource,
-    metrics: Vec<Metric>,
-) -> ResourceMetrics {
-    ResourceMetrics {
-        resource: Some(resource),
-        scope_metrics: vec![ScopeMetrics {
-            scope: Some(gpulse_scope()),
-            metrics,
-            schema_url: String::new(),
-        }],
-        schema_url: String::new(),
-    }
-}
-
-/// Builds the metrics request of one export window.
+/// Builds the metrics of one export window.
 ///
 /// `workloads` and `usage` are keyed by host PID; a process missing from `workloads` is
 /// exported as `Workload::unresolved` (its PID only), one missing from `usage` without CPU and
 /// RSS points. See the module documentation for the contract.
-pub fn metrics_request(
+pub fn metrics_batch(
     window: &Window,
     workloads: &HashMap<u32, Workload>,
     usage: &HashMap<u32, ProcessUsage>,
     node: &NodeIdentity,
     options: &RequestOptions,
-) -> ExportMetricsServiceRequest {
+) -> MetricsBatch {
     let gauge_span = Span {
         start: to_nanos(window.start),
         end: to_nanos(window.end),
     };
     let driver_version = window.driver_version.as_deref();
-
-    let mut node_builder = MetricsBuilder::new(window.devices.len() * 3);
-    for device in &window.devices {
-        push_device(
-            &mut node_builder,
-            device,
-            driver_version,
-            gauge_span,
-            options,
-        );
-    }
 
     // Group the (pid, device) rows by pid; BTreeMap so resources come out in a stable order.
     let mut by_pid: BTreeMap<u32, Vec<&ProcessWindow>> = BTreeMap::new();
@@ -630,13 +582,25 @@ pub fn metrics_request(
             by_pid.entry(p.pid).or_default().push(p);
         }
     }
+    let mut batch = MetricsBatch::with_capacity(1 + by_pid.len());
 
-    let mut resources = Vec::with_capacity(1 + by_pid.len());
-    resources.push(resource_metrics(node_resource(node), node_builder.finish()));
+    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48);
+    for device in &window.devices {
+        push_device(
+            &mut node_builder,
+            &mut batch,
+            device,
+            driver_version,
+            gauge_span,
+            options,
+        );
+    }
+    batch.push_resource(node_resource(node), node_builder.points);
+
     for (pid, rows) in by_pid {
-        let mut b = MetricsBuilder::new(rows.len() * 3);
+        let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
         for p in &rows {
-            push_process_device(&mut b, p, gauge_span, options);
+            push_process_device(&mut b, &mut batch, p, gauge_span, options);
         }
         if let Some(u) = usage.get(&pid) {
             let first_seen = rows
@@ -650,11 +614,20 @@ pub fn metrics_request(
             Some(w) => process_resource(w, node),
             None => process_resource(&Workload::unresolved(pid), node),
         };
-        resources.push(resource_metrics(resource, b.finish()));
+        batch.push_resource(resource, b.points);
     }
-    ExportMetricsServiceRequest {
-        resource_metrics: resources,
-    }
+    batch
+}
+
+/// [`metrics_batch`] as a prost request: the reference form tests read.
+pub fn metrics_request(
+    window: &Window,
+    workloads: &HashMap<u32, Workload>,
+    usage: &HashMap<u32, ProcessUsage>,
+    node: &NodeIdentity,
+    options: &RequestOptions,
+) -> ExportMetricsServiceRequest {
+    metrics_batch(window, workloads, usage, node, options).into_request()
 }
 
 /// gpulse's own health, exported as `gpulse.*` metrics on the node resource.
@@ -710,6 +683,17 @@ pub fn health_metrics(
     at: SystemTime,
     options: &RequestOptions,
 ) -> Vec<Metric> {
+    let mut points = health_points(health, window_start, at, options);
+    points.sort_by_key(|p| p.metric as usize);
+    to_metrics(&points, &[])
+}
+
+fn health_points(
+    health: &HealthSnapshot,
+    window_start: SystemTime,
+    at: SystemTime,
+    options: &RequestOptions,
+) -> Vec<BatchPoint> {
     let end = to_nanos(at);
     let gauge_span = Span {
         start: to_nanos(window_start),
@@ -722,36 +706,40 @@ pub fn health_metrics(
     let mut b = MetricsBuilder::new(1);
     b.push(
         M::HealthQueueSize,
-        Vec::new(),
+        PointAttributes::NONE,
         sum_span,
         int(health.queue_requests),
     );
     b.push(
         M::HealthQueueBytes,
-        Vec::new(),
+        PointAttributes::NONE,
         sum_span,
         int(health.queue_bytes),
     );
     b.push(
         M::HealthDropped,
-        Vec::new(),
+        PointAttributes::NONE,
         sum_span,
         int(health.dropped_requests_total),
     );
     b.push(
         M::HealthDroppedPoints,
-        Vec::new(),
+        PointAttributes::NONE,
         sum_span,
         int(health.dropped_points_total),
     );
     for (reason, count) in &health.export_failures_total {
-        let attrs = vec![kv_str("error.type", reason.as_str())];
+        let attrs = PointAttributes::with(
+            None,
+            "error.type",
+            ExtraValue::Owned(reason.as_str().into()),
+        );
         b.push(M::HealthFailures, attrs, sum_span, int(*count));
     }
     if let Some(seconds) = health.export_duration_last_seconds {
         b.push(
             M::HealthExportDuration,
-            Vec::new(),
+            PointAttributes::NONE,
             gauge_span,
             Value::F64(seconds),
         );
@@ -762,50 +750,46 @@ pub fn health_metrics(
             Some(M::HealthSampleDurationMax),
             None,
         );
-        push_gauge(&mut b, fam, Vec::new(), gauge_span, g, options);
+        push_gauge(&mut b, fam, PointAttributes::NONE, gauge_span, g, options);
     }
     for (kind, count) in &health.nvml_errors_total {
-        let attrs = vec![kv_str("error.type", kind.as_str())];
+        let attrs =
+            PointAttributes::with(None, "error.type", ExtraValue::Owned(kind.as_str().into()));
         b.push(M::HealthNvmlErrors, attrs, sum_span, int(*count));
     }
     b.push(
         M::HealthStalled,
-        Vec::new(),
+        PointAttributes::NONE,
         sum_span,
         int(health.stalled_ticks_total),
     );
     for (rule, count) in &health.findings_active {
-        let attrs = vec![kv_str("gpulse.diagnosis.rule", rule.as_str())];
+        let attrs = PointAttributes::with(
+            None,
+            "gpulse.diagnosis.rule",
+            ExtraValue::Owned(rule.as_str().into()),
+        );
         b.push(M::HealthDiagnosisActive, attrs, sum_span, int(*count));
     }
-    b.finish()
+    b.points
 }
 
-/// Appends the health metrics to the node resource of `request` (the first resource, as
-/// `metrics_request` builds it). A request with no resource at all gets the node resource
-/// first, so the health of a node without GPUs is still exported.
+/// Appends the health metrics to the node resource of `batch` (the first resource, as
+/// `metrics_batch` builds it). A batch with no resource at all gets the node resource first, so
+/// the health of a node without GPUs is still exported.
 pub fn append_health(
-    request: &mut ExportMetricsServiceRequest,
+    batch: &mut MetricsBatch,
     node: &NodeIdentity,
     health: &HealthSnapshot,
     window_start: SystemTime,
     at: SystemTime,
     options: &RequestOptions,
 ) {
-    let metrics = health_metrics(health, window_start, at, options);
-    if request.resource_metrics.is_empty() {
-        request
-            .resource_metrics
-            .push(resource_metrics(node_resource(node), Vec::new()));
-    }
-    let node_rm = &mut request.resource_metrics[0];
-    match node_rm.scope_metrics.first_mut() {
-        Some(scope) => scope.metrics.extend(metrics),
-        None => node_rm.scope_metrics.push(ScopeMetrics {
-            scope: Some(gpulse_scope()),
-            metrics,
-            schema_url: String::new(),
-        }),
+    let points = health_points(health, window_start, at, options);
+    if batch.is_empty() {
+        batch.push_resource(node_resource(node), points);
+    } else {
+        batch.extend_first(points);
     }
 }
 
@@ -893,6 +877,9 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use opentelemetry_proto::tonic::common::v1::any_value;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, NumberDataPoint, ResourceMetrics,
+    };
 
     use super::*;
     use crate::attribution::AttributionMethod;
@@ -1332,15 +1319,22 @@ mod tests {
         h.export_failures_total.insert("timeout".into(), 4);
         h.sample_duration = Some(g(0.01, 0.005, 0.2, 0.01));
         h.findings_active.insert("throttling".into(), 1);
-        let mut req = build(&window(Vec::new(), Vec::new()));
+        let mut batch = metrics_batch(
+            &window(Vec::new(), Vec::new()),
+            &HashMap::new(),
+            &HashMap::new(),
+            &node(),
+            &RequestOptions::default(),
+        );
         append_health(
-            &mut req,
+            &mut batch,
             &node(),
             &h,
             t(1000),
             t(1010),
             &RequestOptions::default(),
         );
+        let req = batch.into_request();
         let rm = &req.resource_metrics[0];
         assert_eq!(value(&points(rm, "gpulse.export.queue.size")[0]), 2.0);
         let failures = point_with(rm, "gpulse.export.failures", "error.type", "timeout");
@@ -1363,7 +1357,7 @@ mod tests {
             "no error kind yet"
         );
 
-        let mut empty = ExportMetricsServiceRequest::default();
+        let mut empty = MetricsBatch::default();
         append_health(
             &mut empty,
             &node(),
@@ -1372,6 +1366,7 @@ mod tests {
             t(1010),
             &RequestOptions::default(),
         );
+        let empty = empty.into_request();
         assert_eq!(empty.resource_metrics.len(), 1);
         assert!(metric(&empty.resource_metrics[0], "gpulse.sample.stalled").is_some());
     }

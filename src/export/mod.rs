@@ -2,7 +2,7 @@
 //! node's devices and one per GPU process), the transports that carry them, and the bounded
 //! retry queue between the two.
 
-pub mod encode;
+pub mod batch;
 pub mod logs;
 pub mod metrics;
 pub mod queue;

@@ -24,10 +24,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::attribution::{AttributionSettings, Attributor, ParentWatch, ProcessUsage, Workload};
 use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, Diagnoser, FindingEvent};
+use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
-use crate::export::metrics::{
-    append_health, data_point_count, metrics_request, HealthSnapshot, RequestOptions,
-};
+use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot, RequestOptions};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::NodeIdentity;
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
@@ -298,24 +297,21 @@ impl Pipeline {
             None => Vec::new(),
         };
         self.refresh_health();
-        let mut request = match &window {
-            Some(window) => metrics_request(window, &workloads, &usage, &self.node, &self.options),
-            None => Default::default(),
+        let mut batch = match &window {
+            Some(window) => metrics_batch(window, &workloads, &usage, &self.node, &self.options),
+            None => MetricsBatch::default(),
         };
         let start = window.as_ref().map_or(self.window_start, |w| w.start);
         append_health(
-            &mut request,
+            &mut batch,
             &self.node,
             &self.health,
             start,
             now,
             &self.options,
         );
-        let points = data_point_count(&request) as u64;
-        self.push(
-            Signal::Metrics,
-            EncodedRequest::from_message(&request, points),
-        );
+        let points = batch.point_count() as u64;
+        self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
         if !events.is_empty() {
             self.export_findings(&events, &workloads);
         }

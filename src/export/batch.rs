@@ -1,0 +1,549 @@
+//! One export window's metrics between the request builder and the wire: the shape of an
+//! `ExportMetricsServiceRequest` without its per-point allocations, and its protobuf encoding.
+//!
+//! A prost request of 64 GPUs × 1024 processes is ~300k heap objects: every metric owns its
+//! name, description and unit, every data point its own copy of the device's attributes. Here a
+//! metric is its [`METRICS`] row, a data point names a shared attribute list plus at most one
+//! extra attribute, and the encoder writes each shared list's bytes once and copies them. The
+//! encoding is byte for byte what `prost::Message::encode_to_vec` writes for
+//! [`MetricsBatch::into_request`] (fields in tag order, proto3 defaults omitted); tests hold the
+//! two equal, so the prost form stays the reference for tests and the OTLP/JSON path.
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, message, WireType};
+
+use super::metrics::{Instrument, MetricId, METRICS};
+use super::resource::{gpulse_scope, kv_str};
+
+/// Index of a shared attribute list in its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttributeSetId(u32);
+
+/// The value of a data point's extra attribute: nearly always a constant of the builder.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ExtraValue {
+    Static(&'static str),
+    Owned(Box<str>),
+}
+
+impl ExtraValue {
+    fn as_str(&self) -> &str {
+        match self {
+            ExtraValue::Static(s) => s,
+            ExtraValue::Owned(s) => s,
+        }
+    }
+}
+
+/// A data point's attributes: a shared list (if any), then one more string attribute (if any).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PointAttributes {
+    pub set: Option<AttributeSetId>,
+    pub extra: Option<(&'static str, ExtraValue)>,
+}
+
+impl PointAttributes {
+    pub const NONE: PointAttributes = PointAttributes {
+        set: None,
+        extra: None,
+    };
+
+    pub fn of(set: AttributeSetId) -> Self {
+        Self {
+            set: Some(set),
+            extra: None,
+        }
+    }
+
+    pub fn with(set: Option<AttributeSetId>, key: &'static str, value: ExtraValue) -> Self {
+        Self {
+            set,
+            extra: Some((key, value)),
+        }
+    }
+}
+
+/// One data point of the metric `metric`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BatchPoint {
+    pub metric: MetricId,
+    pub attributes: PointAttributes,
+    pub start: u64,
+    pub end: u64,
+    pub value: number_data_point::Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct BatchResource {
+    resource: Resource,
+    /// Grouped by metric, in [`METRICS`] order; within a metric, in the order pushed.
+    points: Vec<BatchPoint>,
+}
+
+/// The metrics of one export window: resources in request order, each with its data points.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsBatch {
+    resources: Vec<BatchResource>,
+    attribute_sets: Vec<Vec<KeyValue>>,
+}
+
+impl MetricsBatch {
+    pub(crate) fn with_capacity(resources: usize) -> Self {
+        Self {
+            resources: Vec::with_capacity(resources),
+            attribute_sets: Vec::new(),
+        }
+    }
+
+    /// Registers an attribute list that data points of any resource of this batch can share.
+    pub(crate) fn add_attribute_set(&mut self, attributes: Vec<KeyValue>) -> AttributeSetId {
+        let id = AttributeSetId(self.attribute_sets.len() as u32);
+        self.attribute_sets.push(attributes);
+        id
+    }
+
+    /// Appends a resource; `points` are sorted into metric order here.
+    pub(crate) fn push_resource(&mut self, resource: Resource, mut points: Vec<BatchPoint>) {
+        sort_by_metric(&mut points);
+        self.resources.push(BatchResource { resource, points });
+    }
+
+    /// Whether the batch has no resource yet.
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+    }
+
+    /// Adds `points` to the first resource (the node's), keeping metric order.
+    pub(crate) fn extend_first(&mut self, points: Vec<BatchPoint>) {
+        let first = &mut self.resources[0].points;
+        first.extend(points);
+        sort_by_metric(first);
+    }
+
+    /// The number of data points: what the export queue counts when it drops the request.
+    pub fn point_count(&self) -> usize {
+        self.resources.iter().map(|r| r.points.len()).sum()
+    }
+
+    /// The same metrics as a prost request (tests, OTLP/JSON).
+    pub fn into_request(self) -> ExportMetricsServiceRequest {
+        let sets = &self.attribute_sets;
+        let resource_metrics = self
+            .resources
+            .into_iter()
+            .map(|r| ResourceMetrics {
+                resource: Some(r.resource),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(gpulse_scope()),
+                    metrics: to_metrics(&r.points, sets),
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            })
+            .collect();
+        ExportMetricsServiceRequest { resource_metrics }
+    }
+
+    /// The protobuf encoding of [`MetricsBatch::into_request`], written in two passes: sizes
+    /// bottom-up once, then bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let sets: Vec<Vec<u8>> = self
+            .attribute_sets
+            .iter()
+            .map(|set| encode_attributes(set))
+            .collect();
+        let mut scope = Vec::new();
+        message::encode(1, &gpulse_scope(), &mut scope);
+
+        // Pass 1: per resource its body length, its scope-metrics body length, then for each
+        // metric its body and data lengths, in the order pass 2 writes the prefixes.
+        let mut sizes: Vec<usize> = Vec::with_capacity(self.resources.len() * 24);
+        let mut total = 0;
+        for r in &self.resources {
+            let slot = sizes.len();
+            sizes.extend([0, 0]);
+            let mut scope_len = scope.len();
+            for run in metric_runs(&r.points) {
+                let (metric_len, data_len) = metric_lens(run, &sets);
+                sizes.extend([metric_len, data_len]);
+                scope_len += delimited_len(2, metric_len);
+            }
+            let rm_len = message::encoded_len(1, &r.resource) + delimited_len(2, scope_len);
+            sizes[slot] = rm_len;
+            sizes[slot + 1] = scope_len;
+            total += delimited_len(1, rm_len);
+        }
+
+        // Pass 2.
+        let mut out = Vec::with_capacity(total);
+        let mut sizes = sizes.into_iter();
+        let mut next = || {
+            sizes
+                .next()
+                .expect("pass 1 sized every message pass 2 writes")
+        };
+        for r in &self.resources {
+            delimited_prefix(1, next(), &mut out);
+            message::encode(1, &r.resource, &mut out);
+            delimited_prefix(2, next(), &mut out);
+            out.extend_from_slice(&scope);
+            for run in metric_runs(&r.points) {
+                let spec = &METRICS[run[0].metric as usize];
+                delimited_prefix(2, next(), &mut out);
+                string_field(1, spec.name, &mut out);
+                string_field(2, spec.description, &mut out);
+                string_field(3, spec.unit, &mut out);
+                let data_len = next();
+                match spec.instrument {
+                    Instrument::Gauge => delimited_prefix(5, data_len, &mut out),
+                    Instrument::Counter | Instrument::UpDownCounter => {
+                        delimited_prefix(7, data_len, &mut out)
+                    }
+                }
+                for p in run {
+                    write_point(p, &sets, &mut out);
+                }
+                if spec.instrument != Instrument::Gauge {
+                    varint_field(2, AggregationTemporality::Cumulative as u64, &mut out);
+                    varint_field(
+                        3,
+                        u64::from(spec.instrument == Instrument::Counter),
+                        &mut out,
+                    );
+                }
+            }
+        }
+        debug_assert_eq!(out.len(), total, "sizing and writing passes disagree");
+        out
+    }
+}
+
+/// Stable, so points of one metric keep the order they were pushed in.
+fn sort_by_metric(points: &mut [BatchPoint]) {
+    points.sort_by_key(|p| p.metric as usize);
+}
+
+/// The points of each metric in turn (each slice non-empty, one metric).
+fn metric_runs(points: &[BatchPoint]) -> impl Iterator<Item = &[BatchPoint]> {
+    points.chunk_by(|a, b| a.metric as usize == b.metric as usize)
+}
+
+/// Prost metrics of one resource's points.
+pub(crate) fn to_metrics(points: &[BatchPoint], sets: &[Vec<KeyValue>]) -> Vec<Metric> {
+    metric_runs(points)
+        .map(|run| {
+            let spec = &METRICS[run[0].metric as usize];
+            let data_points = run
+                .iter()
+                .map(|p| NumberDataPoint {
+                    attributes: point_attributes(&p.attributes, sets),
+                    start_time_unix_nano: p.start,
+                    time_unix_nano: p.end,
+                    exemplars: Vec::new(),
+                    flags: 0,
+                    value: Some(p.value),
+                })
+                .collect();
+            let data = match spec.instrument {
+                Instrument::Gauge => Data::Gauge(Gauge { data_points }),
+                Instrument::Counter | Instrument::UpDownCounter => Data::Sum(Sum {
+                    data_points,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    is_monotonic: spec.instrument == Instrument::Counter,
+                }),
+            };
+            Metric {
+                name: spec.name.to_string(),
+                description: spec.description.to_string(),
+                unit: spec.unit.to_string(),
+                metadata: Vec::new(),
+                data: Some(data),
+            }
+        })
+        .collect()
+}
+
+fn point_attributes(attributes: &PointAttributes, sets: &[Vec<KeyValue>]) -> Vec<KeyValue> {
+    let base = attributes.set.map_or(&[][..], |id| &sets[id.0 as usize]);
+    let mut out = Vec::with_capacity(base.len() + 1);
+    out.extend_from_slice(base);
+    if let Some((key, value)) = &attributes.extra {
+        out.push(kv_str(key, value.as_str()));
+    }
+    out
+}
+
+fn delimited_len(tag: u32, body: usize) -> usize {
+    key_len(tag) + encoded_len_varint(body as u64) + body
+}
+
+fn delimited_prefix(tag: u32, body: usize, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(body as u64, out);
+}
+
+/// A proto3 `string` field: omitted when empty.
+fn string_len(tag: u32, s: &str) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        delimited_len(tag, s.len())
+    }
+}
+
+fn string_field(tag: u32, s: &str, out: &mut Vec<u8>) {
+    if !s.is_empty() {
+        delimited_prefix(tag, s.len(), out);
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
+    if v != 0 {
+        encode_key(tag, WireType::Varint, out);
+        encode_varint(v, out);
+    }
+}
+
+fn fixed64_field(tag: u32, bytes: [u8; 8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::SixtyFourBit, out);
+    out.extend_from_slice(&bytes);
+}
+
+/// Each attribute as a `NumberDataPoint.attributes` (field 7) entry, ready to copy.
+fn encode_attributes(set: &[KeyValue]) -> Vec<u8> {
+    let mut out = Vec::new();
+    message::encode_repeated(7, set, &mut out);
+    out
+}
+
+/// Body length of the `KeyValue{key, AnyValue{string_value}}` that an extra attribute is.
+fn extra_len(key: &str, value: &str) -> usize {
+    // The value is a member of AnyValue's oneof: written even when empty.
+    string_len(1, key) + delimited_len(2, delimited_len(1, value.len()))
+}
+
+/// Body length of a point: timestamps, value, attributes (no exemplars, no flags).
+fn point_len(p: &BatchPoint, sets: &[Vec<u8>]) -> usize {
+    let fixed64 = |v: u64| if v == 0 { 0 } else { key_len(2) + 8 };
+    let mut len = fixed64(p.start) + fixed64(p.end) + key_len(4) + 8;
+    if let Some(id) = p.attributes.set {
+        len += sets[id.0 as usize].len();
+    }
+    if let Some((key, value)) = &p.attributes.extra {
+        len += delimited_len(7, extra_len(key, value.as_str()));
+    }
+    len
+}
+
+/// (metric body, gauge/sum body) lengths of one metric's points.
+fn metric_lens(run: &[BatchPoint], sets: &[Vec<u8>]) -> (usize, usize) {
+    let spec = &METRICS[run[0].metric as usize];
+    let mut data_len: usize = run
+        .iter()
+        .map(|p| delimited_len(1, point_len(p, sets)))
+        .sum();
+    let data_tag = match spec.instrument {
+        Instrument::Gauge => 5,
+        Instrument::Counter => {
+            data_len += 2 + 2; // temporality = cumulative (2), is_monotonic = true
+            7
+        }
+        Instrument::UpDownCounter => {
+            data_len += 2; // temporality only: is_monotonic = false is the default
+            7
+        }
+    };
+    let metric_len = string_len(1, spec.name)
+        + string_len(2, spec.description)
+        + string_len(3, spec.unit)
+        + delimited_len(data_tag, data_len);
+    (metric_len, data_len)
+}
+
+fn write_point(p: &BatchPoint, sets: &[Vec<u8>], out: &mut Vec<u8>) {
+    delimited_prefix(1, point_len(p, sets), out);
+    if p.start != 0 {
+        fixed64_field(2, p.start.to_le_bytes(), out);
+    }
+    if p.end != 0 {
+        fixed64_field(3, p.end.to_le_bytes(), out);
+    }
+    match p.value {
+        number_data_point::Value::AsDouble(v) => fixed64_field(4, v.to_le_bytes(), out),
+        number_data_point::Value::AsInt(v) => fixed64_field(6, v.to_le_bytes(), out),
+    }
+    if let Some(id) = p.attributes.set {
+        out.extend_from_slice(&sets[id.0 as usize]);
+    }
+    if let Some((key, value)) = &p.attributes.extra {
+        let value = value.as_str();
+        delimited_prefix(7, extra_len(key, value), out);
+        string_field(1, key, out);
+        delimited_prefix(2, delimited_len(1, value.len()), out);
+        delimited_prefix(1, value.len(), out);
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+    use prost::Message;
+
+    use super::*;
+    use crate::export::resource::kv_int;
+
+    fn point(metric: MetricId, attributes: PointAttributes, start: u64, value: f64) -> BatchPoint {
+        BatchPoint {
+            metric,
+            attributes,
+            start,
+            end: 1_700_000_000_000_000_000,
+            value: number_data_point::Value::AsDouble(value),
+        }
+    }
+
+    /// Edge cases of every field the encoder writes itself: zero timestamps, negative and
+    /// extreme integers, empty and 300-byte strings (two-byte length prefixes), an attribute
+    /// list shared across resources, owned extras, a resource with no point, unsorted pushes.
+    fn tricky_batch() -> MetricsBatch {
+        let long = "x".repeat(300);
+        let mut batch = MetricsBatch::default();
+        let shared = batch.add_attribute_set(vec![
+            kv_str("hw.id", long.as_str()),
+            kv_int("gpu.index", -3),
+            kv_str("empty", ""),
+            KeyValue {
+                key: "no.value".into(),
+                value: Some(AnyValue { value: None }),
+                key_strindex: 0,
+            },
+            KeyValue {
+                key: "bool".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::BoolValue(true)),
+                }),
+                key_strindex: 0,
+            },
+        ]);
+        let empty_set = batch.add_attribute_set(Vec::new());
+        let node = Resource {
+            attributes: vec![kv_str("service.name", long.as_str())],
+            dropped_attributes_count: 2,
+            entity_refs: Vec::new(),
+        };
+        batch.push_resource(
+            node,
+            vec![
+                point(MetricId::Status, PointAttributes::of(shared), 0, 1.0),
+                point(MetricId::GpuUtilization, PointAttributes::NONE, 5, -1.5),
+                point(
+                    MetricId::GpuUtilization,
+                    PointAttributes::with(
+                        Some(shared),
+                        "hw.gpu.task",
+                        ExtraValue::Static("general"),
+                    ),
+                    5,
+                    0.0,
+                ),
+                point(
+                    MetricId::Throttle,
+                    PointAttributes::with(None, "k", ExtraValue::Owned(long.clone().into())),
+                    7,
+                    f64::MAX,
+                ),
+                point(
+                    MetricId::Errors,
+                    PointAttributes::with(Some(empty_set), "error.type", ExtraValue::Static("")),
+                    7,
+                    2.0,
+                ),
+                BatchPoint {
+                    value: number_data_point::Value::AsInt(i64::MIN),
+                    end: 0,
+                    ..point(MetricId::Energy, PointAttributes::of(shared), 1, 0.0)
+                },
+            ],
+        );
+        batch.push_resource(Resource::default(), Vec::new());
+        batch.push_resource(
+            Resource::default(),
+            vec![BatchPoint {
+                value: number_data_point::Value::AsInt(-1),
+                ..point(
+                    MetricId::ProcessGpuMemoryUsage,
+                    PointAttributes::of(shared),
+                    3,
+                    0.0,
+                )
+            }],
+        );
+        batch
+    }
+
+    #[test]
+    fn encoding_is_prosts_byte_for_byte() {
+        for batch in [MetricsBatch::default(), tricky_batch()] {
+            let bytes = batch.encode();
+            let request = batch.clone().into_request();
+            assert_eq!(bytes, request.encode_to_vec());
+            let back = ExportMetricsServiceRequest::decode(bytes.as_slice()).expect("decodes");
+            assert_eq!(back, request);
+        }
+    }
+
+    #[test]
+    fn points_are_grouped_by_metric_in_table_order_keeping_push_order() {
+        let request = tricky_batch().into_request();
+        let names: Vec<&str> = request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "hw.gpu.utilization",
+                "hw.energy",
+                "nvidia.gpu.throttle",
+                "hw.errors",
+                "hw.status"
+            ]
+        );
+        let util = &request.resource_metrics[0].scope_metrics[0].metrics[0];
+        let Some(Data::Gauge(g)) = &util.data else {
+            panic!("gauge expected: {util:?}");
+        };
+        assert_eq!(g.data_points[0].attributes.len(), 0);
+        assert_eq!(g.data_points[1].attributes.len(), 6, "shared list + extra");
+        assert_eq!(
+            g.data_points[1].attributes[5],
+            kv_str("hw.gpu.task", "general")
+        );
+    }
+
+    #[test]
+    fn health_appended_to_the_first_resource_stays_in_metric_order() {
+        let mut batch = tricky_batch();
+        batch.extend_first(vec![point(
+            MetricId::GpuUtilizationMax,
+            PointAttributes::NONE,
+            1,
+            0.5,
+        )]);
+        assert_eq!(batch.point_count(), 8);
+        let bytes = batch.encode();
+        let request = batch.into_request();
+        assert_eq!(bytes, request.encode_to_vec());
+        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(metrics[1].name, "hw.gpu.utilization.max");
+    }
+}
