@@ -2,8 +2,9 @@
 //! device, and reading everything that does into a `Snapshot` each tick.
 //!
 //! NVML failures are told apart at three levels, as the rest of gpulse depends on it:
-//! - a **field** the device does not give (`NotSupported`, `NoPermission`) is omitted, remembered
-//!   so it is not asked again, and said once in the log;
+//! - a **field** the device does not give (`NotSupported`, `NoPermission`, or a function the
+//!   library does not export) is omitted, remembered so it is not asked again, and said once in
+//!   the log;
 //! - a **device** that is lost (`GpuLost`) is reported with `DeviceStatus::Lost` while the others
 //!   go on, and is picked up again when it answers;
 //! - the **session** (library missing, driver not loaded, NVML uninitialised) fails `open` or
@@ -465,7 +466,14 @@ impl FieldReader<'_> {
         }
         match call() {
             Ok(value) => Some(value),
-            Err(e @ (NvmlError::NotSupported | NvmlError::NoPermission)) => {
+            // A library without the function (an older driver, another implementation of
+            // the header) will never have it: the same as a field the device does not give.
+            Err(
+                e @ (NvmlError::NotSupported
+                | NvmlError::NoPermission
+                | NvmlError::FailedToLoadSymbol(_)
+                | NvmlError::FunctionNotFound),
+            ) => {
                 self.sampler.count_error(error_kind(&e));
                 self.sampler.unsupported.insert((self.index, field));
                 tracing::info!(
