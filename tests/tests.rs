@@ -8,6 +8,7 @@ mod enrich;
 mod export;
 mod findings;
 mod kernel;
+mod other_nvml;
 mod reliability;
 mod run;
 mod sampling;

@@ -1,0 +1,200 @@
+//! gpulse against a second, independent `libnvidia-ml.so.1` (tests/fixtures/other-nvml), written
+//! from NVIDIA's header with fixed values and deliberately missing functions: what gpulse reports
+//! must be exactly what that library returns, and nothing the simulator would have added.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{Receiver, ReceiverOptions};
+use crate::run::{attr_str, metrics_of, metrics_requests, points, process_resource, value};
+use crate::sampling::gpulse_bin;
+
+const SOURCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/other-nvml/other_nvml.c"
+);
+const UUID_A: &str = "GPU-0ther000-1111-2222-3333-444444444444";
+const UUID_B: &str = "GPU-0ther999-8888-7777-6666-555555555555";
+
+/// Builds the library with the C compiler Rust links with (`$CC`, else `cc`).
+fn build_library(dir: &Path) -> PathBuf {
+    let out = dir.join("libnvidia-ml.so.1");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(SOURCE)
+        .status()
+        .unwrap_or_else(|e| panic!("could not run the C compiler `{cc}` ({e}); set CC"));
+    assert!(status.success(), "`{cc}` failed to build {SOURCE}");
+    out
+}
+
+fn snapshot(lib: &Path, pids: &str) -> Value {
+    let output = Command::new(gpulse_bin())
+        .args(["snapshot", "--format", "json", "--nvml-lib"])
+        .arg(lib)
+        .env("OTHER_NVML_PIDS", pids)
+        .output()
+        .expect("run gpulse snapshot");
+    assert!(
+        output.status.success(),
+        "gpulse snapshot failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("snapshot JSON")
+}
+
+#[test]
+fn snapshot_reports_exactly_what_another_nvml_returns() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = build_library(dir.path());
+    let me = std::process::id();
+    let s = snapshot(&lib, &format!("{me}:1048576"));
+
+    assert_eq!(s["driver_version"], "999.12.34");
+    assert_eq!(s["cuda_driver_version"], Value::Null, "not exported");
+    let devices = s["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    let a = &devices[0];
+    let expected_a = serde_json::json!({
+        "index": 0, "uuid": UUID_A, "name": "Other Board A", "pci_bus_id": "00000000:3B:00.0",
+        "status": "ok",
+        // v1 memory call only: no reserved share.
+        "memory_total_bytes": 25769803776u64, "memory_used_bytes": 1073741824u64,
+        "memory_free_bytes": 24696061952u64, "memory_reserved_bytes": null,
+        "utilization_gpu": 0.37, "utilization_memory": 0.11,
+        "temperature_celsius": 52.0, "power_watts": 123.456, "power_limit_watts": 300.0,
+        "graphics_clock_mhz": 1410, "sm_clock_mhz": 1395, "memory_clock_mhz": 1593,
+    });
+    for (key, want) in expected_a.as_object().expect("object") {
+        assert_eq!(&a[key], want, "GPU 0 {key}: {a}");
+    }
+    // Functions the library does not export are absent, not zero.
+    for key in [
+        "utilization_encoder",
+        "utilization_decoder",
+        "energy_joules",
+        "fan_speed",
+        "pcie_tx_bytes_per_second",
+        "throttle_reasons",
+        "ecc_corrected_total",
+        "performance_state",
+    ] {
+        assert_eq!(a[key], Value::Null, "GPU 0 {key} should be absent: {a}");
+    }
+    let b = &devices[1];
+    assert_eq!(b["uuid"], UUID_B);
+    assert_eq!(b["utilization_gpu"], 0.0, "a real zero stays zero");
+    assert_eq!(b["memory_used_bytes"], 0);
+    assert_eq!(b["power_watts"], 61.0);
+
+    let processes = s["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 1, "{processes:?}");
+    let p = &processes[0];
+    assert_eq!(p["pid"], me);
+    assert_eq!(p["device_uuid"], UUID_A);
+    assert_eq!(p["kind"], "compute");
+    assert_eq!(p["gpu_memory_bytes"], 1048576);
+    assert_eq!(
+        p["sm_utilization"],
+        Value::Null,
+        "no per-process utilisation call"
+    );
+    assert_eq!(
+        p["workload"]["pid"], me,
+        "attributed from this host's /proc"
+    );
+    assert_eq!(p["workload"]["attributed_by"], "host_pid");
+}
+
+#[test]
+fn run_exports_another_nvmls_values_under_real_process_resources() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = build_library(dir.path());
+    let mut child = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("start a child process");
+    let pid = child.id();
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let stderr_path = dir.path().join("stderr.log");
+    let mut gpulse = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ])
+        .arg("--nvml-lib")
+        .arg(&lib)
+        .env("OTHER_NVML_PIDS", format!("{pid}:2147483648"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("start gpulse run");
+    let requests = receiver.wait_for(|r| metrics_requests(r).len() >= 2, Duration::from_secs(30));
+    // SAFETY: kill has no memory-safety preconditions; both PIDs are our children.
+    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
+    let status = gpulse.wait().expect("wait for gpulse");
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+
+    let metrics = metrics_requests(&requests);
+    assert!(metrics.len() >= 2, "{} requests: {stderr}", metrics.len());
+    let request = metrics[1];
+    let node = &request["request"]["resourceMetrics"][0];
+    let node_metrics = metrics_of(node);
+    let device_value = |name: &str, uuid: &str| -> Option<f64> {
+        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
+        points(metric)
+            .into_iter()
+            .find(|p| attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid))
+            .map(value)
+    };
+    assert_eq!(device_value("hw.power", UUID_A), Some(123.456));
+    assert_eq!(device_value("hw.temperature", UUID_B), Some(33.0));
+    assert_eq!(
+        device_value("hw.gpu.memory.limit", UUID_B),
+        Some(85899345920.0)
+    );
+    assert_eq!(
+        device_value("hw.gpu.memory.reserved", UUID_A),
+        None,
+        "v1 call only"
+    );
+    assert_eq!(device_value("hw.energy", UUID_A), None, "not exported");
+
+    let resource = process_resource(request, pid)
+        .unwrap_or_else(|| panic!("no resource for {pid}: {request}"));
+    let attributes = &resource["resource"]["attributes"];
+    assert_eq!(
+        attr_str(attributes, "process.executable.name").as_deref(),
+        Some("sleep")
+    );
+    let memory = metrics_of(resource)
+        .into_iter()
+        .find(|m| m["name"] == "process.gpu.memory.usage")
+        .expect("process.gpu.memory.usage");
+    let point = points(memory)[0];
+    assert_eq!(value(point), 2147483648.0);
+    assert_eq!(
+        attr_str(&point["attributes"], "hw.id").as_deref(),
+        Some(UUID_A)
+    );
+}
