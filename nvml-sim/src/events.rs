@@ -5,15 +5,11 @@
 //! As with the driver, an event is only delivered to a set registered for it before it
 //! happened, and each set delivers each event once.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::abi::{self, Ret};
 use crate::model::Sim;
-
-/// The longest single sleep while waiting, so a registration made by another thread during a
-/// long wait is noticed reasonably soon.
-const MAX_NAP: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default)]
 struct Registration {
@@ -27,12 +23,18 @@ struct SetState {
     registrations: Vec<Registration>,
     /// Index into `Sim::events` of the first event not yet delivered or skipped.
     cursor: usize,
+    /// Bumped by every registration, so a waiter knows its view of the set is stale.
+    generation: u64,
 }
 
 /// One `nvmlEventSet_t`.
 #[derive(Debug, Default)]
 pub struct EventSet {
     state: Mutex<SetState>,
+    /// Wakes waiters when a registration changes what they wait for. Otherwise a wait sleeps
+    /// until the next due event or its timeout, as the driver blocks in the kernel: a waiting
+    /// client costs no CPU, so benchmarks of a client are not inflated by the simulator.
+    registered: Condvar,
 }
 
 /// An event handed to the client.
@@ -60,6 +62,9 @@ impl EventSet {
                 since: t,
             }),
         }
+        st.generation += 1;
+        drop(st);
+        self.registered.notify_all();
     }
 
     /// The next due event at time `t`, or the time of the next one that will become due.
@@ -96,6 +101,7 @@ impl EventSet {
     pub fn wait(&self, sim: &Sim, timeout_ms: u32) -> Result<Delivered, Ret> {
         let deadline = Instant::now() + Duration::from_millis(timeout_ms as u64);
         loop {
+            let seen = self.generation();
             let t = sim.clock.now();
             let next = match self.poll(sim, t) {
                 Ok(d) => return Ok(d),
@@ -106,8 +112,20 @@ impl EventSet {
                 return Err(abi::TIMEOUT);
             }
             let until_event = next.map_or(Duration::MAX, |at| sim.clock.real_duration(at - t));
-            let nap = (deadline - now).min(until_event).min(MAX_NAP);
-            std::thread::sleep(nap.max(Duration::from_micros(200)));
+            let nap = (deadline - now)
+                .min(until_event)
+                .max(Duration::from_micros(200));
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = self
+                .registered
+                .wait_timeout_while(st, nap, |st| st.generation == seen);
         }
+    }
+
+    fn generation(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .generation
     }
 }

@@ -45,6 +45,21 @@ impl ProcessTable {
         Ok(table)
     }
 
+    /// What the usage of `pids` needs: every process when at least one of them is visible
+    /// under `proc_root` (their descendants can be anywhere), none when not one is (the GPU
+    /// processes live in a PID namespace gpulse cannot see), sparing a read of all of `/proc`
+    /// each window that could find nothing.
+    pub fn scan_for(proc_root: &Path, pids: &[u32]) -> std::io::Result<Self> {
+        let visible = pids
+            .iter()
+            .any(|&pid| proc_root.join(pid.to_string()).join("stat").exists());
+        if visible {
+            Self::scan(proc_root)
+        } else {
+            Ok(Self::default())
+        }
+    }
+
     pub fn insert(&mut self, pid: u32, stat: Stat) {
         if stat.ppid != pid {
             self.children.entry(stat.ppid).or_default().push(pid);
@@ -138,11 +153,7 @@ impl UsageTracker {
     /// process (or of a reused PID); a process that is gone is absent. PIDs not passed are
     /// forgotten.
     pub fn sample(&mut self, pids: &[u32]) -> HashMap<u32, ProcessUsage> {
-        let table = if pids.is_empty() {
-            ProcessTable::default()
-        } else {
-            ProcessTable::scan(&self.proc_root).unwrap_or_default()
-        };
+        let table = ProcessTable::scan_for(&self.proc_root, pids).unwrap_or_default();
         self.sample_table(pids, &table, Instant::now())
     }
 
@@ -156,6 +167,9 @@ impl UsageTracker {
         let mut usage = HashMap::with_capacity(pids.len());
         let mut kept = HashMap::with_capacity(pids.len());
         for &pid in pids {
+            if table.stat(pid).is_none() {
+                continue; // gone, or not visible from here
+            }
             let rss_from_status = ProcDir::new(&self.proc_root, pid)
                 .status()
                 .ok()
@@ -228,6 +242,43 @@ mod tests {
         // Counters that went backwards read as idle, not negative.
         assert_eq!(cpu_utilization(300, 100, 1.0, 100.0), Some(0.0));
         assert_eq!(cpu_utilization(0, 100, 0.0, 100.0), None);
+    }
+
+    fn write_stat(root: &Path, pid: u32, ppid: u32) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = format!(
+            "{pid} (python3) S {ppid} {pid} {pid} 0 -1 4194304 100 0 0 0 250 50 5 1 20 0 4 0 \
+             12345 1000000 2000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+        );
+        std::fs::write(dir.join("stat"), line).unwrap();
+    }
+
+    #[test]
+    fn scan_for_reads_all_of_proc_only_when_a_pid_is_visible() {
+        let root = tempfile::tempdir().unwrap();
+        write_stat(root.path(), 10, 1);
+        write_stat(root.path(), 11, 10);
+        write_stat(root.path(), 12, 1);
+
+        let table = ProcessTable::scan_for(root.path(), &[10]).unwrap();
+        assert_eq!(table.tree(10), vec![10, 11], "the child is found by ppid");
+        assert!(table.stat(12).is_some(), "a full scan");
+
+        let invisible = ProcessTable::scan_for(root.path(), &[4242, 4343]).unwrap();
+        assert!(
+            invisible.stat(10).is_none(),
+            "nothing to find: nothing read"
+        );
+        assert!(ProcessTable::scan_for(root.path(), &[])
+            .unwrap()
+            .stats
+            .is_empty());
+
+        let mut tracker = UsageTracker::new(root.path());
+        let usage = tracker.sample(&[10, 4242]);
+        assert!(usage.contains_key(&10));
+        assert!(!usage.contains_key(&4242), "an invisible PID has no usage");
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::attribution::{AttributionSettings, Attributor, ParentWatch, ProcessUsage, Workload};
+use crate::attribution::{
+    AttributionMethod, AttributionSettings, Attributor, ParentWatch, ProcessUsage, Workload,
+};
 use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, Diagnoser, FindingEvent};
 use crate::export::batch::MetricsBatch;
@@ -290,7 +292,7 @@ impl Pipeline {
         };
         let events = match &window {
             Some(window) => {
-                let parent_alive = self.parents.parent_alive(&window_pids(window));
+                let parent_alive = self.parents.parent_alive(&visible_pids(&workloads));
                 self.diagnoser
                     .observe(window, &workloads, &usage, &parent_alive)
             }
@@ -328,7 +330,7 @@ impl Pipeline {
                 own.apply(workload);
             }
         }
-        let usage = self.attributor.usage(&window_pids(window));
+        let usage = self.attributor.usage(&visible_pids(&workloads));
         if let Some(receivers) = &self.receivers {
             receivers
                 .intake
@@ -450,10 +452,16 @@ fn warn_if_no_processes_visible(proc_root: &std::path::Path) {
 }
 
 /// The distinct host PIDs of a window's GPU processes.
-fn window_pids(window: &Window) -> Vec<u32> {
-    let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+/// The GPU processes whose host PID is visible under the proc root: the only ones whose CPU,
+/// memory and parent `/proc` can tell. Asking for the others would cost a failed lookup each,
+/// every window, in a container without the host's PID namespace.
+fn visible_pids(workloads: &HashMap<u32, Workload>) -> Vec<u32> {
+    let mut pids: Vec<u32> = workloads
+        .values()
+        .filter(|w| w.attributed_by == AttributionMethod::HostPid)
+        .map(|w| w.pid)
+        .collect();
     pids.sort_unstable();
-    pids.dedup();
     pids
 }
 

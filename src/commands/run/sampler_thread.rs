@@ -170,6 +170,7 @@ impl SamplerThread {
         let Some(handle) = self.handle.take() else {
             return true;
         };
+        handle.thread().unpark();
         let deadline = Instant::now() + patience;
         while !handle.is_finished() {
             if Instant::now() >= deadline {
@@ -182,7 +183,9 @@ impl SamplerThread {
     }
 }
 
-/// Sleeps until `until`, waking early when asked to stop. Returns false when stopping.
+/// Sleeps until `until`, waking early when `stop` is set (`SamplerThread::stop` unparks the
+/// thread). Returns false when stopping. One wake-up per tick: polling the flag would cost more
+/// CPU than sampling does.
 fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -192,7 +195,8 @@ fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
         if now >= until {
             return true;
         }
-        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+        // Spurious and early wake-ups just go round the loop again.
+        std::thread::park_timeout(until - now);
     }
 }
 

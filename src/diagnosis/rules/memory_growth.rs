@@ -43,15 +43,10 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         let Some(series) = inputs.history.series(p.pid, &p.device_uuid) else {
             continue;
         };
-        let Some(trend) = fit(series) else {
+        let Some(trend) = fit(series, t) else {
             continue;
         };
-        if trend.points < t.min_windows
-            || trend.span_seconds < t.min_duration.as_secs_f64()
-            || trend.slope < t.min_rate_bytes_per_second
-            || trend.rising_quarters < 2
-            || !trend.ends_at_max
-        {
+        if trend.slope < t.min_rate_bytes_per_second {
             continue;
         }
         let free = inputs
@@ -101,8 +96,12 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     out
 }
 
-/// The trend of a series' last-value memory points; `None` with fewer than three points.
-pub fn fit(series: &Series) -> Option<Trend> {
+/// The trend of a series' last-value memory points, or `None` when its shape already rules
+/// growth out: fewer than three (or `min_windows`) points, shorter than `min_duration`, fewer
+/// than two rising quarter transitions, or not ending at its maximum. Those checks are linear;
+/// the slope, quadratic in the points, is fitted only for the series that pass, which on a
+/// node of long, flat training jobs is almost none.
+pub fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
     let origin = first.end;
     let points: Vec<(f64, f64)> = series
@@ -113,15 +112,18 @@ pub fn fit(series: &Series) -> Option<Trend> {
             Some((t, m as f64))
         })
         .collect();
-    if points.len() < 3 {
+    if points.len() < t.min_windows.max(3) {
         return None;
     }
     let span = points[points.len() - 1].0 - points[0].0;
-    if span <= 0.0 {
+    if span <= 0.0 || span < t.min_duration.as_secs_f64() {
+        return None;
+    }
+    let (rising_quarters, ends_at_max) = quarters(&points, span);
+    if rising_quarters < 2 || !ends_at_max {
         return None;
     }
     let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
-    let (rising_quarters, ends_at_max) = quarters(&points, span);
     Some(Trend {
         slope,
         span_seconds: span,
@@ -146,12 +148,17 @@ pub fn theil_sen(points: &[(f64, f64)]) -> Option<f64> {
     if slopes.is_empty() {
         return None;
     }
-    slopes.sort_by(f64::total_cmp);
-    let mid = slopes.len() / 2;
-    Some(if slopes.len() % 2 == 0 {
-        (slopes[mid - 1] + slopes[mid]) / 2.0
+    // The median by selection, linear where a sort is n log n.
+    let n = slopes.len();
+    let mid = n / 2;
+    let (lower, upper, _) = slopes.select_nth_unstable_by(mid, f64::total_cmp);
+    let upper = *upper;
+    Some(if n % 2 == 0 {
+        // The lower middle is the largest of the left part.
+        let lower = lower.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lower + upper) / 2.0
     } else {
-        slopes[mid]
+        upper
     })
 }
 
@@ -247,6 +254,19 @@ mod tests {
         // Fast growth but only 5 minutes of history.
         let f = history(5, |i| 20 * GIB + i * GIB);
         assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
+    }
+
+    #[test]
+    fn theil_sen_takes_the_mean_of_the_two_middle_slopes_of_an_even_count() {
+        // Pair slopes 1, 1, 1, 2, 2.5, 4: the middle two are 1 and 2.
+        let pts = [(0.0, 0.0), (1.0, 1.0), (2.0, 2.0), (3.0, 6.0)];
+        assert_eq!(theil_sen(&pts), Some(1.5));
+        assert_eq!(theil_sen(&pts[..3]), Some(1.0), "odd count: the middle one");
+        assert_eq!(
+            theil_sen(&[(1.0, 5.0), (1.0, 9.0)]),
+            None,
+            "no distinct times"
+        );
     }
 
     #[test]
