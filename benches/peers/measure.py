@@ -214,7 +214,7 @@ def table(rows, reference="gpulse"):
     ref = next((r for r in rows if r["name"] == reference), None)
     head = (
         f"| {'tool':<22} | samples | CPU s / 1000 samples | % of a core | peak RSS MiB "
-        f"| CPU × gpulse | RSS × gpulse |"
+        f"| CPU × {reference} | RSS × {reference} |"
     )
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
@@ -289,11 +289,11 @@ def main():
     )
     ms = f"{int(args.interval * 1000)}ms"
 
-    def gpulse_run(env, interval, label="gpulse"):
+    def gpulse_run(env, interval, label="gpulse", export_interval=None):
         argv = [
             args.gpulse, "run", "--nvml-lib", lib,
             "--sample-interval", f"{int(interval * 1000)}ms",
-            "--export-interval", args.export_interval,
+            "--export-interval", export_interval or args.export_interval,
             "--otlp-endpoint", endpoint, "--otlp-protocol", "http/protobuf",
             "--kubelet-socket", "none", "--log-level", "warn",
         ]
@@ -306,6 +306,9 @@ def main():
         env = dict(base_env)
         if peer == "gpulse":
             runs.append(gpulse_run(env, args.interval))
+        elif peer == "gpulse-default-export":
+            # As deployed: the default 10 s export interval, the same sampling.
+            runs.append(gpulse_run(env, args.interval, peer, "10s"))
         elif peer == "nvitop-exporter":
             port = free_port()
             argv = [venv("nvitop", "nvitop-exporter"), "--port", str(port),
@@ -332,8 +335,8 @@ def main():
                     f'echo >> "{counter}"; sleep {args.interval}; done')
             runs.append(Run(peer, ["/bin/sh", "-c", loop], env, count_lines(counter)))
         else:
-            sys.exit(f"unknown peer {peer!r}: choose from gpulse, nvitop-exporter, openlit, "
-                     "gpustat-json-loop")
+            sys.exit(f"unknown peer {peer!r}: choose from gpulse, gpulse-default-export, "
+                     "nvitop-exporter, openlit, gpustat-json-loop")
 
     rows = []
     print(f"# scenario {args.scenario}, sampling every {ms}, {args.duration:.0f} s each "
@@ -341,11 +344,14 @@ def main():
           flush=True)
     for run in runs:
         # A fresh nominal clock per run: the sample count starts when its process does.
-        if run.name == "gpulse":
+        if run.name.startswith("gpulse"):
             run.samples_fn = nominal(args.interval)
         print(f"# measuring {run.name} ...", file=sys.stderr, flush=True)
         rows.append(run.measure(args.warmup, args.duration))
     table(rows)
+    if any(r["name"] == "gpulse-default-export" for r in rows):
+        print("\n# the same runs, against gpulse at its default 10 s export interval")
+        table(rows, reference="gpulse-default-export")
 
     sweep = []
     if args.sweep:

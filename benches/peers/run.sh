@@ -62,7 +62,7 @@ exec "$python" benches/peers/measure.py \
   --export-interval "${EXPORT_INTERVAL:-1s}" \
   --duration "${DURATION:-60}" \
   --warmup "${WARMUP:-5}" \
-  --peers "${PEERS:-gpulse,nvitop-exporter,openlit,gpustat-json-loop}" \
+  --peers "${PEERS:-gpulse,gpulse-default-export,nvitop-exporter,openlit,gpustat-json-loop}" \
   --sweep-interval "${SWEEP_INTERVAL:-0.1}" \
   --sweep-duration "${SWEEP_DURATION:-20}" \
   ${sweep[@]+"${sweep[@]}"} ${JSON_OUT:+--json "$JSON_OUT"}
