@@ -162,7 +162,8 @@ impl MetricsBatch {
         message::encode(1, &gpulse_scope(), &mut scope);
 
         // Pass 1: per resource its body length, its scope-metrics body length, then for each
-        // metric its body and data lengths, in the order pass 2 writes the prefixes.
+        // metric its body and data lengths, in the order pass 2 writes the prefixes. A point's
+        // own length is a few additions, so pass 2 works it out again instead of storing it.
         let mut sizes: Vec<usize> = Vec::with_capacity(self.resources.len() * 24);
         let mut total = 0;
         for r in &self.resources {
