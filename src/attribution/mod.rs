@@ -6,6 +6,7 @@
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
 //! (`podresources`), the device-file fallback (`devicefile`) and CPU/memory usage (`usage`).
 
+pub mod attributed;
 pub mod attributor;
 pub mod cgroup;
 pub mod devicefile;
@@ -16,6 +17,7 @@ pub mod procfs;
 pub mod usage;
 pub mod workload;
 
+pub use attributed::{AttributedProcess, AttributedWindow};
 pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
 };

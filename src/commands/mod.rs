@@ -2,6 +2,7 @@
 //! `check` (the health checklist). They wire the pipeline stages together; the stages themselves
 //! live in `sampling`, `attribution`, `diagnosis` and `export`.
 
+pub mod analysis;
 pub mod check;
 pub mod run;
 pub mod snapshot;

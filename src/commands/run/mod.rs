@@ -1,8 +1,9 @@
 //! `gpulse run`: the sidecar pipeline. It only moves values between the stages:
 //!
 //! ```text
-//! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ attribution
-//!   ──▶ diagnosis ──▶ metrics + logs requests ──▶ delivery queue ──▶ transport
+//! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ Analyzer
+//!   (attribution + diagnosis, published to observers) ──▶ metrics + logs requests
+//!   ──▶ delivery queue ──▶ transport
 //! ```
 //!
 //! Sampling never waits on the network: snapshots go through a bounded channel that the thread
@@ -21,18 +22,17 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::attribution::{
-    AttributionMethod, AttributionSettings, Attributor, ParentWatch, ProcessUsage, Workload,
-};
+use crate::attribution::Workload;
+use crate::commands::analysis::Analyzer;
 use crate::config::Config;
-use crate::diagnosis::{otlp::to_log_record, Diagnoser, FindingEvent};
+use crate::diagnosis::{otlp::to_log_record, FindingEvent};
 use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
 use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot, RequestOptions};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::NodeIdentity;
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
-use crate::sampling::{Gauge, SessionError, Window, WindowAggregator};
+use crate::sampling::{Gauge, SessionError, WindowAggregator};
 use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
@@ -116,8 +116,7 @@ struct Pipeline {
     aggregator: WindowAggregator,
     sampler: Option<SamplerThread>,
     sampler_health: Arc<SamplerHealth>,
-    attributor: Attributor,
-    diagnoser: Diagnoser,
+    analyzer: Analyzer,
     node: NodeIdentity,
     options: RequestOptions,
     queue: QueueHandle,
@@ -125,11 +124,6 @@ struct Pipeline {
     health: HealthSnapshot,
     /// Start of the next window, for the health gauges of a window without samples.
     window_start: SystemTime,
-    /// Own-pod identity from the Downward API, for naming processes of this pod without the
-    /// kubelet socket.
-    own_pod: Option<OwnPod>,
-    /// Whether each GPU process still has the parent it started under (orphaned holders).
-    parents: ParentWatch,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
     /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
@@ -137,37 +131,6 @@ struct Pipeline {
 }
 
 use crate::sampling::Snapshot;
-
-/// The pod gpulse itself runs in, from the Downward API (`K8S_POD_UID`, `K8S_POD_NAME`,
-/// `K8S_POD_NAMESPACE`): in a sidecar, processes whose cgroup names this pod UID are this pod's.
-#[derive(Debug, Clone)]
-struct OwnPod {
-    uid: String,
-    name: Option<String>,
-    namespace: Option<String>,
-}
-
-impl OwnPod {
-    fn from_env() -> Option<Self> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        Some(Self {
-            uid: var("K8S_POD_UID")?,
-            name: var("K8S_POD_NAME"),
-            namespace: var("K8S_POD_NAMESPACE"),
-        })
-    }
-
-    fn apply(&self, workload: &mut Workload) {
-        if workload.pod_uid.as_deref() == Some(self.uid.as_str()) {
-            if workload.pod_name.is_none() {
-                workload.pod_name.clone_from(&self.name);
-            }
-            if workload.namespace_name.is_none() {
-                workload.namespace_name.clone_from(&self.namespace);
-            }
-        }
-    }
-}
 
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
@@ -180,6 +143,8 @@ impl Pipeline {
             "gpulse {} starting",
             env!("CARGO_PKG_VERSION")
         );
+        // Created first so that every observer (health, /status, /metrics) can subscribe to it.
+        let analyzer = Analyzer::new(config);
         let transports = SignalTransports::from_exporter(&config.exporter)?;
         let limits = QueueLimits {
             max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
@@ -236,27 +201,18 @@ impl Pipeline {
             None
         };
         warn_if_no_processes_visible(&config.proc_root);
-        let attributor = Attributor::new(AttributionSettings {
-            proc_root: config.proc_root.clone(),
-            include_command_line: config.include_command_line,
-            read_environ: config.read_environ,
-            kubelet_socket: config.kubelet_socket.clone(),
-        });
         Ok(Self {
             snapshots,
             aggregator: WindowAggregator::new(),
             sampler: Some(sampler),
             sampler_health,
-            attributor,
-            diagnoser: Diagnoser::new(config.diagnosis.clone()),
+            analyzer,
             node,
             options: RequestOptions::default(),
             queue,
             sender,
             health: HealthSnapshot::new(SystemTime::now()),
             window_start: SystemTime::now(),
-            own_pod: OwnPod::from_env(),
-            parents: ParentWatch::new(&config.proc_root),
             stall_reported: false,
             _health_server: health_server,
             receivers,
@@ -285,25 +241,30 @@ impl Pipeline {
     /// Closes the window and queues its requests. Never waits on the network.
     fn export_window(&mut self) {
         let now = SystemTime::now();
-        let window = self.aggregator.take();
-        let (workloads, usage) = match &window {
-            Some(window) => self.attribute(window),
-            None => (HashMap::new(), HashMap::new()),
-        };
-        let events = match &window {
-            Some(window) => {
-                let parent_alive = self.parents.parent_alive(&visible_pids(&workloads));
-                self.diagnoser
-                    .observe(window, &workloads, &usage, &parent_alive)
+        let analysis = self.aggregator.take().map(|window| {
+            let analysis = self.analyzer.analyze(window);
+            if let Some(receivers) = &self.receivers {
+                receivers
+                    .intake
+                    .history()
+                    .note_workloads(analysis.attributed.workloads.values());
             }
-            None => Vec::new(),
-        };
+            analysis
+        });
         self.refresh_health();
-        let mut batch = match &window {
-            Some(window) => metrics_batch(window, &workloads, &usage, &self.node, &self.options),
+        let mut batch = match &analysis {
+            Some(a) => metrics_batch(
+                &a.attributed.window,
+                &a.attributed.workloads,
+                &a.attributed.usage,
+                &self.node,
+                &self.options,
+            ),
             None => MetricsBatch::default(),
         };
-        let start = window.as_ref().map_or(self.window_start, |w| w.start);
+        let start = analysis
+            .as_ref()
+            .map_or(self.window_start, |a| a.attributed.window.start);
         append_health(
             &mut batch,
             &self.node,
@@ -314,30 +275,10 @@ impl Pipeline {
         );
         let points = batch.point_count() as u64;
         self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
-        if !events.is_empty() {
-            self.export_findings(&events, &workloads);
+        if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
+            self.export_findings(&analysis.events, &analysis.attributed.workloads);
         }
         self.window_start = now;
-    }
-
-    fn attribute(
-        &mut self,
-        window: &Window,
-    ) -> (HashMap<u32, Workload>, HashMap<u32, ProcessUsage>) {
-        let mut workloads = self.attributor.resolve_window(window);
-        if let Some(own) = &self.own_pod {
-            for workload in workloads.values_mut() {
-                own.apply(workload);
-            }
-        }
-        let usage = self.attributor.usage(&visible_pids(&workloads));
-        if let Some(receivers) = &self.receivers {
-            receivers
-                .intake
-                .history()
-                .note_workloads(workloads.values());
-        }
-        (workloads, usage)
     }
 
     fn export_findings(&mut self, events: &[FindingEvent], workloads: &HashMap<u32, Workload>) {
@@ -394,7 +335,8 @@ impl Pipeline {
         h.nvml_errors_total = self.sampler_health.nvml_errors();
         h.stalled_ticks_total = self.sampler_health.stalled_ticks.load(Ordering::Relaxed);
         h.findings_active = self
-            .diagnoser
+            .analyzer
+            .diagnoser()
             .tracker()
             .active_counts()
             .into_iter()
@@ -449,20 +391,6 @@ fn warn_if_no_processes_visible(proc_root: &std::path::Path) {
             proc_root.display()
         );
     }
-}
-
-/// The distinct host PIDs of a window's GPU processes.
-/// The GPU processes whose host PID is visible under the proc root: the only ones whose CPU,
-/// memory and parent `/proc` can tell. Asking for the others would cost a failed lookup each,
-/// every window, in a container without the host's PID namespace.
-fn visible_pids(workloads: &HashMap<u32, Workload>) -> Vec<u32> {
-    let mut pids: Vec<u32> = workloads
-        .values()
-        .filter(|w| w.attributed_by == AttributionMethod::HostPid)
-        .map(|w| w.pid)
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 fn log_finding(event: &FindingEvent) {
