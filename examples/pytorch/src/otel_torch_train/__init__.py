@@ -2,12 +2,14 @@
 
 Resource attributes match what gpulse reports for the same process (``container.id``,
 ``process.vpid``, ``host.name``), so a backend can join the job's spans with its GPU metrics.
+``status()`` shows this process's GPU state from PyTorch and from a running gpulse.
 """
 
 from .cuda_memory import CudaMemory, NoCuda, TorchCuda
 from .identity import ContainerIdentity, detect_container, parse_cgroup, parse_mountinfo
 from .providers import Providers, TelemetryConfigError, build_providers
 from .resource import DEFAULT_SERVICE_NAME, build_resource
+from .status import StatusReport, status
 from .telemetry import TrainingTelemetry, infer_batch_size
 
 __version__ = "0.1.0"
@@ -17,6 +19,7 @@ __all__ = [
     "CudaMemory",
     "DEFAULT_SERVICE_NAME",
     "NoCuda",
+    "StatusReport",
     "Providers",
     "TelemetryConfigError",
     "TorchCuda",
@@ -27,4 +30,5 @@ __all__ = [
     "infer_batch_size",
     "parse_cgroup",
     "parse_mountinfo",
+    "status",
 ]

@@ -55,6 +55,12 @@ class CudaMemory(Protocol):
     def uuid(self, device: int) -> Optional[str]:
         """``GPU-<uuid>`` as NVML spells it, or ``None`` when torch does not say."""
 
+    def name(self, device: int) -> Optional[str]:
+        """The device's marketing name (``NVIDIA H100 80GB HBM3``), or ``None``."""
+
+    def summary(self, device: int) -> str:
+        """``torch.cuda.memory_summary(device)``: the allocator's statistics as a text table."""
+
 
 class NoCuda:
     """The backend when torch or CUDA is absent: no devices."""
@@ -82,6 +88,12 @@ class NoCuda:
 
     def uuid(self, device: int) -> Optional[str]:
         return None
+
+    def name(self, device: int) -> Optional[str]:
+        return None
+
+    def summary(self, device: int) -> str:
+        return ""
 
 
 class TorchCuda:
@@ -130,6 +142,12 @@ class TorchCuda:
                 getattr(self._cuda.get_device_properties(device), "uuid", None)
             )
         return self._uuids[device]
+
+    def name(self, device: int) -> Optional[str]:
+        return str(self._cuda.get_device_name(device))
+
+    def summary(self, device: int) -> str:
+        return str(self._cuda.memory_summary(device))
 
 
 def format_uuid(raw) -> Optional[str]:

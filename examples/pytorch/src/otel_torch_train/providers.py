@@ -2,7 +2,8 @@
 
 Which exporter each signal uses, in order: the argument given in code, then
 ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (comma-separated: ``otlp``, ``console``,
-``none``), then ``otlp``. The OTLP transport: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
+``none``), then ``otlp``; the same for logs with ``OTEL_LOGS_EXPORTER``, whose provider is only
+built when something sends logs (the opt-in memory summary). The OTLP transport: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
 ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then
 ``http/protobuf`` (the specification's default). Endpoints, headers, timeouts, compression and
 certificates are left to the OTLP exporters, which read ``OTEL_EXPORTER_OTLP_*`` themselves; the
@@ -15,6 +16,13 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional
 
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    ConsoleLogRecordExporter,
+    LogRecordExporter,
+    SimpleLogRecordProcessor,
+)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -32,9 +40,11 @@ from opentelemetry.sdk.trace.export import (
 
 OTEL_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
 OTEL_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+OTEL_LOGS_EXPORTER = "OTEL_LOGS_EXPORTER"
 OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 OTEL_EXPORTER_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+OTEL_EXPORTER_OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
 
 _SUPPORTED_EXPORTERS = ("otlp", "console", "none")
 _SUPPORTED_PROTOCOLS = ("http/protobuf", "grpc")
@@ -50,11 +60,15 @@ class Providers:
 
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
+    #: Only when something sends logs (see build_logger_provider).
+    logger_provider: Optional[LoggerProvider] = None
 
     def shutdown(self) -> None:
         # Tracer first: spans ended during a crash should not wait behind a metric export.
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+        if self.logger_provider is not None:
+            self.logger_provider.shutdown()
 
 
 def exporter_names(variable: str, given: Optional[str]) -> List[str]:
@@ -129,6 +143,18 @@ def _otlp_metric_exporter() -> MetricExporter:
     return Http()
 
 
+def _otlp_log_exporter() -> LogRecordExporter:
+    if otlp_protocol(OTEL_EXPORTER_OTLP_LOGS_PROTOCOL) == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+        except ImportError as error:
+            raise _missing_grpc(error) from error
+        return OTLPLogExporter()
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as Http
+
+    return Http()
+
+
 def build_tracer_provider(resource: Resource, exporters: Optional[str] = None) -> TracerProvider:
     """A TracerProvider sending to what ``exporters`` or ``OTEL_TRACES_EXPORTER`` names."""
     provider = TracerProvider(resource=resource)
@@ -149,6 +175,17 @@ def build_meter_provider(resource: Resource, exporters: Optional[str] = None) ->
         exporter = _otlp_metric_exporter() if name == "otlp" else ConsoleMetricExporter()
         readers.append(PeriodicExportingMetricReader(exporter))
     return MeterProvider(resource=resource, metric_readers=readers)
+
+
+def build_logger_provider(resource: Resource, exporters: Optional[str] = None) -> LoggerProvider:
+    """A LoggerProvider sending to what ``exporters`` or ``OTEL_LOGS_EXPORTER`` names."""
+    provider = LoggerProvider(resource=resource)
+    for name in exporter_names(OTEL_LOGS_EXPORTER, exporters):
+        if name == "otlp":
+            provider.add_log_record_processor(BatchLogRecordProcessor(_otlp_log_exporter()))
+        else:
+            provider.add_log_record_processor(SimpleLogRecordProcessor(ConsoleLogRecordExporter()))
+    return provider
 
 
 def build_providers(

@@ -2,9 +2,12 @@
 
 The span tree, one trace per run::
 
-    training run                      training.model.name
+    training run                      training.model.name, pytorch.dataloader.*,
+    │                                 pytorch.autocast.*, pytorch.compile.used
     └── epoch                         training.epoch, .steps, .samples, training.loss.mean,
-        │                             training.samples_per_second, pytorch.cuda.memory.peak_*
+        │                             training.samples_per_second, pytorch.cuda.memory.peak_*,
+        │                             pytorch.dataloader.*, pytorch.autocast.*,
+        │                             pytorch.compile.used
         └── step                      training.step (global), training.epoch, training.epoch.step,
             │                         training.batch.size, training.loss,
             │                         training.samples_per_second, training.phase.*.duration
@@ -22,6 +25,11 @@ normally at the next thing the telemetry does otherwise (a ``break`` out of the 
 exception raised inside ``tel.phase(...)`` is known at once and ends the step and epoch as errors
 right away.
 
+The ``pytorch.*`` facts (framework_facts.py) say how the loop is set up: the settings of the
+loader given to ``tel.steps(...)``, whether autocast was active in a phase or ``record_step``
+(sampled there: autocast is only visible inside its ``with`` block), and whether
+``torch.compile`` compiled anything. gpulse's diagnosis quotes them in its advice.
+
 CUDA is asynchronous: a phase span measures the time the host spent issuing work unless
 ``synchronize_phases=True``, which waits for the device at the end of each phase (exact phase
 times, at the cost of the CPU/GPU overlap; for diagnosis, not for production runs).
@@ -35,13 +43,16 @@ import logging
 from time import time_ns
 from typing import Any, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
+from opentelemetry import _logs as otel_logs
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 from . import cuda_memory
 from .cuda_memory import CudaMemory
-from .providers import Providers, build_providers
+from .framework_facts import PrecisionWatch, loader_attributes
+from .memory_summary import DEFAULT_MAX_CHARS, PeakGrowthWatch
+from .providers import Providers, build_logger_provider, build_providers
 from .resource import DEFAULT_SERVICE_NAME, build_resource
 
 _log = logging.getLogger(__name__)
@@ -96,7 +107,11 @@ def _fail(span: Span, error: BaseException, end_time: Optional[int] = None) -> N
 
 def _is_proxy(provider: object) -> bool:
     # The API hands out proxies until someone installs a real provider.
-    return type(provider).__name__ in ("ProxyTracerProvider", "_ProxyMeterProvider")
+    return type(provider).__name__ in (
+        "ProxyTracerProvider",
+        "_ProxyMeterProvider",
+        "ProxyLoggerProvider",
+    )
 
 
 class _Step:
@@ -111,7 +126,17 @@ class _Step:
 
 
 class _Epoch:
-    __slots__ = ("span", "number", "start", "steps", "samples", "loss_sum", "loss_count")
+    __slots__ = (
+        "span",
+        "number",
+        "start",
+        "steps",
+        "samples",
+        "loss_sum",
+        "loss_count",
+        "precision",
+        "loader_described",
+    )
 
     def __init__(self, span: Span, number: int, start: int) -> None:
         self.span = span
@@ -121,6 +146,8 @@ class _Epoch:
         self.samples = 0
         self.loss_sum = 0.0
         self.loss_count = 0
+        self.precision = PrecisionWatch()
+        self.loader_described = False
 
 
 class _NoPhase:
@@ -146,6 +173,7 @@ class _Phase:
         self._name = name
 
     def __enter__(self) -> Span:
+        self._telemetry._sample_precision()
         self._span = self._telemetry._tracer.start_span(self._name)
         self._token = otel_context.attach(set_span_in_context(self._span))
         return self._span
@@ -153,6 +181,7 @@ class _Phase:
     def __exit__(self, exc_type: Any, error: Optional[BaseException], _tb: Any) -> bool:
         otel_context.detach(self._token)
         telemetry = self._telemetry
+        telemetry._sample_precision()
         if error is not None:
             telemetry._last_error = error
             _fail(self._span, error)
@@ -174,6 +203,7 @@ class _PhaseTimer:
         self._key = f"training.phase.{name}.duration"
 
     def __enter__(self) -> None:
+        self._telemetry._sample_precision()
         self._start = time_ns()
         return None
 
@@ -196,6 +226,7 @@ class _Run:
 
     def __enter__(self) -> Span:
         self._span = self._telemetry._tracer.start_span(RUN_SPAN, attributes=self._attributes)
+        self._telemetry._run_span = self._span
         self._token = otel_context.attach(set_span_in_context(self._span))
         return self._span
 
@@ -203,6 +234,8 @@ class _Run:
         telemetry = self._telemetry
         telemetry._settle(error)
         otel_context.detach(self._token)
+        self._span.set_attributes(telemetry._run_precision.attributes())
+        telemetry._run_span = None
         if error is not None:
             _fail(self._span, error)
         else:
@@ -228,6 +261,12 @@ class TrainingTelemetry:
         ``training.phase.<name>.duration`` attributes of the step span instead, which costs a
         fraction of a span each (see bench_overhead.py).
     :param synchronize_phases: wait for the GPU at the end of each phase (exact, slower).
+    :param memory_summary_after: send ``torch.cuda.memory_summary()`` as one log record when a
+        device's per-epoch peak of allocated memory has risen this many epochs in a row
+        (memory_summary.py); ``None`` (default) never sends it.
+    :param memory_summary_max_chars: the longest summary sent; longer ones are cut, and say so.
+    :param logger_provider: where that log record goes; by default the global one when the
+        application installed a real one, else one built from ``OTEL_LOGS_EXPORTER``.
     """
 
     def __init__(
@@ -242,6 +281,9 @@ class TrainingTelemetry:
         step_spans_every: int = 1,
         phase_spans: bool = True,
         synchronize_phases: bool = False,
+        memory_summary_after: Optional[int] = None,
+        memory_summary_max_chars: int = DEFAULT_MAX_CHARS,
+        logger_provider: Optional[otel_logs.LoggerProvider] = None,
     ) -> None:
         if step_spans_every < 1:
             raise ValueError(f"step_spans_every must be 1 or more, got {step_spans_every}")
@@ -263,6 +305,25 @@ class TrainingTelemetry:
         if memory_gauges:
             meter = self.meter_provider.get_meter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION)
             self._gauges = cuda_memory.MemoryGauges(meter, self._cuda)
+        self._memory_summary: Optional[PeakGrowthWatch] = None
+        self._owned_logs = None
+        self.logger_provider: Optional[otel_logs.LoggerProvider] = None
+        if memory_summary_after is not None:
+            if logger_provider is None and _is_proxy(otel_logs.get_logger_provider()):
+                resource = (
+                    self._owned.tracer_provider.resource
+                    if self._owned is not None
+                    else build_resource(service_name or DEFAULT_SERVICE_NAME)
+                )
+                logger_provider = self._owned_logs = build_logger_provider(resource)
+                otel_logs.set_logger_provider(logger_provider)
+            self.logger_provider = logger_provider or otel_logs.get_logger_provider()
+            self._memory_summary = PeakGrowthWatch(
+                self._cuda,
+                self.logger_provider.get_logger(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION),
+                memory_summary_after,
+                memory_summary_max_chars,
+            )
         self._every = step_spans_every
         self._phase_spans = phase_spans
         self._synchronize = synchronize_phases
@@ -272,6 +333,9 @@ class TrainingTelemetry:
         self._last_error: Optional[BaseException] = None
         self._global_step = 0
         self._epoch_counter = 0
+        self._run_span: Optional[Span] = None
+        self._run_precision = PrecisionWatch()
+        self._run_loader_described = False
         self._warned_no_step = False
         self._shut_down = False
 
@@ -327,6 +391,7 @@ class TrainingTelemetry:
     def steps(self, loader: Iterable[T]) -> Iterator[T]:
         """Yield each batch of ``loader`` inside a ``step`` span, timing ``data_wait``."""
         tracer = self._tracer
+        self._describe_loader(loader)
         iterator = iter(loader)
         in_epoch = 0
         while True:
@@ -408,6 +473,7 @@ class TrainingTelemetry:
         Pass ``loss`` as a Python float (``loss.item()``): a CUDA tensor is converted here with
         ``float()``, which waits for the GPU.
         """
+        self._sample_precision()
         step = self._step
         if step is None:
             if not self._warned_no_step:
@@ -431,7 +497,7 @@ class TrainingTelemetry:
 
     def flush(self, timeout_millis: int = 10_000) -> None:
         """Export what is buffered now (called at the end of ``run()``)."""
-        for provider in (self.tracer_provider, self.meter_provider):
+        for provider in (self.tracer_provider, self.meter_provider, self.logger_provider):
             force_flush = getattr(provider, "force_flush", None)
             if force_flush is not None:
                 try:
@@ -442,9 +508,12 @@ class TrainingTelemetry:
     def shutdown(self) -> None:
         """End what is still waiting and shut down the providers this object created."""
         self._settle(None)
-        if self._owned is not None and not self._shut_down:
+        if not self._shut_down:
             self._shut_down = True
-            self._owned.shutdown()
+            if self._owned is not None:
+                self._owned.shutdown()
+            if self._owned_logs is not None:
+                self._owned_logs.shutdown()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -485,8 +554,32 @@ class TrainingTelemetry:
             span.set_attribute(SAMPLES_PER_SECOND, state.samples / elapsed)
         for key, value in cuda_memory.peak_attributes(self._cuda).items():
             span.set_attribute(key, value)
+        span.set_attributes(state.precision.attributes())
+        self._run_precision.merge(state.precision)
+        if self._memory_summary is not None:
+            self._memory_summary.epoch_ended(state.number, set_span_in_context(span))
         if self._epoch is state:
             self._epoch = None
+
+    def _describe_loader(self, loader: Any) -> None:
+        """The loader's settings on the epoch span and, the first time, on the run span."""
+        epoch = self._epoch
+        run_pending = self._run_span is not None and not self._run_loader_described
+        if (epoch is None or epoch.loader_described) and not run_pending:
+            return
+        attributes = loader_attributes(loader)
+        if not attributes:
+            return
+        if epoch is not None and not epoch.loader_described:
+            epoch.loader_described = True
+            epoch.span.set_attributes(attributes)
+        if run_pending:
+            self._run_loader_described = True
+            self._run_span.set_attributes(attributes)
+
+    def _sample_precision(self) -> None:
+        epoch = self._epoch
+        (epoch.precision if epoch is not None else self._run_precision).sample()
 
     def _defer(self, span: Span, end: int) -> None:
         if self._last_error is not None:
