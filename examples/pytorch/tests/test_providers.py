@@ -7,6 +7,7 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_torch_train.providers import (
     TelemetryConfigError,
+    build_logger_provider,
     build_providers,
     build_tracer_provider,
     exporter_names,
@@ -16,6 +17,8 @@ from otel_torch_train.providers import (
 VARIABLES = (
     "OTEL_TRACES_EXPORTER",
     "OTEL_METRICS_EXPORTER",
+    "OTEL_LOGS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
@@ -116,3 +119,33 @@ def test_build_providers_share_the_resource(monkeypatch):
     assert providers.tracer_provider.resource is resource
     assert providers.meter_provider._sdk_config.resource is resource
     providers.shutdown()
+
+
+def log_exporter_types(logger_provider):
+    processors = logger_provider._multi_log_record_processor._log_record_processors
+    return [
+        type(getattr(p, "_exporter", None) or p._batch_processor._exporter).__name__
+        for p in processors
+    ]
+
+
+def test_logs_follow_otel_logs_exporter(monkeypatch):
+    resource = Resource.create({})
+    assert log_exporter_types(build_logger_provider(resource)) == ["OTLPLogExporter"]
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console,otlp")
+    assert log_exporter_types(build_logger_provider(resource)) == [
+        "ConsoleLogRecordExporter",
+        "OTLPLogExporter",
+    ]
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    assert log_exporter_types(build_logger_provider(resource)) == []
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "kafka")
+    with pytest.raises(TelemetryConfigError, match="OTEL_LOGS_EXPORTER='kafka'"):
+        build_logger_provider(resource)
+
+
+def test_logs_protocol_grpc(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc")
+    provider = build_logger_provider(Resource.create({}), "otlp")
+    processor = provider._multi_log_record_processor._log_record_processors[0]
+    assert "grpc" in type(processor._batch_processor._exporter).__module__
