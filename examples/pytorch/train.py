@@ -42,6 +42,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument(
+        "--autocast",
+        choices=("off", "bf16", "fp16"),
+        default="off",
+        help="run the forward pass under torch.autocast in this dtype (pytorch.autocast.*)",
+    )
+    parser.add_argument(
+        "--memory-summary-after",
+        type=int,
+        default=None,
+        metavar="EPOCHS",
+        help="send torch.cuda.memory_summary() as a log record when the per-epoch peak of "
+        "allocated memory has risen this many epochs in a row",
+    )
+    parser.add_argument(
         "--data-delay",
         type=float,
         default=0.0,
@@ -159,15 +173,18 @@ def main(argv=None) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    tel = TrainingTelemetry(model_name=args.model)
+    tel = TrainingTelemetry(model_name=args.model, memory_summary_after=args.memory_summary_after)
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.autocast)
     last_loss = float("nan")
     with tel.run(epochs=args.epochs, device=device.type, seed=args.seed):
         step = 0
         for epoch in tel.epochs(range(args.epochs)):
             for x, y in tel.steps(loader):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with tel.phase("forward"):
-                    loss = loss_fn(model(x), y)
+                with torch.autocast(device.type, autocast_dtype, enabled=bool(autocast_dtype)):
+                    # Inside the autocast block, so the telemetry sees it (pytorch.autocast.*).
+                    with tel.phase("forward"):
+                        loss = loss_fn(model(x), y)
                 with tel.phase("backward"):
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()

@@ -110,6 +110,25 @@ def test_train_runs_and_emits_the_span_tree(tmp_path):
     assert len({s["context"]["trace_id"] for s in spans}) == 1
 
 
+def test_loader_and_precision_facts_on_run_and_epoch_spans(tmp_path):
+    result, _ = run_train(
+        tmp_path, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--autocast", "bf16"
+    )
+    spans = console_spans(result.stdout)
+    expected = {
+        "pytorch.dataloader.num_workers": 0,
+        "pytorch.dataloader.pin_memory": False,  # pinned only when training on CUDA
+        "pytorch.dataloader.persistent_workers": False,
+        "pytorch.dataloader.batch_size": 4,
+        "pytorch.autocast.enabled": True,
+        "pytorch.autocast.dtype": "bfloat16",
+        "pytorch.compile.used": False,
+    }
+    for span in named(spans, "training run") + named(spans, "epoch"):
+        facts = {k: v for k, v in span["attributes"].items() if k.startswith("pytorch.")}
+        assert facts == expected, span["name"]
+
+
 def test_data_delay_shows_as_data_wait(tmp_path):
     result, _ = run_train(
         tmp_path,

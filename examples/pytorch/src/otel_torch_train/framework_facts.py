@@ -57,7 +57,8 @@ def loader_attributes(loader: Any) -> Dict[str, Any]:
         attributes[LOADER_PREFETCH_FACTOR] = prefetch
     batch_size = _int_or_none(getattr(loader, "batch_size", None))
     if batch_size is None:
-        batch_size = _int_or_none(getattr(getattr(loader, "batch_sampler", None), "batch_size", None))
+        sampler = getattr(loader, "batch_sampler", None)
+        batch_size = _int_or_none(getattr(sampler, "batch_size", None))
     if batch_size is not None:
         attributes[LOADER_BATCH_SIZE] = batch_size
     return attributes

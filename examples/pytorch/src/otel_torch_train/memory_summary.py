@@ -48,7 +48,7 @@ class _Streak:
 
 
 class PeakGrowthWatch:
-    """Per device: how many epochs in a row the peak rose; emits the summary at ``rising_epochs``."""
+    """Per device: how many epochs in a row the peak rose; sends the summary at the streak."""
 
     def __init__(
         self,
@@ -81,7 +81,8 @@ class PeakGrowthWatch:
     def epoch_ended(self, epoch: int, context: Optional[Context]) -> None:
         """Compare each device's peak of the epoch that just ended with the previous epoch's."""
         try:
-            peaks = {device: self._backend.max_allocated(device) for device in self._backend.devices()}
+            backend = self._backend
+            peaks = {device: backend.max_allocated(device) for device in backend.devices()}
         except Exception as error:  # noqa: BLE001 - a missed comparison must not stop training
             _log.debug("could not read CUDA peaks for the memory summary: %s", error)
             return

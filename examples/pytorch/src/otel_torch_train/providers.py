@@ -3,8 +3,9 @@
 Which exporter each signal uses, in order: the argument given in code, then
 ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (comma-separated: ``otlp``, ``console``,
 ``none``), then ``otlp``; the same for logs with ``OTEL_LOGS_EXPORTER``, whose provider is only
-built when something sends logs (the opt-in memory summary). The OTLP transport: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
-``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then
+built when something sends logs (the opt-in memory summary). The OTLP transport:
+``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`` /
+``OTEL_EXPORTER_OTLP_LOGS_PROTOCOL``, then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then
 ``http/protobuf`` (the specification's default). Endpoints, headers, timeouts, compression and
 certificates are left to the OTLP exporters, which read ``OTEL_EXPORTER_OTLP_*`` themselves; the
 metric export interval to ``PeriodicExportingMetricReader`` (``OTEL_METRIC_EXPORT_INTERVAL``).

@@ -144,7 +144,7 @@ class _Unreachable(Exception):
 
 
 def status_url(url: Optional[str] = None, environ: Optional[Dict[str, str]] = None) -> str:
-    """The /status URL to ask: the argument, ``GPULSE_STATUS_URL``, ``GPULSE_HEALTH_ADDR``, default."""
+    """The /status URL: the argument, ``GPULSE_STATUS_URL``, ``GPULSE_HEALTH_ADDR``, the default."""
     env = os.environ if environ is None else environ
     if url:
         return _with_status_path(url.strip())
