@@ -114,8 +114,8 @@ class PrecisionWatch:
     """Remembers whether autocast was seen active, and in which dtype, across samples.
 
     Autocast is thread-local state that is only visible from inside its ``with`` block, so the
-    telemetry samples it where the loop's code runs: on entering and leaving each phase and in
-    ``record_step``. Put ``tel.phase("forward")`` inside ``torch.autocast(...)`` (or call
+    telemetry samples it where the loop's code runs: on entering each phase and in
+    ``record_step`` (until it has been seen in the epoch). Put ``tel.phase("forward")`` inside ``torch.autocast(...)`` (or call
     ``record_step`` inside it) for it to be seen.
     """
 

@@ -181,7 +181,6 @@ class _Phase:
     def __exit__(self, exc_type: Any, error: Optional[BaseException], _tb: Any) -> bool:
         otel_context.detach(self._token)
         telemetry = self._telemetry
-        telemetry._sample_precision()
         if error is not None:
             telemetry._last_error = error
             _fail(self._span, error)
@@ -579,7 +578,10 @@ class TrainingTelemetry:
 
     def _sample_precision(self) -> None:
         epoch = self._epoch
-        (epoch.precision if epoch is not None else self._run_precision).sample()
+        watch = epoch.precision if epoch is not None else self._run_precision
+        # Once autocast was seen in this epoch there is nothing more to learn from asking again.
+        if not watch.seen:
+            watch.sample()
 
     def _defer(self, span: Span, end: int) -> None:
         if self._last_error is not None:
