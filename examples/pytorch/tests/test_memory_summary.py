@@ -3,6 +3,7 @@ through a test double of the CudaMemory protocol and read back from the SDK's in
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -191,3 +192,53 @@ def test_a_failing_summary_is_reported_in_the_record():
 def test_bad_settings_say_what_is_wrong(kwargs, error, message):
     with pytest.raises(error, match=message):
         make(PeakCuda(), **kwargs)
+
+
+def test_the_record_travels_over_otlp_http(tmp_path, monkeypatch):
+    """Through the real OTLP/HTTP log exporter to a real receiver (otlp_sink.py's handler)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from opentelemetry.sdk.resources import Resource
+
+    import otlp_sink
+    from otel_torch_train.providers import build_logger_provider
+
+    out = tmp_path / "otlp.jsonl"
+    sink = otlp_sink.Sink(out)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), otlp_sink.make_handler(sink, otlp_sink._request_types())
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        logger_provider = build_logger_provider(
+            Resource.create({"service.name": "leaky-job"}), "otlp"
+        )
+        cuda = PeakCuda()
+        tel = TrainingTelemetry(
+            tracer_provider=TracerProvider(),
+            meter_provider=MeterProvider(),
+            logger_provider=logger_provider,
+            cuda=cuda,
+            memory_summary_after=2,
+        )
+        train(tel, cuda, [100, 200, 300])
+        logger_provider.shutdown()  # exports what the batch processor holds
+    finally:
+        server.shutdown()
+        server.server_close()
+        sink.close()
+    (request,) = [json.loads(line) for line in out.read_text().splitlines()]
+    (resource_logs,) = request["resourceLogs"]
+    resource = {a["key"]: a["value"] for a in resource_logs["resource"]["attributes"]}
+    assert resource["service.name"] == {"stringValue": "leaky-job"}
+    (record,) = resource_logs["scopeLogs"][0]["logRecords"]
+    assert record["eventName"] == "pytorch.cuda.memory_summary"
+    assert record["body"]["stringValue"].startswith("|  PyTorch CUDA memory summary, device ID 0")
+    attributes = {a["key"]: a["value"] for a in record["attributes"]}
+    assert attributes["hw.id"] == {"stringValue": UUID}
+    assert attributes["pytorch.cuda.memory.peak_allocated"] == {"intValue": str(300 * MiB)}
+    assert attributes["pytorch.cuda.memory.peak_allocated.before"] == {"intValue": str(100 * MiB)}
