@@ -112,7 +112,8 @@ def test_train_runs_and_emits_the_span_tree(tmp_path):
 
 def test_loader_and_precision_facts_on_run_and_epoch_spans(tmp_path):
     result, _ = run_train(
-        tmp_path, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--autocast", "bf16"
+        tmp_path,
+        *("--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--autocast", "bf16"),
     )
     spans = console_spans(result.stdout)
     expected = {
