@@ -84,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("epochs", "steps_per_epoch", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.memory_summary_after is not None and args.memory_summary_after < 1:
+        parser.error("--memory-summary-after must be at least 1 epoch (leave it out for never)")
     return args
 
 

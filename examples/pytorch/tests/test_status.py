@@ -127,11 +127,17 @@ def serve():
 
 def notebook_render(report):
     """What Jupyter shows for a cell's value: IPython's display formatter, both mime types."""
-    ipython_formatters = pytest.importorskip(
-        "IPython.core.formatters",
-        reason="IPython is in requirements-test.txt: pip install -r requirements-test.txt",
-    )
-    data, _metadata = ipython_formatters.DisplayFormatter().format(report)
+    try:
+        from IPython.core.formatters import DisplayFormatter
+    except ImportError as error:
+        reason = (
+            f"IPython is not importable ({error}): the notebook rendering was NOT checked. "
+            "Install the pinned set: pip install -r examples/pytorch/requirements-test.txt"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    data, _metadata = DisplayFormatter().format(report)
     return data
 
 
