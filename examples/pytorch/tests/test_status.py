@@ -183,7 +183,7 @@ def test_notebook_shows_torch_figures_and_gpulse_view_of_this_process(serve):
     assert view.host_pids == [me]
     assert [(g.device_index, g.sm_utilization) for g in view.gpus] == [(0, 0.42)]
     assert [(f.rule, f.scope) for f in view.findings] == [
-        ("memory_pressure", "GPU 0 (all its processes)"),
+        ("memory_pressure", "GPU 0, all its processes"),
         ("memory_pressure", "this process on GPU 0"),
     ]
     assert view.findings[1].values["process_share_ratio"] == pytest.approx(0.9624, abs=1e-4)

@@ -91,7 +91,7 @@ class FindingView:
 
     rule: str
     severity: str
-    #: "this process", "this job (pids ...)", "GPU 0 (all its processes)".
+    #: "this process on GPU 0", "this job (pids ...)", "GPU 0, all its processes".
     scope: str
     summary: str
     advice: str
@@ -360,7 +360,7 @@ def _findings_about(
             pids = ", ".join(str(p) for p in subject.get("pids") or [])
             scope = f"this job (pids {pids})"
         elif kind == "device" and subject.get("uuid") in device_uuids:
-            scope = f"GPU {subject.get('index')} (all its processes)"
+            scope = f"GPU {subject.get('index')}, all its processes"
         if scope is None:
             continue
         found.append(
