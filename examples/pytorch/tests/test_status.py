@@ -347,3 +347,36 @@ def test_real_torch_on_cpu_says_cuda_is_unavailable(torch):
     assert f"PyTorch {torch.__version__}" in text
     assert "CUDA is not available to PyTorch" in text
     assert torch.cuda.is_initialized() is False  # status() created no CUDA context
+
+
+def test_findings_of_its_job_count_those_of_other_processes_do_not(serve):
+    me = os.getpid()
+    document = with_pid(RECORDED, TRAINER_PID, me)
+    process_finding = document["findings"][1]
+    neighbour = copy.deepcopy(process_finding)
+    neighbour["subject"].update(pid=NEIGHBOUR_PID, vpid=NEIGHBOUR_PID)
+    neighbour["summary"] = "the neighbour's own trouble"
+    job = {
+        "rule": "uneven_multi_gpu",
+        "severity": "warning",
+        "subject": {
+            "kind": "job",
+            "key": {"by": "pid", "value": me},
+            "pids": [me, NEIGHBOUR_PID],
+            "devices": [d["uuid"] for d in document["devices"]],
+        },
+        "summary": "GPU 1 does 90% of the job's work, GPU 0 42%",
+        "advice": "balance the work across the job's GPUs",
+        "values": [["busiest_ratio", 0.9]],
+        "since": process_finding["since"],
+    }
+    document["findings"] += [neighbour, job]
+    report = status(serve(document).url, cuda=FakeCuda())
+    scopes = [(f.rule, f.scope) for f in report.gpulse.findings]
+    assert scopes == [
+        ("memory_pressure", "GPU 0, all its processes"),
+        ("memory_pressure", "this process on GPU 0"),
+        ("uneven_multi_gpu", f"this job (pids {me}, {NEIGHBOUR_PID})"),
+    ]
+    assert "the neighbour's own trouble" not in str(report)
+    assert "advice: balance the work across the job's GPUs" in str(report)
