@@ -17,6 +17,8 @@ use crate::model::{
 };
 use crate::signal::{splitmix64, Signal};
 
+mod hardware;
+
 /// The environment variable naming the scenario file.
 pub const ENV_SCENARIO: &str = "NVML_SIM_SCENARIO";
 /// Multiplies the speed of simulated time (float, default 1).
@@ -181,6 +183,11 @@ struct RawDevice {
     shutdown_temp_c: Option<u32>,
     retired_pages: Option<RawRetired>,
     remapped_rows: Option<RawRemapped>,
+    gpm: Option<hardware::RawGpm>,
+    nvlink: Option<hardware::RawNvLink>,
+    violation: Option<hardware::RawViolation>,
+    #[serde(default, rename = "mig_instance")]
+    mig_instances: Vec<hardware::RawMig>,
     #[serde(default)]
     signals: RawDeviceSignals,
     #[serde(default, rename = "process")]
@@ -241,6 +248,7 @@ struct RawDeviceSignals {
     ecc_corrected: Option<Signal>,
     ecc_uncorrected: Option<Signal>,
     pstate: Option<Signal>,
+    pcie_replays: Option<Signal>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
@@ -751,12 +759,33 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
                 remap_failure: m.failure,
             }
         };
+        let name = raw
+            .name
+            .clone()
+            .unwrap_or_else(|| "NVIDIA H100 80GB HBM3".into());
+        let arch = raw.architecture.unwrap_or(Architecture::Hopper);
+        let hw = hardware::compile(
+            &hardware::RawHardware {
+                gpm: raw.gpm.as_ref(),
+                nvlink: raw.nvlink.as_ref(),
+                violation: raw.violation.as_ref(),
+                mig: &raw.mig_instances,
+                pcie_replays: sig.pcie_replays.as_ref(),
+            },
+            index,
+            count,
+            &name,
+            raw.mig.unwrap_or(false),
+            matches!(arch, Architecture::Hopper | Architecture::Blackwell),
+            matches!(
+                arch,
+                Architecture::Ampere | Architecture::Hopper | Architecture::Blackwell
+            ),
+            &processes,
+        )?;
         out.push(Device {
             index,
-            name: raw
-                .name
-                .clone()
-                .unwrap_or_else(|| "NVIDIA H100 80GB HBM3".into()),
+            name,
             uuid: raw.uuid.clone().unwrap_or_else(|| derived_uuid(index)),
             serial: raw
                 .serial
@@ -817,6 +846,7 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
             slowdown_temp_c: raw.slowdown_temp_c.unwrap_or(87),
             shutdown_temp_c: raw.shutdown_temp_c.unwrap_or(92),
             health,
+            hw,
             signals,
             processes: processes.into_boxed_slice(),
             lost: Vec::new(),

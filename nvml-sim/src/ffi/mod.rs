@@ -18,6 +18,10 @@ use crate::abi::{self, Ret};
 
 pub mod device;
 pub mod events;
+pub mod gpm;
+pub mod health;
+pub mod mig;
+pub mod nvlink;
 pub mod process;
 pub mod system;
 
