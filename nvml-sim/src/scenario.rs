@@ -1270,6 +1270,67 @@ mod tests {
     }
 
     #[test]
+    fn hardware_scenarios_compile_with_their_gpm_mig_and_nvlink() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+        let e = env(&[("GPULSE_TRAINER_PID", "4242")]);
+        let load = |file: &str| {
+            let text = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+            compile(file, &text, &e).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let idle = load("gpm-tensor-idle.toml");
+        let busy = load("gpm-tensor-busy.toml");
+        for (sim, tensor) in [(&idle, 0.0), (&busy, 0.4)] {
+            let g = &sim.devices[0].hw;
+            assert!(g.gpm_supported);
+            assert_eq!(g.gpm.sm_activity.value(1.0), 0.8);
+            assert_eq!(g.gpm.tensor_activity.value(1.0), tensor);
+            assert_eq!(sim.devices[0].processes[0].pid, 4242);
+        }
+        let old = load("gpm-unsupported.toml");
+        assert!(old.devices.iter().all(|d| !d.hw.gpm_supported));
+        let denied = load("gpm-permission-denied.toml");
+        assert!(!denied.devices[0].faults.is_empty());
+        let mig = load("mig-2-instances.toml");
+        assert_eq!(mig.devices[0].hw.mig.len(), 2);
+        assert_eq!(mig.devices[1].hw.mig.len(), 0);
+        let nv = load("nvlink-4-links.toml");
+        let links: Vec<u32> = nv
+            .devices
+            .iter()
+            .map(|d| d.hw.nvlink.as_ref().unwrap().active())
+            .collect();
+        assert_eq!(links, [4, 3]);
+        let remap = load("remapped-rows-pending.toml");
+        assert!(remap.devices[0].health.remap_pending);
+        assert_eq!(remap.devices[0].hw.pcie_replays.value(0.0), 12.0);
+    }
+
+    #[test]
+    fn hardware_keys_are_checked_with_a_reason() {
+        for (text, needle) in [
+            (
+                "[[device]]\n[[device.mig_instance]]\nprofile = \"1g.10gb\"\ngpu_instance_id = 1\nmemory_total_mib = 9856\n",
+                "needs `mig = true`",
+            ),
+            (
+                "[[device]]\nmig = true\n[[device.mig_instance]]\nprofile = \"1g.10gb\"\ngpu_instance_id = 1\nmemory_total_mib = 9856\n[[device.process]]\npid = 5\ngpu_instance_id = 2\n",
+                "no [[device.mig_instance]] of this GPU has that id",
+            ),
+            ("[[device]]\n[device.nvlink]\nlinks = 19\n", "out of range"),
+            ("[[device]]\n[device.nvlink]\nlinks = 4\ndown = [4]\n", "links 0 to 3"),
+            ("[[device]]\n[device.gpm]\nsm_activty = 0.5\n", "unknown field `sm_activty`"),
+            (
+                "[[device]]\n[device.violation]\npower = { mean = 0, amplitude = 0.1, period = 10 }\n",
+                "below 0",
+            ),
+        ] {
+            let (line, _, msg) = compile_err(text);
+            assert!(msg.contains(needle), "{msg:?} should say {needle:?}");
+            assert!(line > 0, "{msg}: the error points at a line");
+        }
+    }
+
+    #[test]
     fn templates_derive_distinct_identities_and_pid_ranges() {
         let sim = compile(
             "t",

@@ -102,3 +102,6 @@ pub(crate) fn to_u32(v: f64, max: u32) -> u32 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod hardware_tests;
