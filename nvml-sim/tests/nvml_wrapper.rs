@@ -675,8 +675,8 @@ fn gpm_mig_nvlink_and_health_read_back_through_the_wrapper() {
 #[test]
 fn gpm_permission_denied_appears_at_its_time_and_spares_other_calls() {
     let l = load(
-        "[clock]\ntime_scale = 1000\n[[device]]\n[device.signals]\npower_w = 300\n\
-         [[fault]]\nkind = \"error\"\nfield = \"gpm\"\nerror = \"no_permission\"\nfrom_s = 200\n",
+        "[clock]\ntime_scale = 100\n[[device]]\n[device.signals]\npower_w = 300\n\
+         [[fault]]\nkind = \"error\"\nfield = \"gpm\"\nerror = \"no_permission\"\nfrom_s = 100\n",
     );
     let gpu = l.nvml.device_by_index(0).unwrap();
     gpu.gpm_sample()

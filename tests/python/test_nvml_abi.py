@@ -629,7 +629,7 @@ def test_gpm_permission_denied_appears_at_its_time(pynvml_run):
     r = pynvml_run(
         """
         [clock]
-        time_scale = 1000
+        time_scale = 100
         [[device]]
         [device.signals]
         gpu_util = 50
@@ -637,7 +637,7 @@ def test_gpm_permission_denied_appears_at_its_time(pynvml_run):
         kind = "error"
         field = "gpm"
         error = "no_permission"
-        from_s = 300
+        from_s = 100
         """,
         """
         import time
