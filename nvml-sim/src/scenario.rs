@@ -783,6 +783,16 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
             ),
             &processes,
         )?;
+        let mut faults = FaultSet::default();
+        if !hw.mig.is_empty() {
+            // A GPU with MIG devices has no device-wide or per-process utilisation.
+            faults.push(Fault {
+                apis: Api::nvmlDeviceGetUtilizationRates.bit()
+                    | Api::nvmlDeviceGetProcessUtilization.bit(),
+                window: Window::ALWAYS,
+                action: Action::Fail(abi::NOT_SUPPORTED),
+            });
+        }
         out.push(Device {
             index,
             name,
@@ -850,7 +860,7 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
             signals,
             processes: processes.into_boxed_slice(),
             lost: Vec::new(),
-            faults: FaultSet::default(),
+            faults,
         });
     }
     Ok(())

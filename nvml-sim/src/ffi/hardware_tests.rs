@@ -298,6 +298,16 @@ fn mig_devices_have_their_own_handles_identity_memory_and_processes() {
     // Calls that do not answer for MIG devices say so.
     let mut p: c_uint = 0;
     assert_eq!(unsafe { nvmlDeviceGetPowerUsage(m, &mut p) }, NOT_SUPPORTED);
+    // A GPU with MIG devices has no device-wide utilisation; the GPU without MIG has.
+    let mut u = nvmlUtilization_t { gpu: 0, memory: 0 };
+    assert_eq!(
+        unsafe { nvmlDeviceGetUtilizationRates(gpu, &mut u) },
+        NOT_SUPPORTED
+    );
+    assert_eq!(
+        unsafe { nvmlDeviceGetUtilizationRates(handle(1), &mut u) },
+        SUCCESS
+    );
 
     // Per-instance GPM through the parent.
     let (s1, s2) = (sample(), sample());
