@@ -5,6 +5,8 @@
 
 use std::mem::size_of;
 
+/// `NVML_FI_*` field ids (a module in `nvml-wrapper-sys`).
+pub use nvml_wrapper_sys::bindings::field_id;
 pub use nvml_wrapper_sys::bindings::*;
 
 // Sizes from nvml.h (x86_64 / aarch64 LP64). A mismatch here would silently corrupt the caller's
@@ -23,6 +25,16 @@ const _: () = assert!(size_of::<nvmlDevice_t>() == size_of::<usize>());
 const _: () = assert!(size_of::<PciInfoV1>() == 32);
 const _: () = assert!(size_of::<PciInfoV2>() == 36);
 const _: () = assert!(size_of::<EventDataV1>() == 24);
+const _: () = assert!(size_of::<nvmlFieldValue_t>() == 40);
+const _: () = assert!(size_of::<nvmlViolationTime_t>() == 16);
+const _: () = assert!(size_of::<nvmlGpmSupport_t>() == 8);
+// nvmlGpmMetric_t: metricId, nvmlReturn, double value, three char* (4 + 4 + 8 + 24).
+const _: () = assert!(size_of::<nvmlGpmMetric_t>() == 40);
+// nvmlGpmMetricsGet_t: version, numMetrics, two sample handles, NVML_GPM_METRIC_MAX metrics.
+const _: () = assert!(size_of::<nvmlGpmMetricsGet_t>() == 8 + 16 + 210 * 40);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, value) == 32);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, valueType) == 24);
+const _: () = assert!(std::mem::offset_of!(nvmlGpmMetric_t, value) == 8);
 
 /// `NVML_STRUCT_VERSION(Memory, 2)`: `sizeof(nvmlMemory_v2_t) | 2 << 24`.
 pub const MEMORY_V2_VERSION: u32 = (size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);

@@ -111,6 +111,23 @@ apis! {
     nvmlDeviceGetRemappedRows => "remapped_rows",
     nvmlDeviceRegisterEvents => "events",
     nvmlDeviceGetSupportedEventTypes => "events",
+    nvmlDeviceGetMaxMigDeviceCount => "mig",
+    nvmlDeviceGetMigDeviceHandleByIndex => "mig",
+    nvmlDeviceGetDeviceHandleFromMigDeviceHandle => "mig",
+    nvmlDeviceIsMigDeviceHandle => "mig",
+    nvmlDeviceGetGpuInstanceId => "mig",
+    nvmlDeviceGetComputeInstanceId => "mig",
+    nvmlGpmQueryDeviceSupport => "gpm_support",
+    nvmlGpmQueryIfStreamingEnabled => "gpm_support",
+    nvmlGpmSampleAlloc => "gpm_alloc",
+    nvmlGpmSampleFree => "gpm_alloc",
+    nvmlGpmSampleGet => "gpm",
+    nvmlGpmMigSampleGet => "gpm",
+    nvmlGpmMetricsGet => "gpm_metrics",
+    nvmlDeviceGetNvLinkState => "nvlink",
+    nvmlDeviceGetFieldValues => "field_values",
+    nvmlDeviceGetViolationStatus => "violation",
+    nvmlDeviceGetPcieReplayCounter => "pcie_replay",
 }
 
 // The fault masks are u128: one bit per function.
@@ -135,8 +152,15 @@ impl Api {
     /// Whether the function takes a device handle (faults for it are per device).
     pub fn is_device_call(self) -> bool {
         let n = self.c_name();
-        n.starts_with("nvmlDevice")
-            && !matches!(self, Api::nvmlDeviceGetCount | Api::nvmlDeviceGetCount_v2)
+        (n.starts_with("nvmlDevice")
+            && !matches!(self, Api::nvmlDeviceGetCount | Api::nvmlDeviceGetCount_v2))
+            || matches!(
+                self,
+                Api::nvmlGpmQueryDeviceSupport
+                    | Api::nvmlGpmQueryIfStreamingEnabled
+                    | Api::nvmlGpmSampleGet
+                    | Api::nvmlGpmMigSampleGet
+            )
     }
 
     /// The mask of the functions reading `field` (or a group of fields), if the name is known.
@@ -201,5 +225,13 @@ mod tests {
         assert!(Api::nvmlDeviceGetPowerUsage.is_device_call());
         assert!(!Api::nvmlDeviceGetCount_v2.is_device_call());
         assert!(!Api::nvmlSystemGetDriverVersion.is_device_call());
+        assert!(
+            Api::nvmlGpmSampleGet.is_device_call(),
+            "takes a device handle"
+        );
+        assert!(
+            !Api::nvmlGpmMetricsGet.is_device_call(),
+            "takes two samples"
+        );
     }
 }

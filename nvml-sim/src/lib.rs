@@ -5,15 +5,16 @@
 //! devices, signals over time, processes, XID events and faults. See `README.md` for the format.
 //!
 //! Layout: [`signal`] (values over time), [`scenario`] (the file format and its compilation),
-//! [`model`] (the compiled simulation), [`runtime`] (process-wide state and the checks every call
-//! makes), [`events`] (event-set delivery), [`api`] (the function catalogue faults refer to),
-//! [`abi`] (struct layouts and codes) and [`ffi`] (the exported symbols, also callable from Rust
-//! through the rlib).
+//! [`model`] (the compiled simulation), [`hardware`] (GPM, MIG, NVLink, violation timers),
+//! [`runtime`] (process-wide state and the checks every call makes), [`events`] (event-set
+//! delivery), [`api`] (the function catalogue faults refer to), [`abi`] (struct layouts and
+//! codes) and [`ffi`] (the exported symbols, also callable from Rust through the rlib).
 
 pub mod abi;
 pub mod api;
 pub mod events;
 pub mod ffi;
+pub mod hardware;
 pub mod model;
 pub mod runtime;
 pub mod scenario;
@@ -21,5 +22,9 @@ pub mod signal;
 
 pub use ffi::device::*;
 pub use ffi::events::*;
+pub use ffi::gpm::*;
+pub use ffi::health::*;
+pub use ffi::mig::*;
+pub use ffi::nvlink::*;
 pub use ffi::process::*;
 pub use ffi::system::*;

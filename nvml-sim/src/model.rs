@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::abi::{self, Ret};
 use crate::api::Api;
 use crate::events::EventSet;
+use crate::hardware::{Hardware, MigInstance};
 use crate::signal::Signal;
 
 /// Simulated time: seconds since the first successful init, scaled and offset.
@@ -256,6 +257,8 @@ pub struct Device {
     pub slowdown_temp_c: u32,
     pub shutdown_temp_c: u32,
     pub health: MemoryHealth,
+    /// GPM, NVLink, MIG instances, violation timers, PCIe replays.
+    pub hw: Hardware,
     pub signals: DeviceSignals,
     pub processes: Box<[Process]>,
     pub lost: Vec<Window>,
@@ -408,6 +411,25 @@ impl Sim {
             return None;
         }
         self.devices.get(off / size)
+    }
+
+    /// The MIG instance behind a handle (and its parent GPU), if the handle is one of ours.
+    pub fn mig(&self, handle: abi::nvmlDevice_t) -> Option<(&Device, &MigInstance)> {
+        let size = std::mem::size_of::<MigInstance>();
+        self.devices.iter().find_map(|d| {
+            let base = d.hw.mig.as_ptr() as usize;
+            let off = (handle as usize).checked_sub(base)?;
+            if off % size != 0 {
+                return None;
+            }
+            d.hw.mig.get(off / size).map(|m| (d, m))
+        })
+    }
+
+    /// The opaque handle of a MIG instance: its address in this simulation.
+    #[inline]
+    pub fn mig_handle(&self, mig: &MigInstance) -> abi::nvmlDevice_t {
+        mig as *const MigInstance as abi::nvmlDevice_t
     }
 
     /// The opaque handle of a device: its address in this (never freed) simulation.

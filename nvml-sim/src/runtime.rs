@@ -10,6 +10,7 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
+use crate::hardware::MigInstance;
 use crate::model::{Device, Sim};
 use crate::scenario;
 
@@ -112,13 +113,51 @@ pub fn session(api: Api) -> Result<(&'static Sim, f64), Ret> {
 }
 
 /// The checks of a device call: as [`session`], then the handle must be ours, the device not
-/// lost, and the device's faults for `api` are applied.
+/// lost, and the device's faults for `api` are applied. A MIG device handle gets
+/// `NVML_ERROR_NOT_SUPPORTED`: only the calls that take [`target`] answer for MIG devices, as
+/// only a subset of NVML answers for them on a real driver.
 #[inline]
 pub fn device(api: Api, handle: nvmlDevice_t) -> Result<(&'static Sim, &'static Device, f64), Ret> {
     let (sim, t) = session(api)?;
-    let dev = sim.device(handle).ok_or(abi::INVALID_ARGUMENT)?;
+    let dev = match sim.device(handle) {
+        Some(d) => d,
+        None if sim.mig(handle).is_some() => return Err(abi::NOT_SUPPORTED),
+        None => return Err(abi::INVALID_ARGUMENT),
+    };
     checked(sim, dev, api, t)?;
     Ok((sim, dev, t))
+}
+
+/// What a handle names: a GPU, or a MIG device on its parent GPU.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    Gpu(&'static Device),
+    Mig(&'static Device, &'static MigInstance),
+}
+
+impl Target {
+    /// The physical GPU (the parent of a MIG device).
+    pub fn gpu(self) -> &'static Device {
+        match self {
+            Target::Gpu(d) | Target::Mig(d, _) => d,
+        }
+    }
+}
+
+/// As [`device`], for the calls that also answer for MIG device handles. A MIG device is lost
+/// with its parent and gets its parent's faults.
+#[inline]
+pub fn target(api: Api, handle: nvmlDevice_t) -> Result<(&'static Sim, Target, f64), Ret> {
+    let (sim, t) = session(api)?;
+    let target = match sim.device(handle) {
+        Some(d) => Target::Gpu(d),
+        None => {
+            let (d, m) = sim.mig(handle).ok_or(abi::INVALID_ARGUMENT)?;
+            Target::Mig(d, m)
+        }
+    };
+    checked(sim, target.gpu(), api, t)?;
+    Ok((sim, target, t))
 }
 
 /// Lost and fault checks for a device found some other way (by index, UUID, ...).

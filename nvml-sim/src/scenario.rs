@@ -17,6 +17,8 @@ use crate::model::{
 };
 use crate::signal::{splitmix64, Signal};
 
+mod hardware;
+
 /// The environment variable naming the scenario file.
 pub const ENV_SCENARIO: &str = "NVML_SIM_SCENARIO";
 /// Multiplies the speed of simulated time (float, default 1).
@@ -181,6 +183,11 @@ struct RawDevice {
     shutdown_temp_c: Option<u32>,
     retired_pages: Option<RawRetired>,
     remapped_rows: Option<RawRemapped>,
+    gpm: Option<hardware::RawGpm>,
+    nvlink: Option<hardware::RawNvLink>,
+    violation: Option<hardware::RawViolation>,
+    #[serde(default, rename = "mig_instance")]
+    mig_instances: Vec<hardware::RawMig>,
     #[serde(default)]
     signals: RawDeviceSignals,
     #[serde(default, rename = "process")]
@@ -241,6 +248,7 @@ struct RawDeviceSignals {
     ecc_corrected: Option<Signal>,
     ecc_uncorrected: Option<Signal>,
     pstate: Option<Signal>,
+    pcie_replays: Option<Signal>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
@@ -751,12 +759,43 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
                 remap_failure: m.failure,
             }
         };
+        let name = raw
+            .name
+            .clone()
+            .unwrap_or_else(|| "NVIDIA H100 80GB HBM3".into());
+        let arch = raw.architecture.unwrap_or(Architecture::Hopper);
+        let hw = hardware::compile(
+            &hardware::RawHardware {
+                gpm: raw.gpm.as_ref(),
+                nvlink: raw.nvlink.as_ref(),
+                violation: raw.violation.as_ref(),
+                mig: &raw.mig_instances,
+                pcie_replays: sig.pcie_replays.as_ref(),
+            },
+            index,
+            count,
+            &name,
+            raw.mig.unwrap_or(false),
+            matches!(arch, Architecture::Hopper | Architecture::Blackwell),
+            matches!(
+                arch,
+                Architecture::Ampere | Architecture::Hopper | Architecture::Blackwell
+            ),
+            &processes,
+        )?;
+        let mut faults = FaultSet::default();
+        if !hw.mig.is_empty() {
+            // A GPU with MIG devices has no device-wide or per-process utilisation.
+            faults.push(Fault {
+                apis: Api::nvmlDeviceGetUtilizationRates.bit()
+                    | Api::nvmlDeviceGetProcessUtilization.bit(),
+                window: Window::ALWAYS,
+                action: Action::Fail(abi::NOT_SUPPORTED),
+            });
+        }
         out.push(Device {
             index,
-            name: raw
-                .name
-                .clone()
-                .unwrap_or_else(|| "NVIDIA H100 80GB HBM3".into()),
+            name,
             uuid: raw.uuid.clone().unwrap_or_else(|| derived_uuid(index)),
             serial: raw
                 .serial
@@ -817,10 +856,11 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
             slowdown_temp_c: raw.slowdown_temp_c.unwrap_or(87),
             shutdown_temp_c: raw.shutdown_temp_c.unwrap_or(92),
             health,
+            hw,
             signals,
             processes: processes.into_boxed_slice(),
             lost: Vec::new(),
-            faults: FaultSet::default(),
+            faults,
         });
     }
     Ok(())
@@ -1237,6 +1277,67 @@ mod tests {
             std::fs::read_to_string(format!("{dir}/default.toml")).unwrap(),
             DEFAULT_SCENARIO
         );
+    }
+
+    #[test]
+    fn hardware_scenarios_compile_with_their_gpm_mig_and_nvlink() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+        let e = env(&[("GPULSE_TRAINER_PID", "4242")]);
+        let load = |file: &str| {
+            let text = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+            compile(file, &text, &e).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let idle = load("gpm-tensor-idle.toml");
+        let busy = load("gpm-tensor-busy.toml");
+        for (sim, tensor) in [(&idle, 0.0), (&busy, 0.4)] {
+            let g = &sim.devices[0].hw;
+            assert!(g.gpm_supported);
+            assert_eq!(g.gpm.sm_activity.value(1.0), 0.8);
+            assert_eq!(g.gpm.tensor_activity.value(1.0), tensor);
+            assert_eq!(sim.devices[0].processes[0].pid, 4242);
+        }
+        let old = load("gpm-unsupported.toml");
+        assert!(old.devices.iter().all(|d| !d.hw.gpm_supported));
+        let denied = load("gpm-permission-denied.toml");
+        assert!(!denied.devices[0].faults.is_empty());
+        let mig = load("mig-2-instances.toml");
+        assert_eq!(mig.devices[0].hw.mig.len(), 2);
+        assert_eq!(mig.devices[1].hw.mig.len(), 0);
+        let nv = load("nvlink-4-links.toml");
+        let links: Vec<u32> = nv
+            .devices
+            .iter()
+            .map(|d| d.hw.nvlink.as_ref().unwrap().active())
+            .collect();
+        assert_eq!(links, [4, 3]);
+        let remap = load("remapped-rows-pending.toml");
+        assert!(remap.devices[0].health.remap_pending);
+        assert_eq!(remap.devices[0].hw.pcie_replays.value(0.0), 12.0);
+    }
+
+    #[test]
+    fn hardware_keys_are_checked_with_a_reason() {
+        for (text, needle) in [
+            (
+                "[[device]]\n[[device.mig_instance]]\nprofile = \"1g.10gb\"\ngpu_instance_id = 1\nmemory_total_mib = 9856\n",
+                "needs `mig = true`",
+            ),
+            (
+                "[[device]]\nmig = true\n[[device.mig_instance]]\nprofile = \"1g.10gb\"\ngpu_instance_id = 1\nmemory_total_mib = 9856\n[[device.process]]\npid = 5\ngpu_instance_id = 2\n",
+                "no [[device.mig_instance]] of this GPU has that id",
+            ),
+            ("[[device]]\n[device.nvlink]\nlinks = 19\n", "out of range"),
+            ("[[device]]\n[device.nvlink]\nlinks = 4\ndown = [4]\n", "links 0 to 3"),
+            ("[[device]]\n[device.gpm]\nsm_activty = 0.5\n", "unknown field `sm_activty`"),
+            (
+                "[[device]]\n[device.violation]\npower = { mean = 0, amplitude = 0.1, period = 10 }\n",
+                "below 0",
+            ),
+        ] {
+            let (line, _, msg) = compile_err(text);
+            assert!(msg.contains(needle), "{msg:?} should say {needle:?}");
+            assert!(line > 0, "{msg}: the error points at a line");
+        }
     }
 
     #[test]

@@ -488,3 +488,215 @@ fn reinit_after_the_driver_comes_back_keeps_the_scenario_clock() {
     let nvml = init().expect("the driver is back at t=500 s");
     assert_eq!(nvml.device_count().unwrap(), 1);
 }
+
+const HOPPER: &str = r#"
+[clock]
+freeze_at_s = 100
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+mig = true
+remapped_rows = { corrected = 2, uncorrected = 1, pending = true }
+[device.signals]
+pcie_replays = 12
+[device.violation]
+power = 0.1
+[device.gpm]
+sm_activity = 0.8
+tensor_activity = 0.0
+dram_activity = 0.35
+fp32_activity = 0.6
+[device.nvlink]
+links = 4
+tx_kibps = { steps = [[0, 100], [50, 300]] }
+rx_kibps = 50
+crc_flit = 5
+[[device.mig_instance]]
+profile = "3g.40gb"
+gpu_instance_id = 1
+uuid = "MIG-11111111-2222-5333-8444-555555555555"
+memory_total_mib = 40192
+[device.mig_instance.gpm]
+sm_activity = 0.9
+tensor_activity = 0.5
+[[device.mig_instance]]
+profile = "3g.40gb"
+gpu_instance_id = 2
+memory_total_mib = 40192
+[[device.process]]
+pid = 31
+memory_used_mib = 2048
+gpu_instance_id = 1
+compute_instance_id = 0
+
+[[device]]
+name = "NVIDIA A100-SXM4-80GB"
+architecture = "ampere"
+"#;
+
+#[test]
+fn gpm_mig_nvlink_and_health_read_back_through_the_wrapper() {
+    use nvml_wrapper::enum_wrappers::device::PerformancePolicy;
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::enums::gpm::GpmMetricId;
+    use nvml_wrapper::structs::device::FieldId;
+    use nvml_wrapper::sys_exports::field_id::*;
+
+    let l = load(HOPPER);
+    let nvml = &l.nvml;
+    let gpu = nvml.device_by_index(0).unwrap();
+    let old = nvml.device_by_index(1).unwrap();
+
+    // GPM.
+    assert!(gpu.gpm_support().unwrap());
+    assert!(!old.gpm_support().unwrap());
+    assert!(matches!(old.gpm_sample(), Err(NvmlError::NotSupported)));
+    let (s1, s2) = (gpu.gpm_sample().unwrap(), gpu.gpm_sample().unwrap());
+    let ids = [
+        GpmMetricId::SmUtil,
+        GpmMetricId::AnyTensorUtil,
+        GpmMetricId::DramBwUtil,
+        GpmMetricId::Fp32Util,
+    ];
+    let got: Vec<f64> = nvml_wrapper::gpm::gpm_metrics_get(nvml, &s1, &s2, &ids)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap().value)
+        .collect();
+    let want = [80.0, 0.0, 35.0, 60.0];
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} != {want:?}");
+    }
+    let m1 = gpu.gpm_mig_sample(1).unwrap();
+    let m2 = gpu.gpm_mig_sample(1).unwrap();
+    let r = nvml_wrapper::gpm::gpm_metrics_get(nvml, &m1, &m2, &[GpmMetricId::SmUtil])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!((r.value - 90.0).abs() < 1e-6, "instance 1's own activity");
+    assert_eq!(r.metric_info.unit, "%");
+    assert!(matches!(gpu.gpm_mig_sample(3), Err(NvmlError::NotFound)));
+
+    // MIG.
+    assert_eq!(gpu.mig_device_count().unwrap(), 7);
+    let mig = gpu.mig_device_by_index(0).unwrap();
+    assert!(mig.mig_is_mig_device_handle().unwrap());
+    assert!(!gpu.mig_is_mig_device_handle().unwrap());
+    assert_eq!(
+        mig.uuid().unwrap(),
+        "MIG-11111111-2222-5333-8444-555555555555"
+    );
+    assert_eq!(mig.name().unwrap(), "NVIDIA H100 80GB HBM3 MIG 3g.40gb");
+    assert_eq!(mig.memory_info().unwrap().total, 40192 << 20);
+    assert_eq!(
+        mig.mig_parent_device().unwrap().uuid().unwrap(),
+        gpu.uuid().unwrap()
+    );
+    let procs = mig.running_compute_processes().unwrap();
+    assert_eq!(procs.len(), 1);
+    assert_eq!(
+        (
+            procs[0].pid,
+            procs[0].gpu_instance_id,
+            procs[0].compute_instance_id
+        ),
+        (31, Some(1), Some(0))
+    );
+    assert!(matches!(
+        gpu.mig_device_by_index(2),
+        Err(NvmlError::NotFound)
+    ));
+    // No safe wrapper for the instance ids: the -sys symbols, as gpulse will call them.
+    let (mut gi, mut ci) = (0u32, 9u32);
+    unsafe {
+        let lib = nvml.lib();
+        assert_eq!(
+            lib.nvmlDeviceGetGpuInstanceId.as_ref().unwrap()(mig.handle(), &mut gi),
+            0
+        );
+        assert_eq!(
+            lib.nvmlDeviceGetComputeInstanceId.as_ref().unwrap()(mig.handle(), &mut ci),
+            0
+        );
+    }
+    assert_eq!((gi, ci), (1, 0));
+
+    // NVLink: field_values_for never sets scopeId, so it reads link 0 only.
+    assert!(gpu.link_wrapper_for(3).is_active().unwrap());
+    let samples = gpu
+        .field_values_for(&[
+            FieldId(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+            FieldId(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
+            FieldId(NVML_FI_DEV_PCIE_REPLAY_COUNTER),
+        ])
+        .unwrap();
+    let values: Vec<SampleValue> = samples
+        .into_iter()
+        .map(|s| s.unwrap().value.unwrap())
+        .collect();
+    assert!(
+        matches!(values[0], SampleValue::U64(20000)),
+        "{:?}",
+        values[0]
+    );
+    assert!(matches!(values[1], SampleValue::U64(20)), "{:?}", values[1]);
+    assert!(matches!(values[2], SampleValue::U32(12)), "{:?}", values[2]);
+    // Other links: nvmlDeviceGetFieldValues with scopeId set.
+    let mut raw: nvml_wrapper_sys::bindings::nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+    raw.fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+    raw.scopeId = 3;
+    unsafe {
+        let f = nvml.lib().nvmlDeviceGetFieldValues.as_ref().unwrap();
+        assert_eq!(f(gpu.handle(), 1, &mut raw), 0);
+        assert_eq!((raw.nvmlReturn, raw.value.ullVal), (0, 5000));
+    }
+
+    // Health.
+    assert_eq!(gpu.pcie_replay_counter().unwrap(), 12);
+    let v = gpu.violation_status(PerformancePolicy::Power).unwrap();
+    assert_eq!(v.violation_time, 10_000_000_000, "10 % of 100 s, in ns");
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 9u32);
+    unsafe {
+        let f = nvml.lib().nvmlDeviceGetRemappedRows.as_ref().unwrap();
+        assert_eq!(
+            f(
+                gpu.handle(),
+                &mut corr,
+                &mut unc,
+                &mut pending,
+                &mut failure
+            ),
+            0
+        );
+    }
+    assert_eq!((corr, unc, pending, failure), (2, 1, 1, 0));
+}
+
+#[test]
+fn gpm_permission_denied_appears_at_its_time_and_spares_other_calls() {
+    let l = load(
+        "[clock]\ntime_scale = 100\n[[device]]\n[device.signals]\npower_w = 300\n\
+         [[fault]]\nkind = \"error\"\nfield = \"gpm\"\nerror = \"no_permission\"\nfrom_s = 100\n",
+    );
+    let gpu = l.nvml.device_by_index(0).unwrap();
+    gpu.gpm_sample()
+        .expect("allowed before t = 200 s (0.2 s of real time)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match gpu.gpm_sample() {
+            Err(NvmlError::NoPermission) => break,
+            Ok(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "no NO_PERMISSION in 30 s"
+            ),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        gpu.power_usage().unwrap(),
+        300_000,
+        "other calls keep answering"
+    );
+    assert!(gpu.gpm_support().unwrap(), "support is unchanged");
+}

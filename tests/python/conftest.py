@@ -60,15 +60,44 @@ result = {}
 """
 
 
+OTHER_NVML_SOURCE = REPO / "tests" / "fixtures" / "other-nvml" / "other_nvml.c"
+
+
+@pytest.fixture(scope="session")
+def other_nvml(tmp_path_factory) -> Path:
+    """The independent C implementation (tests/fixtures/other-nvml), built with ``$CC`` (else
+    ``cc``) as the Rust tests build it."""
+    out = tmp_path_factory.mktemp("other-nvml") / "libnvidia-ml.so.1"
+    cc = os.environ.get("CC", "cc")
+    try:
+        proc = subprocess.run(
+            [cc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(OTHER_NVML_SOURCE)],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        pytest.fail(f"C compiler `{cc}` not found; install one or set CC", pytrace=False)
+    if proc.returncode != 0:
+        pytest.fail(f"`{cc}` failed to build {OTHER_NVML_SOURCE}:\n{proc.stderr}", pytrace=False)
+    return out
+
+
 @pytest.fixture
 def pynvml_run(cdylib, tmp_path):
     """Runs a snippet of pynvml code against a scenario; the snippet fills ``result`` (a dict
-    of JSON values), which is returned. Optional ``env`` adds environment variables."""
+    of JSON values), which is returned. Optional ``env`` adds environment variables; ``lib``
+    replaces nvml-sim with another library (the scenario is then ignored)."""
 
-    def run(scenario: str, code: str, env: dict | None = None, timeout: float = 60):
+    def run(
+        scenario: str,
+        code: str,
+        env: dict | None = None,
+        timeout: float = 60,
+        lib: Path | None = None,
+    ):
         libdir = tmp_path / "lib"
         libdir.mkdir(exist_ok=True)
-        shutil.copyfile(cdylib, libdir / "libnvidia-ml.so.1")
+        shutil.copyfile(lib or cdylib, libdir / "libnvidia-ml.so.1")
         scenario_file = tmp_path / "scenario.toml"
         scenario_file.write_text(textwrap.dedent(scenario))
         script = PRELUDE + textwrap.dedent(code) + "\nprint('RESULT ' + json.dumps(result))\n"

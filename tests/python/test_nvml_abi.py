@@ -397,3 +397,302 @@ def test_time_scale_fast_forwards_the_scenario(pynvml_run):
         env={"NVML_SIM_TIME_SCALE": "100"},
     )
     assert (r["before"], r["after"]) == (10, 60)
+
+
+# --- GPM, MIG, NVLink and health --------------------------------------------------------------
+
+HOPPER = """
+[clock]
+freeze_at_s = 100
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+mig = true
+remapped_rows = { corrected = 2, uncorrected = 1, pending = true }
+
+[device.signals]
+pcie_tx_kbps = 3072
+pcie_replays = 12
+
+[device.violation]
+power = 0.1
+thermal = 0.02
+
+[device.gpm]
+sm_activity = 0.8
+sm_occupancy = 0.5
+tensor_activity = 0.0
+dram_activity = 0.35
+fp32_activity = 0.6
+
+[device.nvlink]
+links = 4
+down = [2]
+tx_kibps = { steps = [[0, 100], [50, 300]] }
+rx_kibps = 50
+crc_flit = 5
+replay = 1
+
+[[device.mig_instance]]
+profile = "3g.40gb"
+gpu_instance_id = 1
+uuid = "MIG-11111111-2222-5333-8444-555555555555"
+memory_total_mib = 40192
+[device.mig_instance.gpm]
+sm_activity = 0.9
+tensor_activity = 0.4
+
+[[device.mig_instance]]
+profile = "3g.40gb"
+gpu_instance_id = 2
+uuid = "MIG-66666666-7777-5888-9999-aaaaaaaaaaaa"
+memory_total_mib = 40192
+
+[[device.process]]
+pid = 8101
+memory_used_mib = 2048
+gpu_instance_id = 1
+compute_instance_id = 0
+
+[[device.process]]
+pid = 8102
+memory_used_mib = 1024
+gpu_instance_id = 2
+compute_instance_id = 0
+
+[[device]]
+name = "NVIDIA A100-SXM4-80GB"
+architecture = "ampere"
+"""
+
+# Shared by the nvml-sim and other-nvml checks: reads everything back through pynvml.
+READ_BACK = """
+IDS = [NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY, NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+       NVML_GPM_METRIC_HMMA_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL, NVML_GPM_METRIC_FP32_UTIL,
+       NVML_GPM_METRIC_PCIE_TX_PER_SEC, NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+       NVML_GPM_METRIC_NVLINK_L1_TX_PER_SEC]
+
+def metrics(take):
+    s1, s2 = nvmlGpmSampleAlloc(), nvmlGpmSampleAlloc()
+    take(s1)
+    take(s2)
+    mg = c_nvmlGpmMetricsGet_t()
+    mg.version = NVML_GPM_METRICS_GET_VERSION
+    mg.numMetrics = len(IDS)
+    mg.sample1, mg.sample2 = s1, s2
+    for i, m in enumerate(IDS):
+        mg.metrics[i].metricId = m
+    nvmlGpmMetricsGet(mg)
+    out = {}
+    for i, m in enumerate(IDS):
+        r = mg.metrics[i]
+        unit = r.metricInfo.unit.decode() if r.metricInfo.unit else None
+        out[str(m)] = [r.nvmlReturn, round(r.value, 6), unit]
+    nvmlGpmSampleFree(s1)
+    nvmlGpmSampleFree(s2)
+    return out
+
+nvmlInit()
+gpu, other = nvmlDeviceGetHandleByIndex(0), nvmlDeviceGetHandleByIndex(1)
+result["gpm_support"] = [nvmlGpmQueryDeviceSupport(h).isSupportedDevice for h in (gpu, other)]
+result["gpm_gpu"] = metrics(lambda s: nvmlGpmSampleGet(gpu, s))
+result["gpm_other"] = err(nvmlGpmSampleGet, other, nvmlGpmSampleAlloc())
+
+result["mig_mode"] = list(nvmlDeviceGetMigMode(gpu))
+result["max_mig"] = nvmlDeviceGetMaxMigDeviceCount(gpu)
+migs = []
+for i in range(result["max_mig"]):
+    try:
+        m = nvmlDeviceGetMigDeviceHandleByIndex(gpu, i)
+    except NVMLError_NotFound:
+        continue
+    gi = nvmlDeviceGetGpuInstanceId(m)
+    mem = nvmlDeviceGetMemoryInfo(m)
+    parent = nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)
+    migs.append(dict(
+        index=i,
+        is_mig=nvmlDeviceIsMigDeviceHandle(m).value,
+        gi=gi,
+        ci=nvmlDeviceGetComputeInstanceId(m),
+        uuid=nvmlDeviceGetUUID(m),
+        name=nvmlDeviceGetName(m),
+        total=mem.total,
+        used=mem.used,
+        parent_uuid=nvmlDeviceGetUUID(parent),
+        procs=[[p.pid, p.gpuInstanceId, p.computeInstanceId]
+               for p in nvmlDeviceGetComputeRunningProcesses(m)],
+        gpm=metrics(lambda s: nvmlGpmMigSampleGet(gpu, gi, s)),
+        temperature=err(nvmlDeviceGetTemperature, m, NVML_TEMPERATURE_GPU),
+    ))
+result["migs"] = migs
+result["gpu_is_mig"] = nvmlDeviceIsMigDeviceHandle(gpu).value
+result["gpu_uuid"] = nvmlDeviceGetUUID(gpu)
+result["gpu_procs"] = [[p.pid, p.gpuInstanceId, p.computeInstanceId]
+                       for p in nvmlDeviceGetComputeRunningProcesses(gpu)]
+
+result["link_state"] = [nvmlDeviceGetNvLinkState(gpu, l) for l in range(4)]
+result["link_state_other"] = err(nvmlDeviceGetNvLinkState, other, 0)
+fields = [(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, l) for l in range(4)] + \\
+         [(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, l) for l in range(4)] + \\
+         [(NVML_FI_DEV_NVLINK_ERROR_DL_CRC, l) for l in range(4)] + \\
+         [(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, l) for l in range(4)] + \\
+         [(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, l) for l in range(4)] + \\
+         [NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L1, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+          NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_LINK_COUNT,
+          NVML_FI_DEV_PCIE_REPLAY_COUNTER, (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 9)]
+vals = nvmlDeviceGetFieldValues(gpu, fields)
+result["fields"] = [
+    [v.nvmlReturn, v.valueType, v.value.ullVal if v.valueType == 3 else v.value.uiVal, v.scopeId]
+    for v in vals
+]
+result["field_stamp"] = vals[0].timestamp
+
+result["remapped"] = [list(nvmlDeviceGetRemappedRows(h)) for h in (gpu, other)]
+result["pcie_replays"] = [nvmlDeviceGetPcieReplayCounter(h) for h in (gpu, other)]
+result["violation"] = [
+    [nvmlDeviceGetViolationStatus(h, p).violationTime
+     for p in (NVML_PERF_POLICY_POWER, NVML_PERF_POLICY_THERMAL, NVML_PERF_POLICY_SYNC_BOOST)]
+    for h in (gpu, other)
+]
+result["violation_ref"] = nvmlDeviceGetViolationStatus(gpu, NVML_PERF_POLICY_POWER).referenceTime
+nvmlShutdown()
+"""
+
+OK, NOT_SUPPORTED, INVALID_ARGUMENT, NO_PERMISSION = 0, 3, 2, 4
+UINT, ULL = 1, 3
+
+
+def gpm_ids(r):
+    """Metric results keyed by pynvml's constant names' values, as strings (JSON keys)."""
+    return {int(k): v for k, v in r.items()}
+
+
+def test_nvml_sim_gpm_mig_nvlink_and_health_through_pynvml(pynvml_run):
+    r = pynvml_run(HOPPER, READ_BACK)
+    assert r["gpm_support"] == [1, 0]
+    g = gpm_ids(r["gpm_gpu"])
+    # SM, occupancy, tensor, HMMA, DRAM, FP32 in %, PCIe TX MiB/s, NVLink TX all / link 1.
+    assert g[2] == [OK, 80.0, "%"]
+    assert g[3] == [OK, 50.0, "%"]
+    assert g[5] == [OK, 0.0, "%"]
+    assert g[7] == [OK, 0.0, "%"]
+    assert g[10] == [OK, 35.0, "%"]
+    assert g[12] == [OK, 60.0, "%"]
+    assert g[20] == [OK, 3.0, "MiB/sec"]
+    # At t = 100 each active link sends 300 KiB/s; 3 of 4 links are up.
+    assert g[61] == [OK, round(3 * 300 / 1024, 6), "MiB/sec"]
+    assert g[65] == [OK, round(300 / 1024, 6), "MiB/sec"]
+    assert r["gpm_other"][1] == NOT_SUPPORTED
+
+    assert r["mig_mode"] == [1, 1]
+    assert r["max_mig"] == 7
+    assert r["gpu_is_mig"] == 0
+    assert [m["gi"] for m in r["migs"]] == [1, 2]
+    m1, m2 = r["migs"]
+    assert m1["is_mig"] == 1 and m1["ci"] == 0
+    assert m1["uuid"] == "MIG-11111111-2222-5333-8444-555555555555"
+    assert m1["name"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    assert m1["total"] == 40192 * MIB and m1["used"] == 2048 * MIB
+    assert m1["parent_uuid"] == r["gpu_uuid"]
+    assert m1["procs"] == [[8101, 1, 0]] and m2["procs"] == [[8102, 2, 0]]
+    assert r["gpu_procs"] == [[8101, 1, 0], [8102, 2, 0]]
+    assert gpm_ids(m1["gpm"])[2] == [OK, 90.0, "%"]
+    assert gpm_ids(m1["gpm"])[5] == [OK, 40.0, "%"]
+    assert gpm_ids(m2["gpm"])[2] == [OK, 0.0, "%"]
+    assert gpm_ids(m1["gpm"])[20][0] == NOT_SUPPORTED, "no PCIe per instance"
+    assert m1["temperature"][1] == NOT_SUPPORTED
+
+    assert r["link_state"] == [1, 1, 0, 1]
+    assert r["link_state_other"][1] == NOT_SUPPORTED
+    f = r["fields"]
+    kib_tx = 100 * 50 + 300 * 50
+    assert [x[2] for x in f[0:4]] == [kib_tx, kib_tx, 0, kib_tx], "scopeId picks the link"
+    assert [x[3] for x in f[0:4]] == [0, 1, 2, 3]
+    assert [x[2] for x in f[4:8]] == [5000, 5000, 0, 5000]
+    assert [x[2] for x in f[8:12]] == [5, 5, 0, 5]
+    assert [x[2] for x in f[12:16]] == [1, 1, 0, 1]
+    assert [x[2] for x in f[16:20]] == [0, 0, 0, 0]
+    assert all(x[0] == OK and x[1] == ULL for x in f[:20])
+    assert f[20][2] == 5 and f[21][2] == 15 and f[22][2] == 3
+    assert f[23][:3] == [OK, UINT, 4]
+    assert f[24][:3] == [OK, UINT, 12]
+    assert f[25][0] == INVALID_ARGUMENT, "no link 9"
+    assert r["field_stamp"] > 1_600_000_000_000_000, "µs since the epoch"
+
+    assert r["remapped"] == [[2, 1, 1, 0], [0, 0, 0, 0]]
+    assert r["pcie_replays"] == [12, 0]
+    assert r["violation"] == [[10_000_000_000, 2_000_000_000, 0], [0, 0, 0]]
+    assert r["violation_ref"] > 1_600_000_000_000_000
+
+
+def test_gpm_permission_denied_appears_at_its_time(pynvml_run):
+    r = pynvml_run(
+        """
+        [clock]
+        time_scale = 100
+        [[device]]
+        [device.signals]
+        gpu_util = 50
+        [[fault]]
+        kind = "error"
+        field = "gpm"
+        error = "no_permission"
+        from_s = 100
+        """,
+        """
+        import time
+        nvmlInit()
+        h = nvmlDeviceGetHandleByIndex(0)
+        s = nvmlGpmSampleAlloc()
+        result["before"] = err(nvmlGpmSampleGet, h, s)
+        deadline = time.monotonic() + 30
+        while err(nvmlGpmSampleGet, h, s) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result["after"] = err(nvmlGpmSampleGet, h, s)
+        result["util"] = nvmlDeviceGetUtilizationRates(h).gpu
+        result["support"] = nvmlGpmQueryDeviceSupport(h).isSupportedDevice
+        nvmlShutdown()
+        """,
+    )
+    assert r["before"] is None
+    assert r["after"][1] == NO_PERMISSION
+    assert r["util"] == 50 and r["support"] == 1
+
+
+def test_other_nvml_gpm_mig_nvlink_and_health_through_pynvml(pynvml_run, other_nvml):
+    """The same read-back against the independent C library, compared with the values its header
+    comment documents."""
+    r = pynvml_run("", READ_BACK, lib=other_nvml)
+    assert r["gpm_support"] == [1, 0]
+    g = gpm_ids(r["gpm_gpu"])
+    assert [g[i][1] for i in (2, 3, 5, 7, 10, 12)] == [62.0, 31.5, 12.5, 11.0, 44.25, 27.0]
+    assert g[20] == [OK, 1536.0, "MiB/sec"]
+    assert g[61][1] == 10000.0 and g[65][1] == 2500.0
+    assert r["gpm_other"][1] == NOT_SUPPORTED
+    assert r["mig_mode"] == [1, 1] and r["max_mig"] == 7
+    m1, m2 = r["migs"]
+    assert (m1["gi"], m1["ci"], m2["gi"], m2["ci"]) == (3, 0, 5, 0)
+    assert m1["uuid"] == "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd01"
+    assert m2["name"] == "Other Board A MIG 1g.6gb"
+    assert (m1["total"], m2["total"]) == (12 << 30, 6 << 30)
+    assert m1["procs"] == [[4242, 3, 0]] and m2["procs"] == [[4343, 5, 0]]
+    assert m1["used"] == 536870912 and m2["used"] == 268435456
+    assert m1["parent_uuid"] == r["gpu_uuid"] == "GPU-0ther000-1111-2222-3333-444444444444"
+    assert gpm_ids(m1["gpm"])[2][1] == 80.5 and gpm_ids(m2["gpm"])[5][1] == 0.0
+    assert m1["temperature"][1] == NOT_SUPPORTED
+    assert r["gpu_procs"] == [[4242, 3, 0], [4343, 5, 0]]
+    assert r["link_state"] == [1, 1, 1, 1]
+    assert r["link_state_other"][1] == NOT_SUPPORTED
+    f = r["fields"]
+    assert [x[2] for x in f[0:4]] == [1000000, 2000000, 3000000, 4000000]
+    assert [x[2] for x in f[4:8]] == [500000, 1000000, 1500000, 2000000]
+    assert [x[2] for x in f[8:12]] == [0, 1, 2, 3]
+    assert [x[2] for x in f[12:16]] == [0, 2, 0, 0]
+    assert [x[2] for x in f[16:20]] == [0, 0, 0, 1]
+    assert f[20][2] == 1 and f[21][2] == 6 and f[22][2] == 2
+    assert f[23][:3] == [OK, UINT, 4]
+    assert f[24][:3] == [OK, UINT, 4]
+    assert f[25][0] == INVALID_ARGUMENT
+    assert r["remapped"] == [[3, 0, 0, 0], [0, 2, 1, 0]]
+    assert r["pcie_replays"] == [4, 0]
+    assert r["violation"] == [[1500000000, 250000000, 0], [0, 7000000000, 0]]

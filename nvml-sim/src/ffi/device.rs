@@ -7,7 +7,7 @@ use super::{enable_state, fill_field, nvml_body, out, to_u32, write_str};
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
 use crate::model::{Device, Sim};
-use crate::runtime;
+use crate::runtime::{self, Target};
 
 /// A getter writing one value computed from the device and the time.
 macro_rules! getter {
@@ -42,8 +42,29 @@ macro_rules! string_getter {
     };
 }
 
-string_getter!(nvmlDeviceGetName, |d| &d.name);
-string_getter!(nvmlDeviceGetUUID, |d| &d.uuid);
+/// A string getter that also answers for MIG devices.
+macro_rules! target_string_getter {
+    ($name:ident, |$dev:ident| $gpu:expr, |$mig:ident| $of_mig:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            device: nvmlDevice_t,
+            buffer: *mut c_char,
+            length: c_uint,
+        ) -> Ret {
+            nvml_body!({
+                let (_, target, _) = runtime::target(Api::$name, device)?;
+                let s = match target {
+                    Target::Gpu($dev) => $gpu,
+                    Target::Mig(_, $mig) => $of_mig,
+                };
+                write_str(buffer, length, s)
+            })
+        }
+    };
+}
+
+target_string_getter!(nvmlDeviceGetName, |d| &d.name, |m| &m.name);
+target_string_getter!(nvmlDeviceGetUUID, |d| &d.uuid, |m| &m.uuid);
 string_getter!(nvmlDeviceGetSerial, |d| &d.serial);
 string_getter!(nvmlDeviceGetVbiosVersion, |d| &d.vbios_version);
 
@@ -92,6 +113,30 @@ getter!(
     nvmlDeviceGetPciInfo, abi::PciInfoV1, |_, d, _| pci_v1(d)
 );
 
+/// Total, reserved and used bytes of a GPU or of a MIG device (whose memory is its own slice:
+/// nothing reserved, used = its processes unless the scenario says otherwise).
+fn memory_of(target: Target, t: f64) -> (u64, u64, u64) {
+    match target {
+        Target::Gpu(d) => (d.memory_total, d.memory_reserved, d.memory_used(t)),
+        Target::Mig(d, m) => {
+            let used = match &m.memory_used_mib {
+                Some(s) => crate::model::mib_to_bytes(s.value(t)),
+                None => d
+                    .processes
+                    .iter()
+                    .filter(|p| {
+                        p.active.contains(t)
+                            && p.gpu_instance_id == m.gpu_instance_id
+                            && p.compute_instance_id == m.compute_instance_id
+                    })
+                    .map(|p| p.memory_bytes(t))
+                    .sum(),
+            };
+            (m.memory_total, 0, used.min(m.memory_total))
+        }
+    }
+}
+
 /// v1 semantics: `used` includes the reserved memory (`free = total - used`).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
@@ -99,12 +144,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     memory: *mut abi::nvmlMemory_t,
 ) -> Ret {
     nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetMemoryInfo, device)?;
+        let (_, target, t) = runtime::target(Api::nvmlDeviceGetMemoryInfo, device)?;
         let m = out(memory)?;
-        let used = d.memory_used(t) + d.memory_reserved;
+        let (total, reserved, used) = memory_of(target, t);
+        let used = used + reserved;
         *m = abi::nvmlMemory_t {
-            total: d.memory_total,
-            free: d.memory_total.saturating_sub(used),
+            total,
+            free: total.saturating_sub(used),
             used,
         };
         Ok(())
@@ -118,16 +164,16 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory: *mut abi::nvmlMemory_v2_t,
 ) -> Ret {
     nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetMemoryInfo_v2, device)?;
+        let (_, target, t) = runtime::target(Api::nvmlDeviceGetMemoryInfo_v2, device)?;
         let m = out(memory)?;
         if m.version != abi::MEMORY_V2_VERSION {
             return Err(abi::ARGUMENT_VERSION_MISMATCH);
         }
-        let used = d.memory_used(t);
-        m.total = d.memory_total;
-        m.reserved = d.memory_reserved;
+        let (total, reserved, used) = memory_of(target, t);
+        m.total = total;
+        m.reserved = reserved;
         m.used = used;
-        m.free = d.memory_total.saturating_sub(d.memory_reserved + used);
+        m.free = total.saturating_sub(reserved + used);
         Ok(())
     })
 }

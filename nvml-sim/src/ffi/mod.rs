@@ -18,6 +18,10 @@ use crate::abi::{self, Ret};
 
 pub mod device;
 pub mod events;
+pub mod gpm;
+pub mod health;
+pub mod mig;
+pub mod nvlink;
 pub mod process;
 pub mod system;
 
@@ -98,3 +102,6 @@ pub(crate) fn to_u32(v: f64, max: u32) -> u32 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod hardware_tests;

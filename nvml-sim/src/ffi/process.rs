@@ -9,14 +9,16 @@ use super::{nvml_body, out, to_u32};
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
 use crate::model::{Process, KIND_COMPUTE, KIND_GRAPHICS, KIND_MPS};
-use crate::runtime;
+use crate::runtime::{self, Target};
 
 #[inline]
 fn listed(p: &Process, kind: u8, t: f64) -> bool {
     p.kinds & kind != 0 && p.active.contains(t)
 }
 
-/// Fills `infos` with the device's active processes of `kind`, converted by `make`.
+/// Fills `infos` with the device's active processes of `kind`, converted by `make`. On a MIG
+/// device handle, only the processes in that instance (GPU and compute instance ids); on the
+/// parent GPU, all of them, each carrying its instance ids.
 unsafe fn list<T>(
     api: Api,
     device: nvmlDevice_t,
@@ -25,7 +27,18 @@ unsafe fn list<T>(
     infos: *mut T,
     make: impl Fn(&Process, f64) -> T,
 ) -> Result<(), Ret> {
-    let (_, d, t) = runtime::device(api, device)?;
+    let (_, target, t) = runtime::target(api, device)?;
+    let d = target.gpu();
+    let listed = |p: &Process, kind: u8, t: f64| {
+        listed(p, kind, t)
+            && match target {
+                Target::Gpu(_) => true,
+                Target::Mig(_, m) => {
+                    p.gpu_instance_id == m.gpu_instance_id
+                        && p.compute_instance_id == m.compute_instance_id
+                }
+            }
+    };
     let count = out(count)?;
     let n = d.processes.iter().filter(|p| listed(p, kind, t)).count() as c_uint;
     if infos.is_null() || *count < n {

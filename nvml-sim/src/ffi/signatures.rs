@@ -240,6 +240,59 @@ fn signatures_match(lib: &NvmlLib) {
         &lib.nvmlSystemGetProcessName,
         crate::nvmlSystemGetProcessName,
     );
+    same(
+        &lib.nvmlDeviceGetMaxMigDeviceCount,
+        crate::nvmlDeviceGetMaxMigDeviceCount,
+    );
+    same(
+        &lib.nvmlDeviceGetMigDeviceHandleByIndex,
+        crate::nvmlDeviceGetMigDeviceHandleByIndex,
+    );
+    same(
+        &lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+        crate::nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    );
+    same(
+        &lib.nvmlDeviceIsMigDeviceHandle,
+        crate::nvmlDeviceIsMigDeviceHandle,
+    );
+    same(
+        &lib.nvmlDeviceGetGpuInstanceId,
+        crate::nvmlDeviceGetGpuInstanceId,
+    );
+    same(
+        &lib.nvmlDeviceGetComputeInstanceId,
+        crate::nvmlDeviceGetComputeInstanceId,
+    );
+    same(
+        &lib.nvmlGpmQueryDeviceSupport,
+        crate::nvmlGpmQueryDeviceSupport,
+    );
+    same(
+        &lib.nvmlGpmQueryIfStreamingEnabled,
+        crate::nvmlGpmQueryIfStreamingEnabled,
+    );
+    same(&lib.nvmlGpmSampleAlloc, crate::nvmlGpmSampleAlloc);
+    same(&lib.nvmlGpmSampleFree, crate::nvmlGpmSampleFree);
+    same(&lib.nvmlGpmSampleGet, crate::nvmlGpmSampleGet);
+    same(&lib.nvmlGpmMigSampleGet, crate::nvmlGpmMigSampleGet);
+    same(&lib.nvmlGpmMetricsGet, crate::nvmlGpmMetricsGet);
+    same(
+        &lib.nvmlDeviceGetNvLinkState,
+        crate::nvmlDeviceGetNvLinkState,
+    );
+    same(
+        &lib.nvmlDeviceGetFieldValues,
+        crate::nvmlDeviceGetFieldValues,
+    );
+    same(
+        &lib.nvmlDeviceGetViolationStatus,
+        crate::nvmlDeviceGetViolationStatus,
+    );
+    same(
+        &lib.nvmlDeviceGetPcieReplayCounter,
+        crate::nvmlDeviceGetPcieReplayCounter,
+    );
 }
 
 /// The older layouts and legacy names, typed from `nvml.h`.

@@ -20,14 +20,14 @@ impl Env for NoEnv {
 }
 
 /// Installs `scenario` (not yet initialised) and holds the test lock.
-fn with(scenario: &str) -> std::sync::MutexGuard<'static, ()> {
+pub(super) fn with(scenario: &str) -> std::sync::MutexGuard<'static, ()> {
     let guard = runtime::test_lock();
     let sim = compile("unit-test", scenario, &NoEnv).unwrap_or_else(|e| panic!("{e}"));
     runtime::replace_for_tests(sim);
     guard
 }
 
-fn handle(i: u32) -> nvmlDevice_t {
+pub(super) fn handle(i: u32) -> nvmlDevice_t {
     let mut h: nvmlDevice_t = null_mut();
     assert_eq!(unsafe { nvmlDeviceGetHandleByIndex_v2(i, &mut h) }, SUCCESS);
     h
