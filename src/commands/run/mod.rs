@@ -188,7 +188,8 @@ impl Pipeline {
                     max_queue_bytes: limits.max_bytes,
                     max_wait: config.sample_interval,
                 },
-            );
+            )
+            .with_framework(analyzer.framework());
             Some(
                 crate::enrich::Receivers::start(
                     config.otlp_receiver.grpc,
