@@ -13,6 +13,7 @@
 
 mod health;
 pub mod sampler_thread;
+pub mod status;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -169,9 +170,14 @@ impl Pipeline {
         let sampler_health = Arc::clone(&sampler.health);
         let health_server = match config.health_addr {
             Some(addr) => Some(
-                health::serve(addr, Arc::clone(&sampler_health), config.sample_interval)
-                    .await
-                    .map_err(|source| RunError::Health { addr, source })?,
+                health::serve(
+                    addr,
+                    Arc::clone(&sampler_health),
+                    config.sample_interval,
+                    analyzer.subscribe(),
+                )
+                .await
+                .map_err(|source| RunError::Health { addr, source })?,
             ),
             None => None,
         };
