@@ -83,7 +83,7 @@ async fn accept_loop(listener: TcpListener, state: State) {
                     failing = true;
                 }
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff = next_backoff(backoff);
                 continue;
             }
         };
@@ -106,6 +106,11 @@ async fn accept_loop(listener: TcpListener, state: State) {
             }
         });
     }
+}
+
+/// The wait after the next failed accept: doubled, at most [`BACKOFF_MAX`].
+fn next_backoff(current: Duration) -> Duration {
+    (current * 2).min(BACKOFF_MAX)
 }
 
 fn respond<B>(req: &Request<B>, state: &State) -> Response<Full<Bytes>> {
@@ -167,4 +172,57 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_failures_back_off_from_10ms_to_at_most_1s() {
+        let mut waits = vec![BACKOFF_FIRST];
+        while waits.len() < 10 {
+            waits.push(next_backoff(*waits.last().unwrap()));
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+    }
+
+    #[tokio::test]
+    async fn status_is_503_json_until_a_view_is_published() {
+        let (sender, view) = tokio::sync::watch::channel(None);
+        let state = State {
+            sampler: Arc::new(SamplerHealth::default()),
+            stale_after: Duration::from_secs(5),
+            view,
+        };
+        let request = |path: &str| Request::get(path).body(()).unwrap();
+        let pending = respond(&request("/status"), &state);
+        assert_eq!(pending.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(pending.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(pending.headers()[RETRY_AFTER], "1");
+        let window = crate::diagnosis::rules::testkit::window(60, vec![], vec![]);
+        sender.send_replace(Some(Arc::new(crate::commands::analysis::View {
+            attributed: Arc::new(crate::attribution::AttributedWindow::unattributed(window)),
+            findings: Vec::new(),
+            at: std::time::SystemTime::now(),
+        })));
+        assert_eq!(
+            respond(&request("/status"), &state).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            respond(&request("/healthz"), &state).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            respond(&request("/nope"), &state).status(),
+            StatusCode::NOT_FOUND
+        );
+        let post = Request::post("/status").body(()).unwrap();
+        assert_eq!(
+            respond(&post, &state).status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
 }
