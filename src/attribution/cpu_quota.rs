@@ -3,6 +3,11 @@
 //! The effective limit is the smallest along the path up to the root, as the kernel applies it.
 //! `input_bound`'s advice names it, so a user raising `num_workers` knows the ceiling.
 //!
+//! The paths are those `/proc/<pid>/cgroup` shows, looked up under gpulse's own cgroup mount: in
+//! a container with a private cgroup namespace, processes outside it show paths with `..` and
+//! their limit is unknown (mount the host's cgroup file system, or share the host's cgroup
+//! namespace, for a DaemonSet to see it).
+//!
 //! Read only for the processes a rule asks about (those that sent step spans), and cached per
 //! PID for [`CpuQuotas::TTL`]: a container's limit rarely changes, and re-reading it every
 //! export window would cost a few file reads per process for nothing.
@@ -61,6 +66,11 @@ fn read_cores(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Option<f64> {
         else {
             continue;
         };
+        if path.split('/').any(|segment| segment == "..") {
+            // Outside gpulse's own cgroup namespace: its cgroup file system does not show that
+            // cgroup, and a path with `..` must not be followed out of the mount.
+            continue;
+        }
         if controllers.is_empty() {
             // cgroup v2: one unified hierarchy.
             limits.extend(along_path(&cgroup_root.to_path_buf(), path, read_v2));
@@ -136,11 +146,13 @@ mod tests {
         write(&cg.join("kubepods/pod1/cpu.max"), "250000 100000\n");
         write(&cg.join("kubepods/cpu.max"), "800000 100000\n");
         write(&proc.join("11/cgroup"), "0::/free\n");
+        write(&proc.join("13/cgroup"), "0::/../../kubepods/pod1\n");
         write(&cg.join("free/cpu.max"), "max 100000\n");
         let mut q = CpuQuotas::new(&proc, &cg);
         assert_eq!(q.cores(10), Some(2.5));
         assert_eq!(q.cores(11), None, "no limit anywhere");
         assert_eq!(q.cores(12), None, "no such process");
+        assert_eq!(q.cores(13), None, "outside the cgroup namespace: unknown");
         // Cached: a change is seen only after the TTL.
         write(&cg.join("kubepods/pod1/cpu.max"), "100000 100000\n");
         assert_eq!(q.cores(10), Some(2.5));
