@@ -73,10 +73,13 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
             .filter(|q| q.pid == p.pid)
             .count()
             == 1;
+        // The allocator's view decides only once it covers as long as a trend needs; before
+        // that (the job just started sending) NVML's history is all there is.
         let allocator = inputs
             .framework
             .process(p.pid)
-            .and_then(|f| f.allocator_on(&p.device_uuid, only_device));
+            .and_then(|f| f.allocator_on(&p.device_uuid, only_device))
+            .filter(|points| long_enough(points, t));
         if let Some(points) = allocator {
             out.extend(with_allocator(inputs, p, points, t));
             continue;
@@ -183,6 +186,22 @@ pub fn fit_points(
         ends_at_max,
         first_start,
     })
+}
+
+/// Whether allocator readings cover `min_duration` with `min_windows` readings of `allocated`.
+fn long_enough(points: &[AllocatorPoint], t: &MemoryGrowth) -> bool {
+    let times: Vec<SystemTime> = points
+        .iter()
+        .filter(|p| p.allocated_bytes.is_some())
+        .map(|p| p.at)
+        .collect();
+    let (Some(first), Some(last)) = (times.first(), times.last()) else {
+        return false;
+    };
+    times.len() >= t.min_windows.max(3)
+        && last
+            .duration_since(*first)
+            .is_ok_and(|span| span >= t.min_duration)
 }
 
 /// The trend of one allocator gauge, `None` when too short, flat or missing.
@@ -567,6 +586,22 @@ mod tests {
             panic!("no rate");
         };
         assert!((rate - GIB as f64 / 240.0).abs() < 1.0, "rate {rate}");
+    }
+
+    #[test]
+    fn allocator_readings_too_short_to_judge_leave_the_nvml_verdict() {
+        // 20 minutes of NVML growth; the job started sending its gauges 2 minutes ago.
+        let f = history(20, |i| 20 * GIB + i * 60 * 1024 * 1024);
+        let points = allocator(20, |_| (10 * GIB, 20 * GIB, 11 * GIB))
+            .into_iter()
+            .skip(18)
+            .collect();
+        let f = with_allocator_points(f, points);
+        let found = evaluate(&f.inputs(), &MemoryGrowth::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].severity, Severity::Warning);
+        assert_eq!(found[0].evidence, vec![Layer::Nvml]);
+        assert!(found[0].value("growth_rate_bytes_per_second").is_some());
     }
 
     #[test]
