@@ -4,11 +4,13 @@
 //!
 //! `Attributor` is the entry point (cache, fallbacks, pod names); the other modules are the pure
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
-//! (`podresources`), the device-file fallback (`devicefile`) and CPU/memory usage (`usage`).
+//! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
+//! the cgroup CPU limit (`cpu_quota`).
 
 pub mod attributed;
 pub mod attributor;
 pub mod cgroup;
+pub mod cpu_quota;
 pub mod devicefile;
 pub mod environ;
 pub mod parents;

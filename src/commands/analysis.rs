@@ -11,10 +11,12 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
+use crate::attribution::cpu_quota::CpuQuotas;
 use crate::attribution::{
     AttributedWindow, AttributionSettings, Attributor, ParentWatch, Workload,
 };
 use crate::config::Config;
+use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
 use crate::diagnosis::{Diagnoser, Finding, FindingEvent};
 use crate::sampling::Window;
 
@@ -38,6 +40,9 @@ pub struct Analyzer {
     parents: ParentWatch,
     own_pod: Option<OwnPod>,
     view: watch::Sender<Option<Arc<View>>>,
+    /// What the training framework sent through the receiver (written by the intake).
+    framework: FrameworkHandle,
+    cpu_quotas: CpuQuotas,
 }
 
 /// One analysed window.
@@ -60,7 +65,14 @@ impl Analyzer {
             parents: ParentWatch::new(&config.proc_root),
             own_pod: OwnPod::from_env(),
             view: watch::Sender::new(None),
+            framework: FrameworkHandle::new(FrameworkLimits::default()),
+            cpu_quotas: CpuQuotas::new(&config.proc_root, CGROUP_ROOT),
         }
+    }
+
+    /// The framework history the OTLP receiver fills (`enrich::Intake::with_framework`).
+    pub fn framework(&self) -> FrameworkHandle {
+        self.framework.clone()
     }
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
@@ -80,11 +92,13 @@ impl Analyzer {
             usage,
             parent_alive,
         });
-        let events = self.diagnoser.observe(
+        let framework = self.framework_evidence(&attributed);
+        let events = self.diagnoser.observe_with_framework(
             &attributed.window,
             &attributed.workloads,
             &attributed.usage,
             &attributed.parent_alive,
+            &framework,
         );
         self.view.send_replace(Some(Arc::new(View {
             attributed: Arc::clone(&attributed),
@@ -102,7 +116,35 @@ impl Analyzer {
     pub fn diagnoser(&self) -> &Diagnoser {
         &self.diagnoser
     }
+
+    /// The framework evidence of the window's processes; forgets the processes NVML no longer
+    /// lists. The CPU quota is read only for processes that sent step spans (`input_bound`'s
+    /// advice names it).
+    fn framework_evidence(&mut self, attributed: &AttributedWindow) -> FrameworkEvidence {
+        let mut pids: Vec<u32> = attributed.workloads.keys().copied().collect();
+        pids.sort_unstable();
+        let now = SystemTime::now();
+        let lookback = self.diagnoser.thresholds().input_bound.step_lookback;
+        let mut evidence = {
+            let mut history = self.framework.lock();
+            history.retain(&pids, now);
+            if history.is_empty() {
+                return FrameworkEvidence::default();
+            }
+            history.evidence(&pids, now, lookback)
+        };
+        self.cpu_quotas.retain(&pids);
+        for (pid, process) in &mut evidence.processes {
+            if process.steps.is_some() {
+                process.cpu_quota_cores = self.cpu_quotas.cores(*pid);
+            }
+        }
+        evidence
+    }
 }
+
+/// Where the cgroup file system is mounted, for the CPU quota of a process's cgroup.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// The pod gpulse itself runs in, from the Downward API (`K8S_POD_UID`, `K8S_POD_NAME`,
 /// `K8S_POD_NAMESPACE`): in a sidecar, processes whose cgroup names this pod UID are this pod's.

@@ -92,6 +92,22 @@ pub struct SnapshotReport<'a> {
     pub processes: Vec<ProcessReport<'a>>,
     /// What the diagnosis rules say about this sample; empty when there is nothing to say.
     pub findings: Vec<Finding>,
+    /// `/status` only: the export window the figures summarise (device and process figures are
+    /// then window means, memory the last sample). Absent from `gpulse snapshot`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowReport>,
+    /// `/status` only: Unix time, in seconds, at which the window was analysed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
+}
+
+/// The export window behind a `/status` answer.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct WindowReport {
+    /// Unix time, in seconds.
+    pub start: f64,
+    pub end: f64,
+    pub samples: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -138,6 +154,9 @@ pub struct ProcessReport<'a> {
     pub decoder_utilization: Option<f64>,
     /// Who the process is (container, pod, namespaced PID), as `run` exports it.
     pub workload: Option<&'a Workload>,
+    /// `/status` only: CPU and memory of the process (and its tree) over the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<&'a crate::attribution::ProcessUsage>,
 }
 
 /// NVML clock throttle reason bits (`nvmlClocksThrottleReason*` in nvml.h) and their names.
@@ -185,6 +204,8 @@ impl<'a> SnapshotReport<'a> {
                 .map(|p| ProcessReport::new(p, workloads.get(&p.pid)))
                 .collect(),
             findings: Vec::new(),
+            window: None,
+            at: None,
         }
     }
 }
@@ -236,6 +257,7 @@ impl<'a> ProcessReport<'a> {
             encoder_utilization: p.encoder_utilization,
             decoder_utilization: p.decoder_utilization,
             workload,
+            usage: None,
         }
     }
 }

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::framework::Layer;
+
 /// The rules gpulse evaluates. The snake_case name is what configuration, log records
 /// (`gpulse.diagnosis.rule`) and the `gpulse.diagnosis.active` gauge use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -20,11 +22,12 @@ pub enum RuleId {
     Throttling,
     HardwareErrors,
     UnevenMultiGpu,
+    MemoryFragmentation,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 7] = [
+    pub const ALL: [RuleId; 8] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -32,6 +35,7 @@ impl RuleId {
         RuleId::Throttling,
         RuleId::HardwareErrors,
         RuleId::UnevenMultiGpu,
+        RuleId::MemoryFragmentation,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -43,6 +47,7 @@ impl RuleId {
             RuleId::Throttling => "throttling",
             RuleId::HardwareErrors => "hardware_errors",
             RuleId::UnevenMultiGpu => "uneven_multi_gpu",
+            RuleId::MemoryFragmentation => "memory_fragmentation",
         }
     }
 }
@@ -267,6 +272,8 @@ pub struct Finding {
     /// of the history that shows it). The tracker keeps the earliest across windows.
     #[serde(with = "crate::sampling::model::unix_nanos")]
     pub since: SystemTime,
+    /// The layers the rule read to reach it (`gpulse.diagnosis.evidence`: `nvml,procfs,spans`).
+    pub evidence: Vec<Layer>,
 }
 
 impl Finding {

@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod findings;
+pub mod framework;
 pub mod history;
 pub mod otlp;
 pub mod rules;
@@ -23,6 +24,7 @@ use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::Window;
 
 pub use findings::{DeviceRef, Finding, FindingKey, JobKey, RuleId, Severity, Subject, Value};
+pub use framework::{FrameworkEvidence, FrameworkHandle, Layer};
 pub use history::{History, WindowSummary};
 pub use rules::{evaluate_all, Inputs};
 pub use thresholds::{Thresholds, ThresholdsError};
@@ -56,6 +58,19 @@ impl Diagnoser {
         usage: &HashMap<u32, ProcessUsage>,
         parent_alive: &HashMap<u32, bool>,
     ) -> Vec<FindingEvent> {
+        let framework = FrameworkEvidence::default();
+        self.observe_with_framework(window, workloads, usage, parent_alive, &framework)
+    }
+
+    /// [`Diagnoser::observe`] with what the training framework reported about the processes.
+    pub fn observe_with_framework(
+        &mut self,
+        window: &Window,
+        workloads: &HashMap<u32, Workload>,
+        usage: &HashMap<u32, ProcessUsage>,
+        parent_alive: &HashMap<u32, bool>,
+        framework: &FrameworkEvidence,
+    ) -> Vec<FindingEvent> {
         self.history.record(window);
         let inputs = Inputs {
             window,
@@ -63,6 +78,7 @@ impl Diagnoser {
             usage,
             parent_alive,
             history: &self.history,
+            framework,
         };
         let findings = evaluate_all(&inputs, &self.thresholds);
         self.tracker.update(findings, window.end)

@@ -11,7 +11,8 @@
 //!   the finding's own severity stays in `gpulse.diagnosis.severity`.
 //! - body: the summary line (prefixed `Cleared: ` for cleared records).
 //! - attributes: `gpulse.diagnosis.rule`, `.state` (started|escalated|cleared), `.severity`,
-//!   `.subject` (the tracker key), `.since` (RFC 3339), `.advice` (not when cleared), one
+//!   `.subject` (the tracker key), `.since` (RFC 3339), `.advice` (not when cleared),
+//!   `.evidence` (the layers the rule read, e.g. `nvml,procfs,spans`), one
 //!   `gpulse.diagnosis.value.<name>` per value, and about the subject: `hw.id` + `gpu.index`
 //!   for one device, `process.pid` (+ `process.vpid`, `container.id`, `k8s.pod.uid`) for a
 //!   workload, `gpulse.diagnosis.job` + `gpulse.diagnosis.pids` + `hw.ids` for a job.
@@ -71,6 +72,12 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
     ];
     if event.state != FindingState::Cleared {
         attributes.push(kv_str("gpulse.diagnosis.advice", &f.advice));
+    }
+    if !f.evidence.is_empty() {
+        attributes.push(kv_str(
+            "gpulse.diagnosis.evidence",
+            &super::framework::Layer::join(&f.evidence),
+        ));
     }
     match &f.subject {
         Subject::Device(d) => {

@@ -31,6 +31,7 @@ pub struct Thresholds {
     pub throttling: Throttling,
     pub hardware_errors: HardwareErrors,
     pub uneven_multi_gpu: UnevenMultiGpu,
+    pub memory_fragmentation: MemoryFragmentation,
 }
 
 impl Default for Thresholds {
@@ -46,6 +47,7 @@ impl Default for Thresholds {
             throttling: Throttling::default(),
             hardware_errors: HardwareErrors::default(),
             uneven_multi_gpu: UnevenMultiGpu::default(),
+            memory_fragmentation: MemoryFragmentation::default(),
         }
     }
 }
@@ -90,6 +92,18 @@ pub struct InputBound {
     /// Processes holding less GPU memory than this are not training jobs (a monitoring tool, a
     /// CUDA context probe) and are skipped. Default 256 MiB.
     pub min_gpu_memory_bytes: u64,
+    /// With the framework's `step` spans: the share of step time spent in `data_wait` at or
+    /// above which the process is input-bound, whether its CPU is busy or idle. Default 0.3.
+    pub data_wait_ratio_at_least: f64,
+    /// With step spans, GPU utilisation below this counts as low. Default 0.5: waiting 30 % of
+    /// each step already leaves the GPU idle a third of the time.
+    pub spans_gpu_utilization_below: f64,
+    /// Step spans that ended within this before the newest one make the ratio; a process whose
+    /// newest step is older than this has no span evidence. Default 1 min.
+    #[serde(with = "duration_serde")]
+    pub step_lookback: Duration,
+    /// At least this many step spans in the lookback. Default 5.
+    pub min_steps: usize,
 }
 
 impl Default for InputBound {
@@ -99,6 +113,41 @@ impl Default for InputBound {
             gpu_utilization_below: 0.20,
             tree_cpu_cores_at_least: 0.8,
             min_gpu_memory_bytes: 256 * MIB,
+            data_wait_ratio_at_least: 0.3,
+            spans_gpu_utilization_below: 0.5,
+            step_lookback: Duration::from_secs(60),
+            min_steps: 5,
+        }
+    }
+}
+
+/// `memory_fragmentation`: the caching allocator holds much more than the live tensors need
+/// while the device runs short, so a large allocation can fail although enough is free in
+/// total.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryFragmentation {
+    pub enabled: bool,
+    /// Reserved minus allocated at or above this share of reserved. Default 0.25.
+    pub unused_reserved_ratio_at_least: f64,
+    /// And at or above this many bytes. Default 2 GiB.
+    pub unused_reserved_bytes_at_least: u64,
+    /// The device counts as under memory pressure when used (+ driver-reserved) is at least
+    /// this share of its total. Default 0.85.
+    pub device_used_at_least: f64,
+    /// The gap must hold in every allocator reading over at least this long. Default 2 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for MemoryFragmentation {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            unused_reserved_ratio_at_least: 0.25,
+            unused_reserved_bytes_at_least: 2 * GIB,
+            device_used_at_least: 0.85,
+            min_duration: Duration::from_secs(120),
         }
     }
 }
@@ -287,7 +336,23 @@ impl Thresholds {
     /// # Errors
     /// `ThresholdsError` naming the key, the value and the accepted range.
     pub fn validate(&self) -> Result<(), ThresholdsError> {
-        let ratios: [(&'static str, f64); 9] = [
+        let ratios: [(&'static str, f64); 13] = [
+            (
+                "input_bound.data_wait_ratio_at_least",
+                self.input_bound.data_wait_ratio_at_least,
+            ),
+            (
+                "input_bound.spans_gpu_utilization_below",
+                self.input_bound.spans_gpu_utilization_below,
+            ),
+            (
+                "memory_fragmentation.unused_reserved_ratio_at_least",
+                self.memory_fragmentation.unused_reserved_ratio_at_least,
+            ),
+            (
+                "memory_fragmentation.device_used_at_least",
+                self.memory_fragmentation.device_used_at_least,
+            ),
             (
                 "input_bound.gpu_utilization_below",
                 self.input_bound.gpu_utilization_below,
@@ -339,7 +404,12 @@ impl Thresholds {
                 high: mp.device_used_error_above,
             });
         }
-        let positive: [(&'static str, bool, String); 7] = [
+        let positive: [(&'static str, bool, String); 8] = [
+            (
+                "input_bound.step_lookback",
+                !self.input_bound.step_lookback.is_zero(),
+                format!("{:?}", self.input_bound.step_lookback),
+            ),
             (
                 "clear_after_windows",
                 self.clear_after_windows > 0,

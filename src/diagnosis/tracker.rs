@@ -184,6 +184,7 @@ mod tests {
             advice: String::new(),
             values: vec![],
             since: at(since),
+            evidence: vec![],
         }
     }
 

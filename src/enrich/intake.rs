@@ -33,6 +33,7 @@ use super::history::HistoryHandle;
 use super::identity::{identify_new, match_resource, Match, ResourceKey};
 use super::peer::{resolve_peer, PeerCache};
 use super::spans::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
+use crate::diagnosis::framework::FrameworkHandle;
 use crate::export::logs::log_record_count;
 use crate::export::metrics::data_point_count;
 use crate::export::queue::QueueHandle;
@@ -116,6 +117,8 @@ pub struct Intake {
     settings: IntakeSettings,
     peers: PeerCache,
     pub stats: IntakeStats,
+    /// Where the framework's allocator gauges and step spans go for diagnosis, when set.
+    framework: Option<FrameworkHandle>,
 }
 
 impl Intake {
@@ -126,7 +129,16 @@ impl Intake {
             settings,
             peers: PeerCache::default(),
             stats: IntakeStats::default(),
+            framework: None,
         }
+    }
+
+    /// Also keeps the framework telemetry of known GPU processes in `framework`, for the
+    /// diagnosis rules (see `enrich::framework`).
+    #[must_use]
+    pub fn with_framework(mut self, framework: FrameworkHandle) -> Self {
+        self.framework = Some(framework);
+        self
     }
 
     pub fn history(&self) -> &HistoryHandle {
@@ -156,6 +168,7 @@ impl Intake {
                 let decoded =
                     ExportMetricsServiceRequest::decode(body.clone()).map_err(malformed)?;
                 let items = data_point_count(&decoded) as u64;
+                self.note_allocator_metrics(&decoded, peer).await;
                 (
                     EncodedRequest::new(body, items),
                     Accepted { items, enriched: 0 },
@@ -226,6 +239,11 @@ impl Intake {
             return unchanged(body);
         }
         let pids = self.resolve(&request, peer).await;
+        if let Some(framework) = &self.framework {
+            if super::framework::has_framework_spans(&request) {
+                super::framework::record_spans(&mut framework.lock(), &request, &pids);
+            }
+        }
         let Some(end) = latest_end(&request, &pids) else {
             return unchanged(body);
         };
@@ -249,10 +267,45 @@ impl Intake {
         )
     }
 
+    /// Keeps the allocator gauges of known GPU processes for diagnosis.
+    async fn note_allocator_metrics(
+        self: &Arc<Self>,
+        request: &ExportMetricsServiceRequest,
+        peer: Option<Peer>,
+    ) {
+        let Some(framework) = &self.framework else {
+            return;
+        };
+        if self.history.read().is_empty() || !super::framework::has_allocator_metrics(request) {
+            return;
+        }
+        let keys = request
+            .resource_metrics
+            .iter()
+            .map(|rm| ResourceKey::of(rm.resource.as_ref()))
+            .collect();
+        let pids = self.resolve_keys(keys, peer).await;
+        super::framework::record_metrics(&mut framework.lock(), request, &pids);
+    }
+
     /// The process of each resource: from its attributes, else from the connection.
     async fn resolve(
         self: &Arc<Self>,
         request: &ExportTraceServiceRequest,
+        peer: Option<Peer>,
+    ) -> ResourcePids {
+        let keys = request
+            .resource_spans
+            .iter()
+            .map(|rs| ResourceKey::of(rs.resource.as_ref()))
+            .collect();
+        self.resolve_keys(keys, peer).await
+    }
+
+    /// The process of each resource key, in order: by its attributes, else by the connection.
+    async fn resolve_keys(
+        self: &Arc<Self>,
+        keys: Vec<ResourceKey>,
         peer: Option<Peer>,
     ) -> ResourcePids {
         if !self.history.read().unidentified().is_empty() {
@@ -265,15 +318,11 @@ impl Intake {
         }
         let mut pids: ResourcePids = {
             let history = self.history.read();
-            request
-                .resource_spans
-                .iter()
-                .map(
-                    |rs| match match_resource(&history, &ResourceKey::of(rs.resource.as_ref())) {
-                        Match::Pid(pid) => Some((pid, MatchedBy::Resource)),
-                        Match::Ambiguous | Match::None => None,
-                    },
-                )
+            keys.iter()
+                .map(|key| match match_resource(&history, key) {
+                    Match::Pid(pid) => Some((pid, MatchedBy::Resource)),
+                    Match::Ambiguous | Match::None => None,
+                })
                 .collect()
         };
         if let (true, Some(peer)) = (pids.iter().any(Option::is_none), peer) {

@@ -13,6 +13,7 @@
 
 mod health;
 pub mod sampler_thread;
+pub mod status;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -169,9 +170,14 @@ impl Pipeline {
         let sampler_health = Arc::clone(&sampler.health);
         let health_server = match config.health_addr {
             Some(addr) => Some(
-                health::serve(addr, Arc::clone(&sampler_health), config.sample_interval)
-                    .await
-                    .map_err(|source| RunError::Health { addr, source })?,
+                health::serve(
+                    addr,
+                    Arc::clone(&sampler_health),
+                    config.sample_interval,
+                    analyzer.subscribe(),
+                )
+                .await
+                .map_err(|source| RunError::Health { addr, source })?,
             ),
             None => None,
         };
@@ -188,7 +194,8 @@ impl Pipeline {
                     max_queue_bytes: limits.max_bytes,
                     max_wait: config.sample_interval,
                 },
-            );
+            )
+            .with_framework(analyzer.framework());
             Some(
                 crate::enrich::Receivers::start(
                     config.otlp_receiver.grpc,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::diagnosis::findings::{Finding, RuleId, Severity, Subject, Value};
+use crate::diagnosis::findings::{Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::HardwareErrors;
 use crate::diagnosis::xid;
 use crate::sampling::DeviceStatus;
@@ -126,6 +126,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> {
             advice: advice.join(" "),
             values,
             since,
+            evidence: vec![Layer::Nvml],
         });
     }
     out

@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use crate::diagnosis::findings::{
-    human_bytes, human_duration, pct, Finding, RuleId, Severity, Value,
+    human_bytes, human_duration, pct, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::history::{Series, WindowSummary};
 use crate::diagnosis::thresholds::IdleHolder;
@@ -99,6 +99,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
             advice,
             values,
             since,
+            evidence: vec![Layer::Nvml, Layer::Procfs],
         });
     }
     out

@@ -5,12 +5,24 @@
 //! which one outlier cannot move. A single allocator step is not growth either: the history is
 //! cut into four equal time quarters and the maximum must reach a new high in at least two of
 //! the three quarter transitions, with the newest quarter holding the overall maximum.
+//!
+//! NVML's per-process memory includes the caching allocator's reserve, so on NVML alone a leak
+//! and a cache that grows look the same. When the framework sent its allocator gauges for the
+//! process (`pytorch.cuda.memory.*` through gpulse's receiver), those decide instead: live
+//! tensors (`allocated`) growing, or each epoch's peak (`max_allocated`, reset per epoch) rising
+//! epoch after epoch, is a leak (warning, error when the device fills within
+//! `urgent_time_to_full`); only the reserve (or NVML's figure) growing while `allocated` stays
+//! flat is the caching allocator at work, reported as info and never as a warning.
 
 use std::time::SystemTime;
 
-use crate::diagnosis::findings::{human_bytes, human_duration, Finding, RuleId, Severity, Value};
+use crate::diagnosis::findings::{
+    human_bytes, human_duration, Finding, Layer, RuleId, Severity, Value,
+};
+use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::Series;
 use crate::diagnosis::thresholds::MemoryGrowth;
+use crate::sampling::ProcessWindow;
 
 use super::{process_device_ref, Inputs};
 
@@ -18,6 +30,20 @@ const ADVICE: &str = "GPU memory keeps growing: look for tensors kept alive acro
 (appending loss instead of loss.item() to a list, caches keyed by input shape, autograd graphs \
 held by stored outputs), and compare torch.cuda.memory_allocated() with memory_reserved() per \
 step; torch.cuda.memory._record_memory_history() shows who allocates.";
+
+const TENSOR_LEAK_ADVICE: &str = "Live tensors keep growing (PyTorch's allocated memory, not \
+just its cache): look for tensors kept alive across steps (appending loss instead of \
+loss.item() to a list, caches keyed by input shape, autograd graphs held by stored outputs). \
+torch.cuda.memory._record_memory_history() and torch.cuda.memory._dump_snapshot() show who \
+allocates.";
+
+const CACHING_ADVICE: &str = "Only PyTorch's caching allocator grows, not the live tensors: \
+this is the caching allocator, not a leak. It keeps freed blocks reserved for reuse; the reserve \
+is returned to other processes only by torch.cuda.empty_cache(). Nothing to fix unless another \
+process on this GPU needs the memory.";
+
+/// Per-epoch peaks of `max_allocated` must rise this many times in a row to count as growth.
+const RISING_EPOCHS: usize = 3;
 
 /// Theil–Sen is O(n²) in the points; beyond this many, an evenly spaced subset is used.
 const MAX_FIT_POINTS: usize = 96;
@@ -40,6 +66,24 @@ pub struct Trend {
 pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
+        let only_device = inputs
+            .window
+            .processes
+            .iter()
+            .filter(|q| q.pid == p.pid)
+            .count()
+            == 1;
+        // The allocator's view decides only once it covers as long as a trend needs; before
+        // that (the job just started sending) NVML's history is all there is.
+        let allocator = inputs
+            .framework
+            .process(p.pid)
+            .and_then(|f| f.allocator_on(&p.device_uuid, only_device))
+            .filter(|points| long_enough(points, t));
+        if let Some(points) = allocator {
+            out.extend(with_allocator(inputs, p, points, t));
+            continue;
+        }
         let Some(series) = inputs.history.series(p.pid, &p.device_uuid) else {
             continue;
         };
@@ -91,6 +135,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
             advice: ADVICE.to_string(),
             values,
             since: trend.first_start,
+            evidence: vec![Layer::Nvml],
         });
     }
     out
@@ -112,6 +157,15 @@ pub fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
             Some((t, m as f64))
         })
         .collect();
+    fit_points(&points, first.start, t)
+}
+
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first.
+pub fn fit_points(
+    points: &[(f64, f64)],
+    first_start: SystemTime,
+    t: &MemoryGrowth,
+) -> Option<Trend> {
     if points.len() < t.min_windows.max(3) {
         return None;
     }
@@ -119,18 +173,190 @@ pub fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (rising_quarters, ends_at_max) = quarters(&points, span);
+    let (rising_quarters, ends_at_max) = quarters(points, span);
     if rising_quarters < 2 || !ends_at_max {
         return None;
     }
-    let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
+    let slope = theil_sen(&subsample(points, MAX_FIT_POINTS))?;
     Some(Trend {
         slope,
         span_seconds: span,
         points: points.len(),
         rising_quarters,
         ends_at_max,
-        first_start: first.start,
+        first_start,
+    })
+}
+
+/// Whether allocator readings cover `min_duration` with `min_windows` readings of `allocated`.
+fn long_enough(points: &[AllocatorPoint], t: &MemoryGrowth) -> bool {
+    let times: Vec<SystemTime> = points
+        .iter()
+        .filter(|p| p.allocated_bytes.is_some())
+        .map(|p| p.at)
+        .collect();
+    let (Some(first), Some(last)) = (times.first(), times.last()) else {
+        return false;
+    };
+    times.len() >= t.min_windows.max(3)
+        && last
+            .duration_since(*first)
+            .is_ok_and(|span| span >= t.min_duration)
+}
+
+/// The trend of one allocator gauge, `None` when too short, flat or missing.
+fn allocator_trend(
+    points: &[AllocatorPoint],
+    value: impl Fn(&AllocatorPoint) -> Option<u64>,
+    t: &MemoryGrowth,
+) -> Option<Trend> {
+    let origin = points.first()?.at;
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| {
+            let v = value(p)?;
+            Some((p.at.duration_since(origin).ok()?.as_secs_f64(), v as f64))
+        })
+        .collect();
+    fit_points(&xy, origin, t).filter(|trend| trend.slope >= t.min_rate_bytes_per_second)
+}
+
+/// Growth of the per-epoch peaks of `max_allocated` (the companion resets it at each epoch
+/// start, so a drop starts a new epoch): the last [`RISING_EPOCHS`] peaks each higher than the
+/// one before, spanning at least `min_duration`. Returns the rate and the span.
+pub fn epoch_peak_growth(points: &[AllocatorPoint], t: &MemoryGrowth) -> Option<Trend> {
+    let mut peaks: Vec<(SystemTime, u64)> = Vec::new();
+    let mut previous: Option<u64> = None;
+    for p in points {
+        let Some(m) = p.max_allocated_bytes else {
+            continue;
+        };
+        match (previous, peaks.last_mut()) {
+            (Some(prev), Some(last)) if m >= prev => {
+                if m >= last.1 {
+                    *last = (p.at, m);
+                }
+            }
+            _ => peaks.push((p.at, m)),
+        }
+        previous = Some(m);
+    }
+    let rising = peaks
+        .windows(2)
+        .rev()
+        .take_while(|w| w[1].1 > w[0].1)
+        .count();
+    if rising < RISING_EPOCHS {
+        return None;
+    }
+    let run = &peaks[peaks.len() - 1 - rising..];
+    let (first, last) = (run[0], run[run.len() - 1]);
+    let span = last.0.duration_since(first.0).ok()?.as_secs_f64();
+    if span <= 0.0 || span < t.min_duration.as_secs_f64() {
+        return None;
+    }
+    let slope = (last.1 - first.1) as f64 / span;
+    (slope >= t.min_rate_bytes_per_second).then_some(Trend {
+        slope,
+        span_seconds: span,
+        points: run.len(),
+        rising_quarters: rising as u32,
+        ends_at_max: true,
+        first_start: first.0,
+    })
+}
+
+/// The finding for a process whose allocator gauges gpulse received; see the module docs.
+fn with_allocator(
+    inputs: &Inputs<'_>,
+    p: &ProcessWindow,
+    points: &[AllocatorPoint],
+    t: &MemoryGrowth,
+) -> Option<Finding> {
+    let latest = points.last()?;
+    let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+    let free = inputs
+        .device(&p.device_uuid)
+        .and_then(|d| d.memory_free_bytes);
+    let mut values: Vec<(String, Value)> = Vec::new();
+    if let Some(a) = latest.allocated_bytes {
+        values.push(("allocated_bytes".into(), Value::from(a)));
+    }
+    if let Some(r) = latest.reserved_bytes {
+        values.push(("reserved_bytes".into(), Value::from(r)));
+    }
+    let leak = allocator_trend(points, |p| p.allocated_bytes, t)
+        .map(|trend| (trend, "allocated"))
+        .or_else(|| epoch_peak_growth(points, t).map(|trend| (trend, "max_allocated_per_epoch")));
+    if let Some((trend, signal)) = leak {
+        let time_to_full = free.map(|f| f as f64 / trend.slope);
+        let severity = match time_to_full {
+            Some(s) if s < t.urgent_time_to_full.as_secs_f64() => Severity::Error,
+            _ => Severity::Warning,
+        };
+        let full = match time_to_full {
+            Some(s) => format!("device full in about {}", human_duration(s)),
+            None => "device free memory unknown".to_string(),
+        };
+        let what = match signal {
+            "allocated" => "live tensors (PyTorch allocated memory) grow",
+            _ => "each epoch's peak of live tensors (max_allocated) rises",
+        };
+        let summary = format!(
+            "{subject}: {what} {}/min over the last {} (allocated now {}): {full}",
+            human_bytes(trend.slope * 60.0),
+            human_duration(trend.span_seconds),
+            human_bytes(latest.allocated_bytes.unwrap_or(0) as f64),
+        );
+        values.push((
+            "allocated_growth_bytes_per_second".into(),
+            Value::from(trend.slope),
+        ));
+        values.push(("growth_signal".into(), Value::from(signal)));
+        values.push(("observed_seconds".into(), Value::from(trend.span_seconds)));
+        if let Some(s) = time_to_full {
+            values.push(("time_to_full_seconds".into(), Value::from(s)));
+        }
+        return Some(Finding {
+            rule: RuleId::MemoryGrowth,
+            severity,
+            subject,
+            summary,
+            advice: TENSOR_LEAK_ADVICE.to_string(),
+            values,
+            since: trend.first_start,
+            evidence: vec![Layer::Nvml, Layer::Metrics],
+        });
+    }
+    // Tensors are flat: growth of the reserve, or of NVML's figure (which includes it), is
+    // caching.
+    let caching = allocator_trend(points, |p| p.reserved_bytes, t).or_else(|| {
+        inputs
+            .history
+            .series(p.pid, &p.device_uuid)
+            .and_then(|series| fit(series, t))
+            .filter(|trend| trend.slope >= t.min_rate_bytes_per_second)
+    })?;
+    let summary = format!(
+        "{subject}: PyTorch's reserved memory grows {}/min over the last {} while its live tensors stay at {}: the caching allocator, not a leak",
+        human_bytes(caching.slope * 60.0),
+        human_duration(caching.span_seconds),
+        human_bytes(latest.allocated_bytes.unwrap_or(0) as f64),
+    );
+    values.push((
+        "reserved_growth_bytes_per_second".into(),
+        Value::from(caching.slope),
+    ));
+    values.push(("observed_seconds".into(), Value::from(caching.span_seconds)));
+    Some(Finding {
+        rule: RuleId::MemoryGrowth,
+        severity: Severity::Info,
+        subject,
+        summary,
+        advice: CACHING_ADVICE.to_string(),
+        values,
+        since: caching.first_start,
+        evidence: vec![Layer::Nvml, Layer::Metrics],
     })
 }
 
@@ -253,6 +479,141 @@ mod tests {
     fn short_history_is_not_believed() {
         // Fast growth but only 5 minutes of history.
         let f = history(5, |i| 20 * GIB + i * GIB);
+        assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
+    }
+
+    /// Allocator readings every 60 s for `n` minutes.
+    fn allocator(
+        n: u64,
+        f: impl Fn(u64) -> (u64, u64, u64),
+    ) -> Vec<crate::diagnosis::framework::AllocatorPoint> {
+        (1..=n)
+            .map(|i| {
+                let (a, r, m) = f(i);
+                crate::diagnosis::framework::AllocatorPoint {
+                    at: t(i * 60),
+                    allocated_bytes: Some(a),
+                    reserved_bytes: Some(r),
+                    max_allocated_bytes: Some(m),
+                }
+            })
+            .collect()
+    }
+
+    fn with_allocator_points(
+        mut f: Fixture,
+        points: Vec<crate::diagnosis::framework::AllocatorPoint>,
+    ) -> Fixture {
+        let mut evidence = crate::diagnosis::framework::ProcessEvidence::default();
+        evidence.allocator.insert("GPU-00000000".into(), points);
+        f.framework.processes.insert(9, evidence);
+        f
+    }
+
+    #[test]
+    fn growing_tensors_are_a_leak_at_the_rate_of_allocated() {
+        // NVML flat at 30 GiB (the reserve covers it); allocated +2 MiB/s.
+        let f = history(20, |_| 30 * GIB);
+        let f = with_allocator_points(
+            f,
+            allocator(20, |i| (10 * GIB + i * 120 * 1024 * 1024, 30 * GIB, 0)),
+        );
+        let found = evaluate(&f.inputs(), &MemoryGrowth::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let Some(Value::Float(rate)) = found[0].value("allocated_growth_bytes_per_second") else {
+            panic!("no allocated growth in {:?}", found[0].values);
+        };
+        assert!((rate - 2.0 * MIB).abs() < 1.0, "rate {rate}");
+        assert!(found[0].value("time_to_full_seconds").is_some());
+        assert_eq!(found[0].severity, Severity::Warning);
+        assert_eq!(found[0].evidence, vec![Layer::Nvml, Layer::Metrics]);
+    }
+
+    #[test]
+    fn growing_reserve_with_flat_tensors_is_caching_not_a_leak() {
+        // NVML grows 1 MiB/s, as does the reserve; the tensors stay at 10 GiB.
+        let f = history(20, |i| 20 * GIB + i * 60 * 1024 * 1024);
+        let f = with_allocator_points(
+            f,
+            allocator(20, |i| {
+                (10 * GIB, 20 * GIB + i * 60 * 1024 * 1024, 11 * GIB)
+            }),
+        );
+        let found = evaluate(&f.inputs(), &MemoryGrowth::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].severity, Severity::Info);
+        assert!(found[0].advice.contains("caching allocator, not a leak"));
+        assert!(found[0].value("reserved_growth_bytes_per_second").is_some());
+        assert!(found[0]
+            .value("allocated_growth_bytes_per_second")
+            .is_none());
+    }
+
+    #[test]
+    fn flat_tensors_and_flat_reserve_say_nothing_even_when_nvml_steps() {
+        let f = history(20, |i| if i < 10 { 20 * GIB } else { 30 * GIB });
+        let f = with_allocator_points(f, allocator(20, |_| (10 * GIB, 20 * GIB, 12 * GIB)));
+        assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
+    }
+
+    #[test]
+    fn rising_epoch_peaks_count_as_growth() {
+        // Epochs of 4 minutes; allocated sampled between steps stays at 10 GiB, but each epoch's
+        // peak is 1 GiB higher than the last. A flat peak would not count (see the next test).
+        let f = history(20, |_| 30 * GIB);
+        let f = with_allocator_points(
+            f,
+            allocator(20, |i| {
+                let epoch = (i - 1) / 4;
+                let within = (i - 1) % 4;
+                // The companion resets the peak at each epoch start.
+                let peak = if within == 0 {
+                    10 * GIB
+                } else {
+                    12 * GIB + epoch * GIB + within * 1024
+                };
+                (10 * GIB, 30 * GIB, peak)
+            }),
+        );
+        let found = evaluate(&f.inputs(), &MemoryGrowth::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            found[0].value("growth_signal"),
+            Some(&Value::from("max_allocated_per_epoch"))
+        );
+        // Peaks at minutes 4, 8, …, 20: 1 GiB per 4 minutes.
+        let Some(Value::Float(rate)) = found[0].value("allocated_growth_bytes_per_second") else {
+            panic!("no rate");
+        };
+        assert!((rate - GIB as f64 / 240.0).abs() < 1.0, "rate {rate}");
+    }
+
+    #[test]
+    fn allocator_readings_too_short_to_judge_leave_the_nvml_verdict() {
+        // 20 minutes of NVML growth; the job started sending its gauges 2 minutes ago.
+        let f = history(20, |i| 20 * GIB + i * 60 * 1024 * 1024);
+        let points = allocator(20, |_| (10 * GIB, 20 * GIB, 11 * GIB))
+            .into_iter()
+            .skip(18)
+            .collect();
+        let f = with_allocator_points(f, points);
+        let found = evaluate(&f.inputs(), &MemoryGrowth::default());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].severity, Severity::Warning);
+        assert_eq!(found[0].evidence, vec![Layer::Nvml]);
+        assert!(found[0].value("growth_rate_bytes_per_second").is_some());
+    }
+
+    #[test]
+    fn equal_epoch_peaks_are_not_growth() {
+        let f = history(20, |_| 30 * GIB);
+        let f = with_allocator_points(
+            f,
+            allocator(20, |i| {
+                let peak = if (i - 1) % 4 == 0 { 10 * GIB } else { 12 * GIB };
+                (10 * GIB, 30 * GIB, peak)
+            }),
+        );
         assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
     }
 

@@ -1,7 +1,9 @@
 //! `memory_pressure`: the device is (nearly) out of memory, or a process holds nearly all the
 //! memory it could get, so its next allocation is likely to fail with out-of-memory.
 
-use crate::diagnosis::findings::{human_bytes, pct, Finding, RuleId, Severity, Subject, Value};
+use crate::diagnosis::findings::{
+    human_bytes, pct, Finding, Layer, RuleId, Severity, Subject, Value,
+};
 use crate::diagnosis::thresholds::MemoryPressure;
 
 use super::{device_ref, process_device_ref, Inputs};
@@ -55,6 +57,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
                 ("memory_total_bytes".into(), Value::from(total)),
             ],
             since: inputs.window.start,
+            evidence: vec![Layer::Nvml],
         });
     }
     for p in &inputs.window.processes {
@@ -95,6 +98,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
                 ("device_free_bytes".into(), Value::from(free)),
             ],
             since: inputs.window.start,
+            evidence: vec![Layer::Nvml],
         });
     }
     out

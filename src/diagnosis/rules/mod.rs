@@ -1,10 +1,12 @@
 //! The rules, one file each: pure functions from `Inputs` (the window, the workloads, their CPU
-//! usage, whether their parent is alive, and the history) and the rule's thresholds to the
-//! findings of this window. No rule keeps state; the history and the tracker do.
+//! usage, whether their parent is alive, the history, and what the training framework reported)
+//! and the rule's thresholds to the findings of this window. No rule keeps state; the history
+//! and the tracker do.
 
 pub mod hardware_errors;
 pub mod idle_holder;
 pub mod input_bound;
+pub mod memory_fragmentation;
 pub mod memory_growth;
 pub mod memory_pressure;
 pub mod throttling;
@@ -16,6 +18,7 @@ use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 
 use super::findings::{DeviceRef, Finding, Subject};
+use super::framework::FrameworkEvidence;
 use super::history::History;
 use super::thresholds::Thresholds;
 
@@ -31,6 +34,9 @@ pub struct Inputs<'a> {
     /// a subreaper after its parent died). A PID missing here is unknown.
     pub parent_alive: &'a HashMap<u32, bool>,
     pub history: &'a History,
+    /// What the framework (PyTorch through the companion) reported about each process, by host
+    /// PID; empty when nothing was received.
+    pub framework: &'a FrameworkEvidence,
 }
 
 impl<'a> Inputs<'a> {
@@ -116,6 +122,12 @@ pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
     }
     if t.uneven_multi_gpu.enabled {
         out.extend(uneven_multi_gpu::evaluate(inputs, &t.uneven_multi_gpu));
+    }
+    if t.memory_fragmentation.enabled {
+        out.extend(memory_fragmentation::evaluate(
+            inputs,
+            &t.memory_fragmentation,
+        ));
     }
     out
 }
@@ -234,6 +246,7 @@ pub(crate) mod testkit {
         pub usage: HashMap<u32, ProcessUsage>,
         pub parent_alive: HashMap<u32, bool>,
         pub history: History,
+        pub framework: crate::diagnosis::framework::FrameworkEvidence,
     }
 
     impl Fixture {
@@ -253,6 +266,7 @@ pub(crate) mod testkit {
                 usage: HashMap::new(),
                 parent_alive: HashMap::new(),
                 history,
+                framework: Default::default(),
             }
         }
 
@@ -275,6 +289,7 @@ pub(crate) mod testkit {
                 usage: &self.usage,
                 parent_alive: &self.parent_alive,
                 history: &self.history,
+                framework: &self.framework,
             }
         }
     }

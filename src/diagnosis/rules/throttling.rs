@@ -4,7 +4,7 @@
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 
-use crate::diagnosis::findings::{pct, Finding, RuleId, Severity, Subject, Value};
+use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::Throttling;
 
 use super::{device_ref, Inputs};
@@ -142,6 +142,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
             advice: advice.join(" "),
             values,
             since: inputs.window.start,
+            evidence: vec![Layer::Nvml],
         });
     }
     out

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::diagnosis::findings::{
-    pct, DeviceRef, Finding, JobKey, RuleId, Severity, Subject, Value,
+    pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::thresholds::UnevenMultiGpu;
 use crate::sampling::ProcessWindow;
@@ -130,6 +130,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
             advice: ADVICE.to_string(),
             values,
             since: inputs.window.start,
+            evidence: vec![Layer::Nvml, Layer::Procfs],
         });
     }
     out

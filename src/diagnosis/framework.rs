@@ -1,0 +1,545 @@
+//! The framework layer of diagnosis: what the training framework itself says about a GPU
+//! process, received through gpulse's OTLP receiver and tied to the process's host PID the way
+//! spans are for enrichment (`enrich::framework` does the receiving). Two parts:
+//!
+//! - [`FrameworkHistory`]: bounded per-process memory of the PyTorch caching allocator's gauges
+//!   (`pytorch.cuda.memory.allocated`, `.reserved`, `.max_allocated`, by `hw.id`), of the `step`
+//!   and `data_wait` span durations, and of the DataLoader settings the companion reports on its
+//!   run/epoch spans. Written by the receiver, read once per export window.
+//! - [`FrameworkEvidence`]: what the rules read, taken from the history for the window's
+//!   processes (`FrameworkHistory::evidence`): plain values, so the rules stay pure and their
+//!   tests need no history.
+//!
+//! ## Bounds
+//! At most [`FrameworkLimits::max_processes`] processes (the least recently heard from go
+//! first), per process and device at most `max_points` allocator points and `max_points` step
+//! timings, none older than `max_age`. A process NVML no longer lists is forgotten at the next
+//! window (`FrameworkHistory::retain`), so a reused PID never inherits a trend.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+/// The companion's metric names (examples/pytorch, `cuda_memory.py`).
+pub const ALLOCATED: &str = "pytorch.cuda.memory.allocated";
+pub const RESERVED: &str = "pytorch.cuda.memory.reserved";
+pub const MAX_ALLOCATED: &str = "pytorch.cuda.memory.max_allocated";
+/// The companion's span names (`telemetry.py`).
+pub const STEP_SPAN: &str = "step";
+pub const DATA_WAIT_SPAN: &str = "data_wait";
+/// DataLoader settings on the companion's run and epoch spans.
+pub const LOADER_ATTRIBUTES: [&str; 5] = [
+    "pytorch.dataloader.num_workers",
+    "pytorch.dataloader.pin_memory",
+    "pytorch.dataloader.prefetch_factor",
+    "pytorch.dataloader.persistent_workers",
+    "pytorch.dataloader.batch_size",
+];
+
+/// Which layers of the stack a finding's evidence came from (`gpulse.diagnosis.evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// The driver (NVML): device and per-process GPU figures.
+    Nvml,
+    /// The kernel: `/proc` and cgroups (CPU use, parents, identity, CPU quota).
+    Procfs,
+    /// Metrics the framework sent through gpulse's receiver (allocator gauges).
+    Metrics,
+    /// Spans the framework sent through gpulse's receiver (step and data_wait timings).
+    Spans,
+}
+
+impl Layer {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Layer::Nvml => "nvml",
+            Layer::Procfs => "procfs",
+            Layer::Metrics => "metrics",
+            Layer::Spans => "spans",
+        }
+    }
+
+    /// The comma-joined names, in a fixed order: `nvml,procfs,spans`.
+    pub fn join(layers: &[Layer]) -> String {
+        let mut sorted = layers.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        sorted
+            .iter()
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// One reading of the allocator gauges of one device (any may be missing from a request).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AllocatorPoint {
+    pub at: SystemTime,
+    pub allocated_bytes: Option<u64>,
+    pub reserved_bytes: Option<u64>,
+    /// Peak of `allocated` since the current epoch began (the companion resets it per epoch).
+    pub max_allocated_bytes: Option<u64>,
+}
+
+/// A finished span of the training loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpanTiming {
+    pub end: SystemTime,
+    pub duration: Duration,
+}
+
+/// DataLoader settings as the companion reported them (the text of each attribute's value).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LoaderSettings {
+    /// `(attribute name, value)`, in [`LOADER_ATTRIBUTES`] order.
+    pub settings: Vec<(String, String)>,
+}
+
+impl LoaderSettings {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.settings.is_empty()
+    }
+
+    /// `num_workers=2, pin_memory=false, ...` for an advice line.
+    pub fn describe(&self) -> String {
+        self.settings
+            .iter()
+            .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Sets what `other` reports, keeping the rest.
+    pub fn merge(&mut self, other: LoaderSettings) {
+        for (k, v) in other.settings {
+            match self.settings.iter_mut().find(|(name, _)| *name == k) {
+                Some(slot) => slot.1 = v,
+                None => self.settings.push((k, v)),
+            }
+        }
+        self.settings.sort_by_key(|(k, _)| {
+            LOADER_ATTRIBUTES
+                .iter()
+                .position(|a| a == k)
+                .unwrap_or(usize::MAX)
+        });
+    }
+}
+
+/// Bounds of the [`FrameworkHistory`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FrameworkLimits {
+    pub max_processes: usize,
+    /// Allocator points per (process, device), and step/data_wait timings per process, each.
+    pub max_points: usize,
+    pub max_age: Duration,
+}
+
+impl Default for FrameworkLimits {
+    fn default() -> Self {
+        Self {
+            max_processes: 256,
+            max_points: 2048,
+            max_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct ProcessRecord {
+    /// By `hw.id` (`""` when the sender gave none).
+    allocator: HashMap<String, VecDeque<AllocatorPoint>>,
+    steps: VecDeque<SpanTiming>,
+    data_waits: VecDeque<SpanTiming>,
+    loader: LoaderSettings,
+    last_heard: Option<SystemTime>,
+}
+
+/// Bounded per-process framework history. See the module documentation.
+#[derive(Debug, Clone, Default)]
+pub struct FrameworkHistory {
+    limits: FrameworkLimits,
+    processes: HashMap<u32, ProcessRecord>,
+}
+
+fn push_bounded<T>(ring: &mut VecDeque<T>, item: T, max: usize) {
+    ring.push_back(item);
+    while ring.len() > max {
+        ring.pop_front();
+    }
+}
+
+impl FrameworkHistory {
+    pub fn new(limits: FrameworkLimits) -> Self {
+        Self {
+            limits,
+            processes: HashMap::new(),
+        }
+    }
+
+    fn process(&mut self, pid: u32, now: SystemTime) -> &mut ProcessRecord {
+        if !self.processes.contains_key(&pid) && self.processes.len() >= self.limits.max_processes {
+            // Make room: the process heard from least recently goes.
+            if let Some(oldest) = self
+                .processes
+                .iter()
+                .min_by_key(|(p, r)| (r.last_heard, **p))
+                .map(|(p, _)| *p)
+            {
+                self.processes.remove(&oldest);
+            }
+        }
+        let record = self.processes.entry(pid).or_default();
+        record.last_heard = Some(now);
+        record
+    }
+
+    /// Records one allocator reading of process `pid` on device `hw_id`. Readings of the same
+    /// time (the three gauges of one export) are merged into one point.
+    pub fn record_allocator(&mut self, pid: u32, hw_id: &str, point: AllocatorPoint) {
+        let max = self.limits.max_points;
+        let ring = self
+            .process(pid, point.at)
+            .allocator
+            .entry(hw_id.to_string())
+            .or_default();
+        match ring.iter_mut().rev().find(|p| p.at == point.at) {
+            Some(same) => {
+                same.allocated_bytes = point.allocated_bytes.or(same.allocated_bytes);
+                same.reserved_bytes = point.reserved_bytes.or(same.reserved_bytes);
+                same.max_allocated_bytes = point.max_allocated_bytes.or(same.max_allocated_bytes);
+            }
+            None => {
+                // Requests can arrive out of order (retries): keep the ring sorted by time.
+                let at = ring.partition_point(|p| p.at <= point.at);
+                ring.insert(at, point);
+                while ring.len() > max {
+                    ring.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Records a finished `step` span of `pid`.
+    pub fn record_step(&mut self, pid: u32, timing: SpanTiming) {
+        let max = self.limits.max_points;
+        push_bounded(&mut self.process(pid, timing.end).steps, timing, max);
+    }
+
+    /// Records a finished `data_wait` span of `pid`.
+    pub fn record_data_wait(&mut self, pid: u32, timing: SpanTiming) {
+        let max = self.limits.max_points;
+        push_bounded(&mut self.process(pid, timing.end).data_waits, timing, max);
+    }
+
+    /// Records the DataLoader settings a run or epoch span of `pid` carried.
+    pub fn record_loader(&mut self, pid: u32, settings: LoaderSettings, at: SystemTime) {
+        if !settings.is_empty() {
+            self.process(pid, at).loader.merge(settings);
+        }
+    }
+
+    /// Keeps only `pids` (the processes NVML lists now) and drops what is older than `max_age`
+    /// before `now`.
+    pub fn retain(&mut self, pids: &[u32], now: SystemTime) {
+        self.processes.retain(|pid, _| pids.contains(pid));
+        let Some(oldest) = now.checked_sub(self.limits.max_age) else {
+            return;
+        };
+        for record in self.processes.values_mut() {
+            for ring in record.allocator.values_mut() {
+                while ring.front().is_some_and(|p| p.at < oldest) {
+                    ring.pop_front();
+                }
+            }
+            record.allocator.retain(|_, ring| !ring.is_empty());
+            for ring in [&mut record.steps, &mut record.data_waits] {
+                while ring.front().is_some_and(|s| s.end < oldest) {
+                    ring.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Number of processes with framework data.
+    pub fn len(&self) -> usize {
+        self.processes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty()
+    }
+
+    /// The evidence of `pids` for the rules. Step timings count when they ended within
+    /// `step_lookback` before the newest step of the process, and only when that newest step
+    /// ended within `step_lookback` before `now` (a loop that stopped sending is no evidence).
+    pub fn evidence(
+        &self,
+        pids: &[u32],
+        now: SystemTime,
+        step_lookback: Duration,
+    ) -> FrameworkEvidence {
+        let mut evidence = FrameworkEvidence::default();
+        for &pid in pids {
+            let Some(record) = self.processes.get(&pid) else {
+                continue;
+            };
+            let steps = step_evidence(record, now, step_lookback);
+            let allocator: HashMap<String, Vec<AllocatorPoint>> = record
+                .allocator
+                .iter()
+                .map(|(id, ring)| (id.clone(), ring.iter().copied().collect()))
+                .collect();
+            evidence.processes.insert(
+                pid,
+                ProcessEvidence {
+                    allocator,
+                    steps,
+                    loader: record.loader.clone(),
+                    cpu_quota_cores: None,
+                },
+            );
+        }
+        evidence
+    }
+}
+
+fn step_evidence(
+    record: &ProcessRecord,
+    now: SystemTime,
+    lookback: Duration,
+) -> Option<StepEvidence> {
+    let newest = record.steps.iter().map(|s| s.end).max()?;
+    if now.duration_since(newest).unwrap_or_default() > lookback {
+        return None;
+    }
+    let from = newest.checked_sub(lookback)?;
+    let in_range = |s: &&SpanTiming| s.end >= from && s.end <= newest;
+    let steps: Vec<&SpanTiming> = record.steps.iter().filter(in_range).collect();
+    let step_total: f64 = steps.iter().map(|s| s.duration.as_secs_f64()).sum();
+    if step_total <= 0.0 {
+        return None;
+    }
+    let wait_total: f64 = record
+        .data_waits
+        .iter()
+        .filter(in_range)
+        .map(|s| s.duration.as_secs_f64())
+        .sum();
+    let first = steps
+        .iter()
+        .map(|s| s.end.checked_sub(s.duration).unwrap_or(s.end))
+        .min()
+        .unwrap_or(newest);
+    Some(StepEvidence {
+        // A data_wait that began before the first counted step's own data_wait can push the sum
+        // just past the steps' at the edge; the ratio is a share, so it is capped at 1.
+        data_wait_ratio: (wait_total / step_total).min(1.0),
+        steps: steps.len(),
+        observed_seconds: newest
+            .duration_since(first)
+            .unwrap_or_default()
+            .as_secs_f64(),
+    })
+}
+
+/// Share of step time spent waiting on the DataLoader, over the recent steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepEvidence {
+    pub data_wait_ratio: f64,
+    /// Step spans it is computed from.
+    pub steps: usize,
+    /// From the start of the first counted step to the end of the last.
+    pub observed_seconds: f64,
+}
+
+/// What the framework said about one process.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessEvidence {
+    /// Allocator readings by `hw.id` (`""`: the sender named no device), oldest first.
+    pub allocator: HashMap<String, Vec<AllocatorPoint>>,
+    pub steps: Option<StepEvidence>,
+    pub loader: LoaderSettings,
+    /// CPUs the process's cgroup may use (`cpu.max` / `cpu.cfs_quota_us`), when limited.
+    pub cpu_quota_cores: Option<f64>,
+}
+
+impl ProcessEvidence {
+    /// The allocator readings of the process on `device_uuid`; readings without a device count
+    /// when the process uses exactly one GPU (`only_device`).
+    pub fn allocator_on(&self, device_uuid: &str, only_device: bool) -> Option<&[AllocatorPoint]> {
+        self.allocator
+            .get(device_uuid)
+            .or_else(|| only_device.then(|| self.allocator.get("")).flatten())
+            .map(Vec::as_slice)
+            .filter(|points| !points.is_empty())
+    }
+}
+
+/// The framework evidence of one window, by host PID: the value the rules read
+/// (`rules::Inputs::framework`). Empty without a receiver or without framework telemetry, and
+/// the rules then reason on NVML and procfs alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FrameworkEvidence {
+    pub processes: HashMap<u32, ProcessEvidence>,
+}
+
+impl FrameworkEvidence {
+    pub fn process(&self, pid: u32) -> Option<&ProcessEvidence> {
+        self.processes.get(&pid)
+    }
+}
+
+/// The history shared between the receiver (writer) and the analyzer (reader); the lock is held
+/// for the few microseconds of a record or of taking the evidence.
+#[derive(Debug, Clone, Default)]
+pub struct FrameworkHandle(Arc<Mutex<FrameworkHistory>>);
+
+impl FrameworkHandle {
+    pub fn new(limits: FrameworkLimits) -> Self {
+        Self(Arc::new(Mutex::new(FrameworkHistory::new(limits))))
+    }
+
+    /// The history; a panic in another holder does not make it unusable (the data is plain).
+    pub fn lock(&self) -> MutexGuard<'_, FrameworkHistory> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn t(s: f64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn gauges_of_one_export_merge_into_one_point_and_stay_sorted() {
+        let mut h = FrameworkHistory::default();
+        let point = |at, a, r, m| AllocatorPoint {
+            at: t(at),
+            allocated_bytes: a,
+            reserved_bytes: r,
+            max_allocated_bytes: m,
+        };
+        h.record_allocator(7, "GPU-a", point(2.0, Some(10), None, None));
+        h.record_allocator(7, "GPU-a", point(2.0, None, Some(20), None));
+        h.record_allocator(7, "GPU-a", point(1.0, Some(5), Some(8), Some(6)));
+        let e = h.evidence(&[7], t(3.0), Duration::from_secs(60));
+        let points = e.process(7).unwrap().allocator_on("GPU-a", false).unwrap();
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[0].at, t(1.0));
+        assert_eq!(
+            (points[1].allocated_bytes, points[1].reserved_bytes),
+            (Some(10), Some(20))
+        );
+        assert!(e.process(8).is_none());
+    }
+
+    #[test]
+    fn data_wait_ratio_is_the_share_of_recent_step_time() {
+        let mut h = FrameworkHistory::default();
+        for i in 0..10 {
+            let end = t(f64::from(i) + 1.0);
+            h.record_step(
+                1,
+                SpanTiming {
+                    end,
+                    duration: Duration::from_secs(1),
+                },
+            );
+            h.record_data_wait(
+                1,
+                SpanTiming {
+                    end: end - Duration::from_millis(300),
+                    duration: Duration::from_millis(700),
+                },
+            );
+        }
+        let e = h.evidence(&[1], t(11.0), Duration::from_secs(60));
+        let steps = e.process(1).unwrap().steps.unwrap();
+        assert!((steps.data_wait_ratio - 0.7).abs() < 1e-9, "{steps:?}");
+        assert_eq!(steps.steps, 10);
+        assert!((steps.observed_seconds - 10.0).abs() < 1e-9);
+        // A loop that stopped sending a while ago is no evidence any more.
+        let stale = h.evidence(&[1], t(200.0), Duration::from_secs(60));
+        assert_eq!(stale.process(1).unwrap().steps, None);
+    }
+
+    #[test]
+    fn bounds_hold_and_absent_processes_are_forgotten() {
+        let mut h = FrameworkHistory::new(FrameworkLimits {
+            max_processes: 2,
+            max_points: 3,
+            max_age: Duration::from_secs(100),
+        });
+        for i in 0..10 {
+            h.record_step(
+                1,
+                SpanTiming {
+                    end: t(f64::from(i)),
+                    duration: Duration::from_secs(1),
+                },
+            );
+        }
+        h.record_step(
+            2,
+            SpanTiming {
+                end: t(20.0),
+                duration: Duration::from_secs(1),
+            },
+        );
+        h.record_step(
+            3,
+            SpanTiming {
+                end: t(21.0),
+                duration: Duration::from_secs(1),
+            },
+        );
+        assert_eq!(h.len(), 2, "the least recently heard from (1) made room");
+        assert_eq!(h.processes[&2].steps.len(), 1);
+        h.retain(&[3], t(21.0));
+        assert_eq!(h.len(), 1);
+        h.retain(&[3], t(500.0));
+        assert!(h.processes[&3].steps.is_empty(), "older than max_age");
+        let mut ring = VecDeque::new();
+        for i in 0..5 {
+            push_bounded(&mut ring, i, 3);
+        }
+        assert_eq!(ring, [2, 3, 4]);
+    }
+
+    #[test]
+    fn loader_settings_merge_in_a_fixed_order_and_layers_join_sorted() {
+        let mut l = LoaderSettings::default();
+        l.merge(LoaderSettings {
+            settings: vec![("pytorch.dataloader.pin_memory".into(), "false".into())],
+        });
+        l.merge(LoaderSettings {
+            settings: vec![
+                ("pytorch.dataloader.num_workers".into(), "2".into()),
+                ("pytorch.dataloader.pin_memory".into(), "true".into()),
+            ],
+        });
+        assert_eq!(l.describe(), "num_workers=2, pin_memory=true");
+        assert_eq!(
+            Layer::join(&[Layer::Spans, Layer::Nvml, Layer::Procfs, Layer::Nvml]),
+            "nvml,procfs,spans"
+        );
+    }
+}
