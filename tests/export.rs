@@ -11,7 +11,7 @@ mod request {
     use gpulse::export::batch::MetricsBatch;
     use gpulse::export::metrics::{
         append_health, metrics_batch, metrics_request, to_otlp_json_line, HealthSnapshot,
-        Instrument, RequestOptions, METRICS,
+        Instrument, METRICS,
     };
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
@@ -164,16 +164,8 @@ mod request {
                 memory_rss_bytes: Some(3 << 30),
             },
         )]);
-        let options = RequestOptions::default();
-        let mut batch = metrics_batch(&w, &workloads, &usage, &node(), &options);
-        append_health(
-            &mut batch,
-            &node(),
-            &full_health(),
-            w.start,
-            w.end,
-            &options,
-        );
+        let mut batch = metrics_batch(&w, &workloads, &usage, &node());
+        append_health(&mut batch, &node(), &full_health(), w.start, w.end);
         batch
     }
 
@@ -273,13 +265,7 @@ mod request {
         process.decoder_utilization = None;
         let w = window(vec![empty_device(0)], vec![process]);
         let usage = HashMap::from([(7, ProcessUsage::default())]);
-        let req = metrics_request(
-            &w,
-            &HashMap::new(),
-            &usage,
-            &node(),
-            &RequestOptions::default(),
-        );
+        let req = metrics_request(&w, &HashMap::new(), &usage, &node());
 
         let node_names: BTreeSet<&str> = req.resource_metrics[0].scope_metrics[0]
             .metrics
@@ -359,11 +345,7 @@ mod request {
             service_version: "v".into(),
             extra_attributes: Vec::new(),
         };
-        let options = RequestOptions {
-            include_min_max: false,
-            ..RequestOptions::default()
-        };
-        let req = metrics_request(&w, &HashMap::new(), &HashMap::new(), &node, &options);
+        let req = metrics_request(&w, &HashMap::new(), &HashMap::new(), &node);
         let line = to_otlp_json_line(&req);
 
         let s = |k: &str, v: &str| format!(r#"{{"key":"{k}","value":{{"stringValue":"{v}"}}}}"#);
@@ -402,12 +384,16 @@ mod request {
             concat!(
                 r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{res}]}},"scopeMetrics":[{{"metrics":["#,
                 r#"{{"description":"Mean ratio of the window the GPU task was busy.","gauge":{{"dataPoints":[{util}]}},"name":"hw.gpu.utilization","unit":"1"}},"#,
+                r#"{{"description":"Highest sampled hw.gpu.utilization in the window.","gauge":{{"dataPoints":[{util_max}]}},"name":"hw.gpu.utilization.max","unit":"1"}},"#,
+                r#"{{"description":"Lowest sampled hw.gpu.utilization in the window.","gauge":{{"dataPoints":[{util_min}]}},"name":"hw.gpu.utilization.min","unit":"1"}},"#,
                 r#"{{"description":"Errors since the start time.","name":"hw.errors","sum":{{"aggregationTemporality":2,"dataPoints":[{xid}],"isMonotonic":true}},"unit":"{{error}}"}},"#,
                 r#"{{"description":"1 for the device's current state, 0 for the other.","name":"hw.status","sum":{{"aggregationTemporality":2,"dataPoints":[{ok},{failed}]}},"unit":"1"}}"#,
                 r#"],"scope":{{"name":"gpulse","version":"{ver}"}}}}]}}]}}"#
             ),
             res = res,
             util = pt(&s("hw.gpu.task", "general"), "2000000000000", "0.5"),
+            util_max = pt(&s("hw.gpu.task", "general"), "2000000000000", "1.0"),
+            util_min = pt(&s("hw.gpu.task", "general"), "2000000000000", "0.25"),
             xid = ipt(&s("error.type", "xid"), "0"),
             ok = ipt(&s("hw.state", "ok"), "1"),
             failed = ipt(&s("hw.state", "failed"), "0"),
@@ -465,8 +451,7 @@ mod request {
             })
             .collect();
         let node = node();
-        let options = RequestOptions::default();
-        let batch = metrics_batch(&w, &workloads, &usage, &node, &options);
+        let batch = metrics_batch(&w, &workloads, &usage, &node);
         let bytes = batch.encode();
         let points = batch.point_count();
         let request = batch.into_request();

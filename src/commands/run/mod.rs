@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, FindingEvent};
 use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
-use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot, RequestOptions};
+use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::NodeIdentity;
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
@@ -118,7 +118,6 @@ struct Pipeline {
     sampler_health: Arc<SamplerHealth>,
     analyzer: Analyzer,
     node: NodeIdentity,
-    options: RequestOptions,
     queue: QueueHandle,
     sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
     health: HealthSnapshot,
@@ -208,7 +207,6 @@ impl Pipeline {
             sampler_health,
             analyzer,
             node,
-            options: RequestOptions::default(),
             queue,
             sender,
             health: HealthSnapshot::new(SystemTime::now()),
@@ -258,21 +256,13 @@ impl Pipeline {
                 &a.attributed.workloads,
                 &a.attributed.usage,
                 &self.node,
-                &self.options,
             ),
             None => MetricsBatch::default(),
         };
         let start = analysis
             .as_ref()
             .map_or(self.window_start, |a| a.attributed.window.start);
-        append_health(
-            &mut batch,
-            &self.node,
-            &self.health,
-            start,
-            now,
-            &self.options,
-        );
+        append_health(&mut batch, &self.node, &self.health, start, now);
         let points = batch.point_count() as u64;
         self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
