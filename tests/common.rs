@@ -65,7 +65,8 @@ pub struct Receiver {
     _dir: tempfile::TempDir,
 }
 
-fn python() -> String {
+/// The test Python interpreter: `$GPULSE_TEST_PYTHON`, default `python3`.
+pub fn python() -> String {
     std::env::var("GPULSE_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
