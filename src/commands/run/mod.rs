@@ -30,7 +30,7 @@ use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
 use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
-use crate::export::resource::NodeIdentity;
+use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
 use crate::sampling::{Gauge, SessionError, WindowAggregator};
 use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
@@ -410,26 +410,11 @@ fn gauge_of(values: &[f64]) -> Option<Gauge> {
 /// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
 fn node_identity(config: &Config) -> NodeIdentity {
     let instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    let k8s_node_name = std::env::var("K8S_NODE_NAME")
-        .ok()
-        .filter(|n| !n.is_empty());
     NodeIdentity::resolve(
         config.service_name.clone(),
         &config.resource_attributes,
         host_name(),
         instance,
-        k8s_node_name,
+        config.downward.node_name.clone(),
     )
-}
-
-/// This machine's host name, as an SDK's host detector reports it (`gethostname`).
-pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
