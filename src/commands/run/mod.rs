@@ -3,12 +3,13 @@
 //! ```text
 //! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ Analyzer
 //!   (attribution + diagnosis, published to observers) ──▶ metrics + logs requests
-//!   ──▶ delivery queue ──▶ transport
+//!   ──▶ delivery queue (a lane per signal) ──▶ transports
 //! ```
 //!
 //! Sampling never waits on the network: snapshots go through a bounded channel that the thread
-//! never blocks on, and requests go into the delivery queue, whose sender task retries on its
-//! own. SIGTERM/SIGINT stop sampling, export the last (partial) window, give the queue a bounded
+//! never blocks on, and requests go into the delivery queue, whose lanes (metrics, logs,
+//! forwarded traces) retry on their own, so one failing endpoint holds back only its signal.
+//! SIGTERM/SIGINT stop sampling, export the last (partial) window, give the queue a bounded
 //! time to deliver what it holds, and return, so the process exits 0.
 
 mod health;
