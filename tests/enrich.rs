@@ -751,6 +751,12 @@ fn refused_traces_never_delay_metrics(protocol: &str) {
         metrics_at.len()
     );
     let gaps: Vec<f64> = metrics_at.windows(2).map(|w| w[1] - w[0]).collect();
+    println!(
+        "{protocol}: {} metrics requests and {refused_traces} refused traces requests in {run_for:?} \
+         ({sent} span requests sent); largest gap between metrics {:.2} s",
+        metrics_at.len(),
+        gaps.iter().copied().fold(0.0, f64::max)
+    );
     assert!(
         gaps.iter().all(|&gap| gap < 2.5),
         "metrics waited behind refused traces: gaps {gaps:?} (s), first trace request at {start}"
