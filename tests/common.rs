@@ -48,6 +48,9 @@ pub struct ReceiverOptions {
     pub retry_after: Option<u32>,
     /// Accept, reporting this many rejected points.
     pub partial_success: Option<u32>,
+    /// Apply the faults above to this signal only (`metrics`, `logs`, `traces`); the others
+    /// are accepted.
+    pub fail_signal: Option<&'static str>,
     pub tls: Option<ServerTls>,
 }
 
@@ -62,7 +65,8 @@ pub struct Receiver {
     _dir: tempfile::TempDir,
 }
 
-fn python() -> String {
+/// The test Python interpreter: `$GPULSE_TEST_PYTHON`, default `python3`.
+pub fn python() -> String {
     std::env::var("GPULSE_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
@@ -105,6 +109,9 @@ impl Receiver {
         }
         if let Some(n) = options.partial_success {
             command.args(["--partial-success", &n.to_string()]);
+        }
+        if let Some(signal) = options.fail_signal {
+            command.args(["--fail-signal", signal]);
         }
         if let Some(tls) = &options.tls {
             command.arg("--tls-cert").arg(&tls.cert);

@@ -667,6 +667,123 @@ fn spans_wait_in_the_queue_while_upstream_is_down_and_a_full_queue_says_429() {
     assert!(status.success(), "{stderr}");
 }
 
+/// The upstream refuses every traces request (HTTP 503 or gRPC UNAVAILABLE) for the whole run
+/// while an application sends a span through gpulse's receiver every 200 ms: metrics still
+/// reach the upstream every export interval, because each signal has its own delivery lane.
+fn refused_traces_never_delay_metrics(protocol: &str) {
+    let upstream = Receiver::start(ReceiverOptions {
+        fail_status: Some("unavailable"),
+        fail_signal: Some("traces"),
+        ..Default::default()
+    });
+    let endpoint = match protocol {
+        "grpc" => upstream.grpc_url(),
+        _ => upstream.http_base(),
+    };
+    let http_port = free_port();
+    let gpulse = Gpulse::start(
+        SCENARIO,
+        &[std::process::id()],
+        &[
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+            "--otlp-receiver-http",
+            &http_port.to_string(),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.into()),
+        ],
+    );
+    let (gpulse, listening) = wait_listening(http_port, gpulse);
+    let run_for = Duration::from_secs(9);
+    let mut sent = 0;
+    while listening.elapsed() < run_for {
+        let end = now_nanos();
+        let spans = request(
+            vec![kv_int("process.pid", i64::from(std::process::id()))],
+            &[("step", end - 100_000_000, end)],
+        );
+        let answer = post(
+            http_port,
+            "/v1/traces",
+            "application/x-protobuf",
+            &spans.encode_to_vec(),
+        );
+        assert_eq!(answer.status, 200, "{}", rpc_message(&answer.body));
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let requests = upstream.requests();
+    let (status, stderr) = gpulse.terminate();
+    assert!(status.success(), "{stderr}");
+
+    let refused_traces = requests
+        .iter()
+        .filter(|r| r["signal"] == "traces" && r["answer"] == "unavailable")
+        .count();
+    assert!(
+        refused_traces >= 2,
+        "the upstream should have refused traces during the run ({sent} span requests sent): \
+         {refused_traces} refusals"
+    );
+    assert!(
+        received_spans(&requests).is_empty(),
+        "no span can have been accepted upstream"
+    );
+    // Metrics arrived every export interval while the traces lane was backing off. The first
+    // second is start-up; after it, at 1 s intervals, no gap may exceed 2.5 s (slack for a
+    // loaded CI machine, well below the traces lane's backoff of up to 30 s).
+    let start = requests
+        .first()
+        .and_then(|r| r["received_at"].as_f64())
+        .expect("the upstream got requests");
+    let metrics_at: Vec<f64> = requests
+        .iter()
+        .filter(|r| r["signal"] == "metrics" && r["answer"] == "ok")
+        .filter_map(|r| r["received_at"].as_f64())
+        .collect();
+    assert!(
+        metrics_at.len() >= 6,
+        "{} metrics requests in a {run_for:?} run with refused traces: {stderr}",
+        metrics_at.len()
+    );
+    let gaps: Vec<f64> = metrics_at.windows(2).map(|w| w[1] - w[0]).collect();
+    println!(
+        "{protocol}: {} metrics requests and {refused_traces} refused traces requests in {run_for:?} \
+         ({sent} span requests sent); largest gap between metrics {:.2} s",
+        metrics_at.len(),
+        gaps.iter().copied().fold(0.0, f64::max)
+    );
+    assert!(
+        gaps.iter().all(|&gap| gap < 2.5),
+        "metrics waited behind refused traces: gaps {gaps:?} (s), first trace request at {start}"
+    );
+    let last = *metrics_at.last().expect("checked above");
+    let last_traces = requests
+        .iter()
+        .filter(|r| r["signal"] == "traces")
+        .filter_map(|r| r["received_at"].as_f64())
+        .fold(f64::MIN, f64::max);
+    assert!(
+        last + 2.5 > last_traces,
+        "metrics stopped arriving while traces were still being refused (last metrics at {last}, \
+         last traces at {last_traces})"
+    );
+}
+
+#[test]
+fn refused_traces_never_delay_metrics_over_http() {
+    refused_traces_never_delay_metrics("http/protobuf");
+}
+
+#[test]
+fn refused_traces_never_delay_metrics_over_grpc() {
+    refused_traces_never_delay_metrics("grpc");
+}
+
 #[test]
 fn spans_are_forwarded_over_grpc_on_the_metrics_connection() {
     let upstream = Receiver::start(ReceiverOptions::default());

@@ -561,6 +561,41 @@ fn a_missing_nvml_library_fails_at_start_with_what_to_install() {
 }
 
 #[test]
+fn a_wrong_nvml_lib_path_fails_at_once_even_with_wait_for_gpu() {
+    // Waiting helps a driver that is not loaded yet, not a path that names nothing.
+    let started = Instant::now();
+    let out = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--exporter",
+            "stdout",
+            "--wait-for-gpu",
+            "--nvml-lib",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run gpulse");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "it must not wait for a library path that does not exist"
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = strip_ansi(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stderr.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--wait-for-gpu waits for a driver"),
+        "says why it did not wait: {stderr}"
+    );
+    assert!(!stderr.contains("Waiting for the GPU"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing exported");
+}
+
+#[test]
 fn init_failure_without_wait_for_gpu_exits_non_zero() {
     let mut sidecar = Sidecar::start(INIT_ERROR, &FAST, &[]);
     let mut child = sidecar.child.take().expect("child");

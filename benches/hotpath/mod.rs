@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use gpulse::attribution::{AttributionSettings, Attributor, GpuProcessRef, ProcessUsage};
-use gpulse::export::metrics::{metrics_batch, metrics_request, RequestOptions};
+use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
 use gpulse::sampling::{Sampler, Snapshot, Window, WindowAggregator};
 use nvml_wrapper::enum_wrappers::device::{
@@ -153,20 +153,19 @@ pub fn run(label: &str, scenario: &str) {
             (pid, u)
         })
         .collect();
-    let options = RequestOptions::default();
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {
-        b.iter(|| black_box(metrics_batch(&window, &workloads, &usage, &node, &options)))
+        b.iter(|| black_box(metrics_batch(&window, &workloads, &usage, &node)))
     });
     group.bench_function("build_encode", |b| {
         b.iter(|| {
-            let batch = metrics_batch(&window, &workloads, &usage, &node, &options);
+            let batch = metrics_batch(&window, &workloads, &usage, &node);
             black_box(batch.encode())
         })
     });
     group.bench_function("prost_build_encode", |b| {
         b.iter(|| {
-            let request = metrics_request(&window, &workloads, &usage, &node, &options);
+            let request = metrics_request(&window, &workloads, &usage, &node);
             black_box(request.encode_to_vec())
         })
     });

@@ -15,6 +15,7 @@ use crate::attribution::cpu_quota::CpuQuotas;
 use crate::attribution::{
     AttributedWindow, AttributionSettings, Attributor, ParentWatch, Workload,
 };
+use crate::config::downward::DownwardApi;
 use crate::config::Config;
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
 use crate::diagnosis::{Diagnoser, Finding, FindingEvent};
@@ -63,7 +64,7 @@ impl Analyzer {
             }),
             diagnoser: Diagnoser::new(config.diagnosis.clone()),
             parents: ParentWatch::new(&config.proc_root),
-            own_pod: OwnPod::from_env(),
+            own_pod: OwnPod::from_config(&config.downward),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
             cpu_quotas: CpuQuotas::new(&config.proc_root, CGROUP_ROOT),
@@ -156,12 +157,11 @@ struct OwnPod {
 }
 
 impl OwnPod {
-    fn from_env() -> Option<Self> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    fn from_config(downward: &DownwardApi) -> Option<Self> {
         Some(Self {
-            uid: var("K8S_POD_UID")?,
-            name: var("K8S_POD_NAME"),
-            namespace: var("K8S_POD_NAMESPACE"),
+            uid: downward.pod_uid.clone()?,
+            name: downward.pod_name.clone(),
+            namespace: downward.pod_namespace.clone(),
         })
     }
 
@@ -174,5 +174,32 @@ impl OwnPod {
                 workload.namespace_name.clone_from(&self.namespace);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_pod_comes_from_the_downward_config_and_names_only_its_processes() {
+        assert!(OwnPod::from_config(&DownwardApi::default()).is_none());
+        let own = OwnPod::from_config(&DownwardApi {
+            pod_uid: Some("uid-a".into()),
+            pod_name: Some("trainer-0".into()),
+            pod_namespace: Some("ml".into()),
+            node_name: None,
+        })
+        .expect("a pod UID makes an own pod");
+        let mut mine = Workload::unresolved(1);
+        mine.pod_uid = Some("uid-a".into());
+        let mut other = Workload::unresolved(2);
+        other.pod_uid = Some("uid-b".into());
+        own.apply(&mut mine);
+        own.apply(&mut other);
+        assert_eq!(mine.pod_name.as_deref(), Some("trainer-0"));
+        assert_eq!(mine.namespace_name.as_deref(), Some("ml"));
+        assert_eq!(other.pod_name, None);
+        assert_eq!(other.namespace_name, None);
     }
 }

@@ -70,6 +70,15 @@ pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// `key=value,...` attributes of the node resource, values percent-encoded.
 pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 
+/// Kubernetes Downward API: gpulse's own pod UID (`metadata.uid`).
+pub const K8S_POD_UID: &str = "K8S_POD_UID";
+/// Kubernetes Downward API: gpulse's own pod name (`metadata.name`).
+pub const K8S_POD_NAME: &str = "K8S_POD_NAME";
+/// Kubernetes Downward API: gpulse's own pod namespace (`metadata.namespace`).
+pub const K8S_POD_NAMESPACE: &str = "K8S_POD_NAMESPACE";
+/// Kubernetes Downward API: the node's name (`spec.nodeName`), exported as `k8s.node.name`.
+pub const K8S_NODE_NAME: &str = "K8S_NODE_NAME";
+
 /// The generic OTLP exporter variables. Each has a signal-specific form,
 /// `OTEL_EXPORTER_OTLP_METRICS_<SETTING>` / `OTEL_EXPORTER_OTLP_LOGS_<SETTING>`, that wins over
 /// it (see [`signal_var`]).

@@ -44,6 +44,7 @@
 //! # Ok::<(), config::ConfigError>(())
 //! ```
 
+pub mod downward;
 pub mod env;
 pub mod error;
 pub mod exporter;
@@ -115,6 +116,8 @@ pub struct Config {
     pub diagnosis: Thresholds,
     /// The local OTLP receiver and span enrichment (`enrich`).
     pub otlp_receiver: ReceiverSettings,
+    /// gpulse's own pod and node, from the Kubernetes Downward API (`K8S_*`).
+    pub downward: downward::DownwardApi,
     /// Problems that did not stop the start and that `main` should log once logging is up (the
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
@@ -340,6 +343,7 @@ impl Config {
             log: common.log,
             diagnosis: common.diagnosis,
             otlp_receiver,
+            downward: downward::DownwardApi::from_env(env),
             warnings,
         })
     }

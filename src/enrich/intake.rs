@@ -204,12 +204,12 @@ impl Intake {
     }
 
     fn push(&self, signal: Signal, request: EncodedRequest) -> Result<(), IntakeError> {
-        let stats = self.queue.stats();
+        let queued = self.queue.bytes();
         let max = self.settings.max_queue_bytes;
-        if stats.bytes.saturating_add(request.len()) > max {
+        if queued.saturating_add(request.len()) > max {
             self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
             return Err(IntakeError::QueueFull {
-                queued: stats.bytes,
+                queued,
                 max,
                 retry_after: RETRY_AFTER,
             });

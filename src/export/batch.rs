@@ -236,7 +236,7 @@ fn metric_runs(points: &[BatchPoint]) -> impl Iterator<Item = &[BatchPoint]> {
 }
 
 /// Prost metrics of one resource's points.
-pub(crate) fn to_metrics(points: &[BatchPoint], sets: &[Vec<KeyValue>]) -> Vec<Metric> {
+fn to_metrics(points: &[BatchPoint], sets: &[Vec<KeyValue>]) -> Vec<Metric> {
     metric_runs(points)
         .map(|run| {
             let spec = &METRICS[run[0].metric as usize];

@@ -20,12 +20,10 @@ use std::time::SystemTime;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point, Metric};
+use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
 use serde::Serialize;
 
-use super::batch::{
-    to_metrics, AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes,
-};
+use super::batch::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use super::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
@@ -183,25 +181,6 @@ pub static METRICS: [MetricSpec; METRIC_COUNT] = [
     spec(M::HealthDiagnosisActive, "gpulse.diagnosis.active", UpDown, "{finding}", "Diagnosis findings active now, by rule."),
 ];
 
-/// Knobs of the request builder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestOptions {
-    /// Emit the `.max`/`.min` companions of utilisation, temperature and power gauges, so a
-    /// spike between two exports is not averaged away. Default: true.
-    pub include_min_max: bool,
-    /// Emit the per-process resources. Default: true.
-    pub include_processes: bool,
-}
-
-impl Default for RequestOptions {
-    fn default() -> Self {
-        Self {
-            include_min_max: true,
-            include_processes: true,
-        }
-    }
-}
-
 /// NVML clock throttle (clock event) reasons, with the bit values of `nvml.h`.
 pub const THROTTLE_REASONS: [(u64, &str); 9] = [
     (0x1, "gpu_idle"),
@@ -278,21 +257,12 @@ const fn family(mean: MetricId, max: Option<MetricId>, min: Option<MetricId>) ->
     Family { mean, max, min }
 }
 
-fn push_gauge(
-    b: &mut MetricsBuilder,
-    fam: Family,
-    attrs: PointAttributes,
-    span: Span,
-    g: &Gauge,
-    options: &RequestOptions,
-) {
-    if options.include_min_max {
-        if let Some(id) = fam.max {
-            b.push(id, attrs.clone(), span, Value::F64(g.max));
-        }
-        if let Some(id) = fam.min {
-            b.push(id, attrs.clone(), span, Value::F64(g.min));
-        }
+fn push_gauge(b: &mut MetricsBuilder, fam: Family, attrs: PointAttributes, span: Span, g: &Gauge) {
+    if let Some(id) = fam.max {
+        b.push(id, attrs.clone(), span, Value::F64(g.max));
+    }
+    if let Some(id) = fam.min {
+        b.push(id, attrs.clone(), span, Value::F64(g.min));
     }
     b.push(fam.mean, attrs, span, Value::F64(g.mean));
 }
@@ -323,7 +293,6 @@ fn push_device(
     d: &DeviceWindow,
     driver_version: Option<&str>,
     gauge_span: Span,
-    options: &RequestOptions,
 ) {
     let base = batch.add_attribute_set(device_attributes(d, driver_version));
     let sum_span = Span {
@@ -343,7 +312,7 @@ fn push_device(
     ] {
         if let Some(g) = gauge {
             let attrs = with(base, "hw.gpu.task", task);
-            push_gauge(b, util, attrs, gauge_span, g, options);
+            push_gauge(b, util, attrs, gauge_span, g);
         }
     }
     if let Some(g) = &d.utilization_memory {
@@ -352,7 +321,7 @@ fn push_device(
             Some(M::GpuMemoryUtilizationMax),
             Some(M::GpuMemoryUtilizationMin),
         );
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
 
     let limit = d.memory_total_bytes.or(d.info.memory_total_bytes);
@@ -369,11 +338,11 @@ fn push_device(
 
     if let Some(g) = &d.temperature_celsius {
         let fam = family(M::Temperature, Some(M::TemperatureMax), None);
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
     if let Some(g) = &d.power_watts {
         let fam = family(M::Power, Some(M::PowerMax), None);
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
     if let Some(limit) = d.power_limit_watts {
         b.push(
@@ -472,7 +441,6 @@ fn push_process_device(
     batch: &mut MetricsBatch,
     p: &ProcessWindow,
     gauge_span: Span,
-    options: &RequestOptions,
 ) {
     let base = batch.add_attribute_set(vec![
         kv_str("hw.id", p.device_uuid.as_str()),
@@ -508,7 +476,7 @@ fn push_process_device(
     ] {
         if let Some(g) = gauge {
             let attrs = with(base, "hw.gpu.task", task);
-            push_gauge(b, util, attrs, gauge_span, g, options);
+            push_gauge(b, util, attrs, gauge_span, g);
         }
     }
     if let Some(g) = &p.memory_utilization {
@@ -517,7 +485,7 @@ fn push_process_device(
             Some(M::ProcessGpuMemoryUtilizationMax),
             Some(M::ProcessGpuMemoryUtilizationMin),
         );
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g, options);
+        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
 }
 
@@ -567,7 +535,6 @@ pub fn metrics_batch(
     workloads: &HashMap<u32, Workload>,
     usage: &HashMap<u32, ProcessUsage>,
     node: &NodeIdentity,
-    options: &RequestOptions,
 ) -> MetricsBatch {
     let gauge_span = Span {
         start: to_nanos(window.start),
@@ -577,10 +544,8 @@ pub fn metrics_batch(
 
     // Group the (pid, device) rows by pid; BTreeMap so resources come out in a stable order.
     let mut by_pid: BTreeMap<u32, Vec<&ProcessWindow>> = BTreeMap::new();
-    if options.include_processes {
-        for p in &window.processes {
-            by_pid.entry(p.pid).or_default().push(p);
-        }
+    for p in &window.processes {
+        by_pid.entry(p.pid).or_default().push(p);
     }
     let mut batch = MetricsBatch::with_capacity(1 + by_pid.len());
 
@@ -592,7 +557,6 @@ pub fn metrics_batch(
             device,
             driver_version,
             gauge_span,
-            options,
         );
     }
     batch.push_resource(node_resource(node), node_builder.points);
@@ -600,7 +564,7 @@ pub fn metrics_batch(
     for (pid, rows) in by_pid {
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
         for p in &rows {
-            push_process_device(&mut b, &mut batch, p, gauge_span, options);
+            push_process_device(&mut b, &mut batch, p, gauge_span);
         }
         if let Some(u) = usage.get(&pid) {
             let first_seen = rows
@@ -625,9 +589,8 @@ pub fn metrics_request(
     workloads: &HashMap<u32, Workload>,
     usage: &HashMap<u32, ProcessUsage>,
     node: &NodeIdentity,
-    options: &RequestOptions,
 ) -> ExportMetricsServiceRequest {
-    metrics_batch(window, workloads, usage, node, options).into_request()
+    metrics_batch(window, workloads, usage, node).into_request()
 }
 
 /// gpulse's own health, exported as `gpulse.*` metrics on the node resource.
@@ -676,23 +639,10 @@ impl HealthSnapshot {
     }
 }
 
-/// The `gpulse.*` health metrics. Gauges span `window_start..at`; counters `health.started..at`.
-pub fn health_metrics(
-    health: &HealthSnapshot,
-    window_start: SystemTime,
-    at: SystemTime,
-    options: &RequestOptions,
-) -> Vec<Metric> {
-    let mut points = health_points(health, window_start, at, options);
-    points.sort_by_key(|p| p.metric as usize);
-    to_metrics(&points, &[])
-}
-
 fn health_points(
     health: &HealthSnapshot,
     window_start: SystemTime,
     at: SystemTime,
-    options: &RequestOptions,
 ) -> Vec<BatchPoint> {
     let end = to_nanos(at);
     let gauge_span = Span {
@@ -750,7 +700,7 @@ fn health_points(
             Some(M::HealthSampleDurationMax),
             None,
         );
-        push_gauge(&mut b, fam, PointAttributes::NONE, gauge_span, g, options);
+        push_gauge(&mut b, fam, PointAttributes::NONE, gauge_span, g);
     }
     for (kind, count) in &health.nvml_errors_total {
         let attrs =
@@ -783,9 +733,8 @@ pub fn append_health(
     health: &HealthSnapshot,
     window_start: SystemTime,
     at: SystemTime,
-    options: &RequestOptions,
 ) {
-    let points = health_points(health, window_start, at, options);
+    let points = health_points(health, window_start, at);
     if batch.is_empty() {
         batch.push_resource(node_resource(node), points);
     } else {
@@ -878,7 +827,7 @@ mod tests {
 
     use opentelemetry_proto::tonic::common::v1::any_value;
     use opentelemetry_proto::tonic::metrics::v1::{
-        AggregationTemporality, NumberDataPoint, ResourceMetrics,
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics,
     };
 
     use super::*;
@@ -958,13 +907,7 @@ mod tests {
     }
 
     fn build(w: &Window) -> ExportMetricsServiceRequest {
-        metrics_request(
-            w,
-            &HashMap::new(),
-            &HashMap::new(),
-            &node(),
-            &RequestOptions::default(),
-        )
+        metrics_request(w, &HashMap::new(), &HashMap::new(), &node())
     }
 
     fn metric<'a>(rm: &'a ResourceMetrics, name: &str) -> Option<&'a Metric> {
@@ -1231,7 +1174,7 @@ mod tests {
                 memory_rss_bytes: Some(1 << 30),
             },
         )]);
-        let req = metrics_request(&w, &workloads, &usage, &node(), &RequestOptions::default());
+        let req = metrics_request(&w, &workloads, &usage, &node());
         assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
         let pid_of = |rm: &ResourceMetrics| {
             rm.resource
@@ -1271,29 +1214,6 @@ mod tests {
     }
 
     #[test]
-    fn options_turn_companions_and_processes_off() {
-        let mut d = bare_device(0);
-        d.utilization_gpu = Some(g(0.5, 0.1, 0.9, 0.5));
-        d.power_watts = Some(g(1.0, 1.0, 2.0, 1.0));
-        let w = window(vec![d], vec![process(1, 0)]);
-        let options = RequestOptions {
-            include_min_max: false,
-            include_processes: false,
-        };
-        let req = metrics_request(&w, &HashMap::new(), &HashMap::new(), &node(), &options);
-        assert_eq!(req.resource_metrics.len(), 1);
-        let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0]
-            .metrics
-            .iter()
-            .map(|m| m.name.as_str())
-            .collect();
-        assert!(names.contains(&"hw.gpu.utilization") && names.contains(&"hw.power"));
-        assert!(!names
-            .iter()
-            .any(|n| n.ends_with(".max") || n.ends_with(".min")));
-    }
-
-    #[test]
     fn non_finite_values_yield_no_point() {
         let mut d = bare_device(0);
         d.power_watts = Some(g(f64::NAN, 1.0, f64::INFINITY, 1.0));
@@ -1324,16 +1244,8 @@ mod tests {
             &HashMap::new(),
             &HashMap::new(),
             &node(),
-            &RequestOptions::default(),
         );
-        append_health(
-            &mut batch,
-            &node(),
-            &h,
-            t(1000),
-            t(1010),
-            &RequestOptions::default(),
-        );
+        append_health(&mut batch, &node(), &h, t(1000), t(1010));
         let req = batch.into_request();
         let rm = &req.resource_metrics[0];
         assert_eq!(value(&points(rm, "gpulse.export.queue.size")[0]), 2.0);
@@ -1358,14 +1270,7 @@ mod tests {
         );
 
         let mut empty = MetricsBatch::default();
-        append_health(
-            &mut empty,
-            &node(),
-            &h,
-            t(1000),
-            t(1010),
-            &RequestOptions::default(),
-        );
+        append_health(&mut empty, &node(), &h, t(1000), t(1010));
         let empty = empty.into_request();
         assert_eq!(empty.resource_metrics.len(), 1);
         assert!(metric(&empty.resource_metrics[0], "gpulse.sample.stalled").is_some());

@@ -4,25 +4,31 @@
 //! ## Contract
 //! - [`QueueHandle::push`] is synchronous and never blocks on I/O: it appends the encoded request
 //!   and returns.
-//! - One sender task ([`SenderTask::run`]) sends the oldest request, one at a time. A retryable
-//!   failure keeps it at the head and retries it with exponential backoff and full jitter (the
-//!   server's `Retry-After`/`RetryInfo` as a floor), so after an outage everything still queued
-//!   arrives oldest first, in order. Delivery is at least once: an attempt abandoned at the
-//!   shutdown deadline may still have arrived.
+//! - One **lane per signal** (metrics, logs, forwarded traces), each with its own sender
+//!   workers and its own retry state, so a backend that keeps refusing one signal (an
+//!   application's trace backend down) never delays the others. Metrics and logs have one
+//!   request in flight, so they arrive oldest first, in order; traces may have up to
+//!   [`TRACES_IN_FLIGHT`] (spans carry their own timestamps and need no order).
+//! - A retryable failure keeps the request queued and pauses its lane with exponential backoff
+//!   and full jitter (the server's `Retry-After`/`RetryInfo` as a floor); failures of one outage
+//!   seen by several workers at once count as one attempt. Delivery is at least once: an
+//!   attempt abandoned at the shutdown deadline may still have arrived.
 //! - A permanent failure (400, INVALID_ARGUMENT...) drops the request, logs why and counts it.
-//! - Bounds: total encoded bytes ([`DEFAULT_MAX_BYTES`], 64 MiB) and age ([`DEFAULT_MAX_AGE`],
-//!   1 h). A push over the byte bound drops the oldest requests first, never the one pushed
-//!   unless it alone is over the bound; the request being sent at that moment is not dropped
-//!   either, so the bound can be passed by that one request for the length of one attempt.
+//! - Bounds, shared by the lanes: total encoded bytes ([`DEFAULT_MAX_BYTES`], 64 MiB) and age
+//!   ([`DEFAULT_MAX_AGE`], 1 h). A push over the byte bound drops the oldest requests first,
+//!   whichever lane holds them (a stuck lane's backlog is what ages, so it is what goes), never
+//!   the one pushed unless it alone is over the bound; requests being sent at that moment are
+//!   not dropped either, so the bound can be passed by those for the length of one attempt.
 //!   Requests older than the age bound are dropped. Every drop is counted (requests and points).
-//! - Shutdown: [`QueueHandle::flush`] lets the sender deliver what it can until a deadline, then
-//!   reports what was left.
+//! - Shutdown: [`QueueHandle::flush`] lets the lanes deliver what they can until a deadline,
+//!   then reports what was left.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::export::transport::{
@@ -35,11 +41,33 @@ pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Default bound on a request's age: GPU metrics older than an hour rarely matter, and many
 /// backends refuse points that old anyway.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(3600);
+/// Forwarded trace requests in flight at once: an application may send spans faster than one
+/// round trip per request allows, and their order does not matter.
+pub const TRACES_IN_FLIGHT: usize = 4;
+
+/// The lanes, in the order of their index.
+const SIGNALS: [Signal; 3] = [Signal::Metrics, Signal::Logs, Signal::Traces];
+
+const fn lane_index(signal: Signal) -> usize {
+    match signal {
+        Signal::Metrics => 0,
+        Signal::Logs => 1,
+        Signal::Traces => 2,
+    }
+}
+
+/// Requests of `signal` sent at once.
+const fn workers_for(signal: Signal) -> usize {
+    match signal {
+        Signal::Metrics | Signal::Logs => 1,
+        Signal::Traces => TRACES_IN_FLIGHT,
+    }
+}
 
 /// How much the queue holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueLimits {
-    /// Total encoded bytes of the queued requests.
+    /// Total encoded bytes of the queued requests, all lanes together.
     pub max_bytes: usize,
     /// A request queued longer than this is dropped.
     pub max_age: Duration,
@@ -95,7 +123,7 @@ pub fn backoff_delay(
     jittered.max(floor)
 }
 
-/// Requests and data points (or log records) counted together.
+/// Requests and data points (or log records, or spans) counted together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Count {
     pub requests: u64,
@@ -116,13 +144,27 @@ impl Count {
     }
 }
 
-/// The queue's self-telemetry, read with [`QueueHandle::stats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Requests waiting (the one being sent included).
+/// What one lane holds now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneStats {
+    /// Requests waiting (those being sent included).
     pub depth: usize,
     /// Their encoded bytes.
     pub bytes: usize,
+    /// Requests being sent now.
+    pub in_flight: usize,
+    pub delivered: Count,
+}
+
+/// The queue's self-telemetry, read with [`QueueHandle::stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Requests waiting in all lanes (those being sent included).
+    pub depth: usize,
+    /// Their encoded bytes: what the shared byte bound counts.
+    pub bytes: usize,
+    /// The same, per lane.
+    pub by_signal: BTreeMap<Signal, LaneStats>,
     pub pushed: Count,
     pub delivered: Count,
     /// Dropped to stay under the byte bound (oldest first), or pushed alone over it.
@@ -164,66 +206,149 @@ pub struct FlushReport {
 /// One queued request.
 #[derive(Debug, Clone)]
 struct Entry {
+    /// Increasing with push order across all lanes: the global age order eviction follows.
     id: u64,
     signal: Signal,
     request: EncodedRequest,
     created_at: Instant,
+    /// An attempt is under way: neither evicted nor expired until it ends.
+    in_flight: bool,
 }
 
-/// The FIFO and its byte total: the eviction policy, free of locks and clocks.
+/// One signal's FIFO and its retry state.
+#[derive(Debug, Default)]
+struct Lane {
+    entries: VecDeque<Entry>,
+    /// Retries since the last success, for the backoff's growth.
+    attempt: u32,
+    /// Paused after a retryable failure until then.
+    resume_at: Option<Instant>,
+    delivered: Count,
+    /// Encoded bytes of `entries`, and how many of them are in flight: kept as they change so
+    /// that reading them (every intake request does) costs nothing.
+    bytes: usize,
+    in_flight: usize,
+}
+
+impl Lane {
+    /// The first entry no attempt is under way for.
+    fn first_idle(&self) -> Option<usize> {
+        self.entries.iter().position(|e| !e.in_flight)
+    }
+}
+
+/// The lanes and their shared byte total: the eviction policy, free of locks and clocks.
 #[derive(Debug, Default)]
 struct Backlog {
-    entries: VecDeque<Entry>,
+    lanes: [Lane; 3],
     bytes: usize,
 }
 
 impl Backlog {
-    fn pop_front(&mut self) -> Option<Entry> {
-        let entry = self.entries.pop_front()?;
+    fn lane(&self, signal: Signal) -> &Lane {
+        &self.lanes[lane_index(signal)]
+    }
+
+    fn lane_mut(&mut self, signal: Signal) -> &mut Lane {
+        &mut self.lanes[lane_index(signal)]
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.lanes.iter().flat_map(|lane| lane.entries.iter())
+    }
+
+    fn len(&self) -> usize {
+        self.lanes.iter().map(|lane| lane.entries.len()).sum()
+    }
+
+    fn remove_at(&mut self, lane: usize, index: usize) -> Option<Entry> {
+        let lane = &mut self.lanes[lane];
+        let entry = lane.entries.remove(index)?;
+        lane.bytes -= entry.request.len();
+        lane.in_flight -= usize::from(entry.in_flight);
         self.bytes -= entry.request.len();
         Some(entry)
     }
 
-    /// Drops entries older than `max_age` (they are oldest first, so from the front), except a
-    /// protected head (the one being sent).
-    fn expire(&mut self, now: Instant, max_age: Duration, protect: Option<u64>) -> Count {
+    /// Marks the oldest idle entry of `signal` in flight and returns a copy to send.
+    fn claim(&mut self, signal: Signal) -> Option<Entry> {
+        let lane = self.lane_mut(signal);
+        let index = lane.first_idle()?;
+        lane.in_flight += 1;
+        let entry = &mut lane.entries[index];
+        entry.in_flight = true;
+        Some(entry.clone())
+    }
+
+    /// Ends the attempt for `id`: removes it when `done` (delivered or refused for good), else
+    /// leaves it queued, in its place, for a retry.
+    fn settle(&mut self, signal: Signal, id: u64, done: bool) {
+        let lane = lane_index(signal);
+        let Some(index) = self.lanes[lane].entries.iter().position(|e| e.id == id) else {
+            return;
+        };
+        if done {
+            self.remove_at(lane, index);
+        } else if self.lanes[lane].entries[index].in_flight {
+            self.lanes[lane].entries[index].in_flight = false;
+            self.lanes[lane].in_flight -= 1;
+        }
+    }
+
+    /// Drops entries older than `max_age`, except those in flight. A lane is in age order, so
+    /// each is read from the front until the first young idle entry.
+    fn expire(&mut self, now: Instant, max_age: Duration) -> Count {
         let mut dropped = Count::default();
-        let start =
-            usize::from(matches!((self.entries.front(), protect), (Some(e), Some(p)) if e.id == p));
-        while let Some(entry) = self.entries.get(start) {
-            if now.saturating_duration_since(entry.created_at) <= max_age {
-                break;
+        for lane in 0..self.lanes.len() {
+            let mut index = 0;
+            while let Some(entry) = self.lanes[lane].entries.get(index) {
+                if entry.in_flight {
+                    index += 1;
+                    continue;
+                }
+                if now.saturating_duration_since(entry.created_at) <= max_age {
+                    break;
+                }
+                let entry = self
+                    .remove_at(lane, index)
+                    .expect("index checked just above");
+                dropped.add(Count::one(&entry.request));
             }
-            let entry = self
-                .entries
-                .remove(start)
-                .expect("index checked just above");
-            self.bytes -= entry.request.len();
-            dropped.add(Count::one(&entry.request));
         }
         dropped
     }
 
-    /// Appends `entry`, dropping the oldest (but not a protected head) while the bound would
-    /// be passed. An entry alone over the bound is refused and counted instead.
-    fn push(&mut self, entry: Entry, max_bytes: usize, protect: Option<u64>) -> (bool, Count) {
+    /// The lane and index of the oldest entry not in flight, over all lanes.
+    fn oldest_idle(&self) -> Option<(usize, usize)> {
+        (0..self.lanes.len())
+            .filter_map(|lane| {
+                let index = self.lanes[lane].first_idle()?;
+                Some((self.lanes[lane].entries[index].id, lane, index))
+            })
+            .min()
+            .map(|(_, lane, index)| (lane, index))
+    }
+
+    /// Appends `entry` to its lane, dropping the oldest idle entries of any lane while the
+    /// shared bound would be passed. An entry alone over the bound is refused and counted.
+    fn push(&mut self, entry: Entry, max_bytes: usize) -> (bool, Count) {
         let mut dropped = Count::default();
         let len = entry.request.len();
         if len > max_bytes {
             dropped.add(Count::one(&entry.request));
             return (false, dropped);
         }
-        let start =
-            usize::from(matches!((self.entries.front(), protect), (Some(e), Some(p)) if e.id == p));
         while self.bytes + len > max_bytes {
-            let Some(old) = self.entries.remove(start) else {
+            let Some((lane, index)) = self.oldest_idle() else {
                 break;
             };
-            self.bytes -= old.request.len();
+            let old = self.remove_at(lane, index).expect("found just above");
             dropped.add(Count::one(&old.request));
         }
         self.bytes += len;
-        self.entries.push_back(entry);
+        let lane = self.lane_mut(entry.signal);
+        lane.bytes += len;
+        lane.entries.push_back(entry);
         (true, dropped)
     }
 }
@@ -232,8 +357,6 @@ impl Backlog {
 struct State {
     backlog: Backlog,
     next_id: u64,
-    /// The entry an attempt is under way for.
-    in_flight: Option<u64>,
     /// Set by `close`: stop once empty or at this instant.
     closing: Option<Instant>,
     delivered_since_close: Count,
@@ -245,9 +368,10 @@ struct State {
 struct Shared {
     limits: QueueLimits,
     state: Mutex<State>,
-    /// Wakes the sender: a push, or `close`.
-    wake: Notify,
-    /// Wakes a backing-off sender early: only `close`, since a push must not cut a backoff.
+    /// Wakes a lane's idle workers: a push to it, or `close`.
+    wake: [Notify; 3],
+    /// Wakes workers waiting on a backoff or an attempt early: only `close` (a push must not cut
+    /// a backoff).
     closed: Notify,
     /// Wakes `flush` callers when the sender stops.
     done: Notify,
@@ -255,9 +379,26 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain counters and a deque, consistent after every statement that holds
+        // The state is plain counters and deques, consistent after every statement that holds
         // the lock; a panic elsewhere must not stop delivery.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves when a close deadline is set and reached; pending until then.
+    async fn close_deadline(&self) {
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            let deadline = self.lock().closing;
+            match deadline {
+                Some(deadline) => {
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+                None => closed.await,
+            }
+        }
     }
 }
 
@@ -267,7 +408,7 @@ pub struct DeliveryQueue;
 impl DeliveryQueue {
     /// Creates the queue: the handle pushes and reads stats; the task, once spawned, sends.
     #[allow(clippy::new_ret_no_self)]
-    pub fn new<T: Transport>(
+    pub fn new<T: Transport + 'static>(
         limits: QueueLimits,
         backoff: BackoffPolicy,
         transport: T,
@@ -275,7 +416,7 @@ impl DeliveryQueue {
         let shared = Arc::new(Shared {
             limits,
             state: Mutex::new(State::default()),
-            wake: Notify::new(),
+            wake: [Notify::new(), Notify::new(), Notify::new()],
             closed: Notify::new(),
             done: Notify::new(),
         });
@@ -308,8 +449,8 @@ impl std::fmt::Debug for QueueHandle {
 }
 
 impl QueueHandle {
-    /// Queues `request` for `signal`. Never waits: the only lock is held for a few deque
-    /// operations.
+    /// Queues `request` in the lane of `signal`. Never waits: the only lock is held for a few
+    /// deque operations.
     pub fn push(&self, signal: Signal, request: EncodedRequest) -> PushReport {
         let now = Instant::now();
         let limits = self.shared.limits;
@@ -321,8 +462,7 @@ impl QueueHandle {
                 state.stats.dropped_closed.add(one);
                 return PushReport::default();
             }
-            let protect = state.in_flight;
-            let expired = state.backlog.expire(now, limits.max_age, protect);
+            let expired = state.backlog.expire(now, limits.max_age);
             let id = state.next_id;
             state.next_id += 1;
             let entry = Entry {
@@ -330,8 +470,9 @@ impl QueueHandle {
                 signal,
                 request,
                 created_at: now,
+                in_flight: false,
             };
-            let (queued, overflow) = state.backlog.push(entry, limits.max_bytes, protect);
+            let (queued, overflow) = state.backlog.push(entry, limits.max_bytes);
             state.stats.dropped_expired.add(expired);
             state.stats.dropped_overflow.add(overflow);
             PushReport {
@@ -344,27 +485,46 @@ impl QueueHandle {
             static LIMIT: WarnLimiter = WarnLimiter::new(Duration::from_secs(60));
             if let Some(suppressed) = LIMIT.permit() {
                 tracing::warn!(
+                    %signal,
                     dropped_requests = report.overflow.requests,
                     dropped_points = report.overflow.points,
                     max_bytes = limits.max_bytes,
                     suppressed_since_last = suppressed,
-                    "the OTLP delivery queue is full, oldest requests dropped; the backend has \
+                    "the OTLP delivery queue is full, oldest requests dropped; a backend has \
                      been unreachable or slow for a while (see the export errors above)"
                 );
             }
         }
         if report.queued {
-            self.shared.wake.notify_one();
+            self.shared.wake[lane_index(signal)].notify_one();
         }
         report
+    }
+
+    /// Encoded bytes queued now, all lanes together: what the shared bound counts. Cheaper than
+    /// [`QueueHandle::stats`], for a check on every incoming request.
+    pub fn bytes(&self) -> usize {
+        self.shared.lock().backlog.bytes
     }
 
     /// A copy of the counters.
     pub fn stats(&self) -> QueueStats {
         let state = self.shared.lock();
         let mut stats = state.stats.clone();
-        stats.depth = state.backlog.entries.len();
+        stats.depth = state.backlog.len();
         stats.bytes = state.backlog.bytes;
+        for signal in SIGNALS {
+            let lane = state.backlog.lane(signal);
+            stats.by_signal.insert(
+                signal,
+                LaneStats {
+                    depth: lane.entries.len(),
+                    bytes: lane.bytes,
+                    in_flight: lane.in_flight,
+                    delivered: lane.delivered,
+                },
+            );
+        }
         stats
     }
 
@@ -375,8 +535,10 @@ impl QueueHandle {
             let mut state = self.shared.lock();
             state.closing = Some(state.closing.map_or(deadline, |d| d.min(deadline)));
         }
-        self.shared.wake.notify_one();
-        self.shared.closed.notify_one();
+        for wake in &self.shared.wake {
+            wake.notify_waiters();
+        }
+        self.shared.closed.notify_waiters();
     }
 
     /// Closes the queue and waits until the sender stopped: everything delivered, or the
@@ -410,7 +572,7 @@ impl QueueHandle {
 }
 
 fn undelivered(backlog: &Backlog) -> Count {
-    backlog.entries.iter().fold(Count::default(), |mut c, e| {
+    backlog.entries().fold(Count::default(), |mut c, e| {
         c.add(Count::one(&e.request));
         c
     })
@@ -424,125 +586,165 @@ pub struct SenderTask<T> {
     jitter: fn() -> f64,
 }
 
-impl<T: Transport> SenderTask<T> {
+/// What a lane worker does next.
+enum Next {
+    Send(Entry),
+    /// The lane is backing off until then.
+    Pause(Instant),
+    Idle,
+    Stop,
+}
+
+impl<T: Transport + 'static> SenderTask<T> {
     /// Replaces the jitter source (a uniform draw in `[0, 1)`), for deterministic tests.
     pub fn with_jitter(mut self, jitter: fn() -> f64) -> Self {
         self.jitter = jitter;
         self
     }
 
-    /// Sends until the queue is closed and empty, or its close deadline passes.
+    /// Runs every lane's workers until the queue is closed and empty, or its close deadline
+    /// passes.
     ///
     /// # Cancel safety
-    /// Dropping the future loses nothing queued: the request being sent stays at the head.
+    /// Dropping the future stops the workers and loses nothing queued: a request being sent
+    /// stays queued.
     pub async fn run(self) -> FlushReport {
-        let mut attempt: u32 = 0;
-        loop {
-            let wake = self.shared.wake.notified();
-            tokio::pin!(wake);
-            wake.as_mut().enable();
-            let (next, closing) = {
-                let mut state = self.shared.lock();
-                let now = Instant::now();
-                let expired = state.backlog.expire(now, self.shared.limits.max_age, None);
-                state.stats.dropped_expired.add(expired);
-                if expired.requests > 0 {
-                    attempt = 0;
-                }
-                let closing = state.closing;
-                if closing.is_some_and(|deadline| now >= deadline) {
-                    break;
-                }
-                let next = state.backlog.entries.front().cloned();
-                if let Some(entry) = &next {
-                    state.in_flight = Some(entry.id);
-                }
-                (next, closing)
-            };
-            let Some(entry) = next else {
-                if closing.is_some() {
-                    break;
-                }
-                wake.await;
-                continue;
-            };
-
-            let started = Instant::now();
-            let sent = self.transport.send(entry.signal, &entry.request);
-            let result = match closing {
-                Some(deadline) => match tokio::time::timeout_at(deadline, sent).await {
-                    Ok(result) => result,
-                    Err(_) => {
-                        self.shared.lock().in_flight = None;
-                        break;
-                    }
-                },
-                None => sent.await,
-            };
-            let elapsed = started.elapsed();
-
-            let retry = {
-                let mut state = self.shared.lock();
-                state.in_flight = None;
-                match &result {
-                    Ok(outcome) => {
-                        remove_head(&mut state.backlog, entry.id);
-                        let one = Count::one(&entry.request);
-                        state.stats.delivered.add(one);
-                        if state.closing.is_some() {
-                            state.delivered_since_close.add(one);
-                        }
-                        state.stats.last_export_latency = Some(elapsed);
-                        if let Some(partial) = &outcome.partial_success {
-                            state.stats.rejected_in_partial_success +=
-                                u64::try_from(partial.rejected).unwrap_or(0);
-                        }
-                        None
-                    }
-                    Err(err) => {
-                        *state.stats.failures.entry(err.reason()).or_default() += 1;
-                        match err.retryability() {
-                            Retryability::Permanent => {
-                                remove_head(&mut state.backlog, entry.id);
-                                state.stats.dropped_rejected.add(Count::one(&entry.request));
-                                None
-                            }
-                            Retryability::Retryable { after } => Some(after),
-                        }
-                    }
-                }
-            };
-            match (result, retry) {
-                (Ok(_), _) => attempt = 0,
-                (Err(err), None) => {
-                    attempt = 0;
-                    log_rejected(&err, &entry);
-                }
-                (Err(err), Some(after)) => {
-                    let delay = backoff_delay(&self.backoff, attempt, after, (self.jitter)());
-                    attempt = attempt.saturating_add(1);
-                    log_retry(&err, delay);
-                    self.back_off(delay).await;
+        let task = Arc::new(self);
+        let mut workers = JoinSet::new();
+        for signal in SIGNALS {
+            for _ in 0..workers_for(signal) {
+                workers.spawn(Arc::clone(&task).lane_worker(signal));
+            }
+        }
+        while let Some(result) = workers.join_next().await {
+            if let Err(err) = result {
+                if err.is_panic() {
+                    tracing::error!(
+                        "an OTLP delivery worker panicked; its lane goes on with fewer workers \
+                         (a bug: please report it with the log above): {err}"
+                    );
                 }
             }
         }
-        self.finish()
+        task.finish()
     }
 
-    /// Sleeps `delay`, cut short by a close deadline that comes sooner.
-    async fn back_off(&self, delay: Duration) {
-        let until = Instant::now() + delay;
+    /// One worker of `signal`'s lane: claims the oldest idle request, sends it, settles it.
+    async fn lane_worker(self: Arc<Self>, signal: Signal) {
+        let shared = &self.shared;
+        let lane = lane_index(signal);
         loop {
-            let closed = self.shared.closed.notified();
-            tokio::pin!(closed);
-            closed.as_mut().enable();
-            let until = match self.shared.lock().closing {
-                Some(deadline) => until.min(deadline),
-                None => until,
+            let wake = shared.wake[lane].notified();
+            tokio::pin!(wake);
+            wake.as_mut().enable();
+            let (next, closing) = {
+                let mut state = shared.lock();
+                let now = Instant::now();
+                let expired = state.backlog.expire(now, shared.limits.max_age);
+                state.stats.dropped_expired.add(expired);
+                let closing = state.closing;
+                let next = if closing.is_some_and(|deadline| now >= deadline) {
+                    Next::Stop
+                } else {
+                    match state.backlog.lane(signal).resume_at {
+                        Some(until) if until > now => Next::Pause(until),
+                        _ => match state.backlog.claim(signal) {
+                            Some(entry) => Next::Send(entry),
+                            None if closing.is_some() => Next::Stop,
+                            None => Next::Idle,
+                        },
+                    }
+                };
+                (next, closing)
             };
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => return,
-                _ = &mut closed => {}
+            let entry = match next {
+                Next::Stop => return,
+                Next::Idle => {
+                    wake.await;
+                    continue;
+                }
+                Next::Pause(until) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        () = shared.close_deadline() => {}
+                    }
+                    continue;
+                }
+                Next::Send(entry) => entry,
+            };
+
+            let started = Instant::now();
+            let result = tokio::select! {
+                result = self.transport.send(signal, &entry.request) => result,
+                () = shared.close_deadline() => {
+                    shared.lock().backlog.settle(signal, entry.id, false);
+                    return;
+                }
+            };
+            let elapsed = started.elapsed();
+            self.settle(&entry, result, elapsed, closing);
+        }
+    }
+
+    /// Records the end of an attempt: counts, removes or requeues the entry, pauses the lane
+    /// after a retryable failure.
+    fn settle(
+        &self,
+        entry: &Entry,
+        result: Result<crate::export::transport::SendOutcome, SendError>,
+        elapsed: Duration,
+        closing_at_start: Option<Instant>,
+    ) {
+        let signal = entry.signal;
+        let mut state = self.shared.lock();
+        match result {
+            Ok(outcome) => {
+                state.backlog.settle(signal, entry.id, true);
+                let one = Count::one(&entry.request);
+                state.stats.delivered.add(one);
+                if state.closing.is_some() || closing_at_start.is_some() {
+                    state.delivered_since_close.add(one);
+                }
+                state.stats.last_export_latency = Some(elapsed);
+                if let Some(partial) = &outcome.partial_success {
+                    state.stats.rejected_in_partial_success +=
+                        u64::try_from(partial.rejected).unwrap_or(0);
+                }
+                let lane = state.backlog.lane_mut(signal);
+                lane.delivered.add(one);
+                lane.attempt = 0;
+                lane.resume_at = None;
+                let more = lane.first_idle().is_some();
+                drop(state);
+                if more {
+                    // Back to full concurrency after a pause, which only one worker sleeps on.
+                    self.shared.wake[lane_index(signal)].notify_waiters();
+                }
+            }
+            Err(err) => {
+                *state.stats.failures.entry(err.reason()).or_default() += 1;
+                match err.retryability() {
+                    Retryability::Permanent => {
+                        state.backlog.settle(signal, entry.id, true);
+                        state.stats.dropped_rejected.add(Count::one(&entry.request));
+                        drop(state);
+                        log_rejected(&err, entry);
+                    }
+                    Retryability::Retryable { after } => {
+                        state.backlog.settle(signal, entry.id, false);
+                        let now = Instant::now();
+                        let lane = state.backlog.lane_mut(signal);
+                        // Workers failing together in one outage back off once, not N times.
+                        if lane.resume_at.is_none_or(|until| until <= now) {
+                            let delay =
+                                backoff_delay(&self.backoff, lane.attempt, after, (self.jitter)());
+                            lane.attempt = lane.attempt.saturating_add(1);
+                            lane.resume_at = Some(now + delay);
+                            drop(state);
+                            log_retry(&err, signal, delay);
+                        }
+                    }
+                }
             }
         }
     }
@@ -562,13 +764,6 @@ impl<T: Transport> SenderTask<T> {
     }
 }
 
-/// Removes the entry just sent, if a push's eviction has not already taken it.
-fn remove_head(backlog: &mut Backlog, id: u64) {
-    if backlog.entries.front().is_some_and(|e| e.id == id) {
-        backlog.pop_front();
-    }
-}
-
 fn log_rejected(err: &SendError, entry: &Entry) {
     static LIMIT: WarnLimiter = WarnLimiter::new(Duration::from_secs(10));
     if let Some(suppressed) = LIMIT.permit() {
@@ -582,14 +777,19 @@ fn log_rejected(err: &SendError, entry: &Entry) {
     }
 }
 
-fn log_retry(err: &SendError, delay: Duration) {
-    static LIMIT: WarnLimiter = WarnLimiter::new(Duration::from_secs(30));
-    if let Some(suppressed) = LIMIT.permit() {
+fn log_retry(err: &SendError, signal: Signal, delay: Duration) {
+    // One limiter per lane: a trace backend failing all day must not mute a metrics outage.
+    static LIMITS: [WarnLimiter; 3] = [
+        WarnLimiter::new(Duration::from_secs(30)),
+        WarnLimiter::new(Duration::from_secs(30)),
+        WarnLimiter::new(Duration::from_secs(30)),
+    ];
+    if let Some(suppressed) = LIMITS[lane_index(signal)].permit() {
         tracing::warn!(
             reason = %err.reason(),
             retry_in = ?delay,
             suppressed_since_last = suppressed,
-            "OTLP export failed, will retry (the data stays queued): {err}"
+            "OTLP export failed, will retry (the data stays queued, the other signals go on): {err}"
         );
     }
 }
@@ -610,6 +810,7 @@ mod tests {
             signal: Signal::Metrics,
             request: request(len, 10),
             created_at: at,
+            in_flight: false,
         }
     }
 
@@ -637,12 +838,9 @@ mod tests {
         let now = Instant::now();
         let mut b = Backlog::default();
         for id in 0..4 {
-            assert_eq!(
-                b.push(entry(id, 100, now), 400, None),
-                (true, Count::default())
-            );
+            assert_eq!(b.push(entry(id, 100, now), 400), (true, Count::default()));
         }
-        let (queued, dropped) = b.push(entry(4, 150, now), 400, None);
+        let (queued, dropped) = b.push(entry(4, 150, now), 400);
         assert!(queued);
         assert_eq!(
             dropped,
@@ -651,7 +849,12 @@ mod tests {
                 points: 20
             }
         );
-        let ids: Vec<_> = b.entries.iter().map(|e| e.id).collect();
+        let ids: Vec<_> = b
+            .lane(Signal::Metrics)
+            .entries
+            .iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, [2, 3, 4]);
         assert_eq!(b.bytes, 350);
     }
@@ -660,11 +863,11 @@ mod tests {
     fn a_request_alone_over_the_bound_is_refused_and_nothing_else_dropped() {
         let now = Instant::now();
         let mut b = Backlog::default();
-        b.push(entry(0, 100, now), 400, None);
-        let (queued, dropped) = b.push(entry(1, 401, now), 400, None);
+        b.push(entry(0, 100, now), 400);
+        let (queued, dropped) = b.push(entry(1, 401, now), 400);
         assert!(!queued);
         assert_eq!(dropped.requests, 1);
-        assert_eq!(b.entries.len(), 1);
+        assert_eq!(b.lane(Signal::Metrics).entries.len(), 1);
         assert_eq!(b.bytes, 100);
     }
 
@@ -672,33 +875,96 @@ mod tests {
     fn the_request_in_flight_is_not_evicted() {
         let now = Instant::now();
         let mut b = Backlog::default();
-        b.push(entry(0, 200, now), 400, None);
-        b.push(entry(1, 200, now), 400, None);
-        let (queued, dropped) = b.push(entry(2, 200, now), 400, Some(0));
+        b.push(entry(0, 200, now), 400);
+        b.push(entry(1, 200, now), 400);
+        assert_eq!(b.claim(Signal::Metrics).map(|e| e.id), Some(0));
+        let (queued, dropped) = b.push(entry(2, 200, now), 400);
         assert!(queued);
         assert_eq!(dropped.requests, 1);
-        let ids: Vec<_> = b.entries.iter().map(|e| e.id).collect();
+        let ids: Vec<_> = b
+            .lane(Signal::Metrics)
+            .entries
+            .iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, [0, 2]);
+    }
+
+    fn entry_of(signal: Signal, id: u64, len: usize, at: Instant) -> Entry {
+        Entry {
+            signal,
+            ..entry(id, len, at)
+        }
+    }
+
+    #[test]
+    fn the_shared_bound_drops_the_oldest_of_any_lane() {
+        // A stuck traces lane fills the budget; a metrics push then drops the oldest traces,
+        // not the metrics.
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        b.push(entry_of(Signal::Metrics, 0, 100, now), 400);
+        b.push(entry_of(Signal::Traces, 1, 100, now), 400);
+        b.push(entry_of(Signal::Traces, 2, 100, now), 400);
+        b.push(entry_of(Signal::Traces, 3, 100, now), 400);
+        // The metrics request 0 is being sent, so the oldest idle one is trace 1.
+        b.claim(Signal::Metrics);
+        let (queued, dropped) = b.push(entry_of(Signal::Metrics, 4, 150, now), 400);
+        assert!(queued);
+        assert_eq!(dropped.requests, 2);
+        let ids = |b: &Backlog, s| b.lane(s).entries.iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(ids(&b, Signal::Metrics), [0, 4]);
+        assert_eq!(ids(&b, Signal::Traces), [3]);
+        assert_eq!(b.bytes, 350);
+    }
+
+    #[test]
+    fn a_lane_hands_out_each_request_once_and_a_retry_keeps_its_place() {
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        for id in 0..3 {
+            b.push(entry_of(Signal::Traces, id, 10, now), 1000);
+        }
+        assert_eq!(b.claim(Signal::Traces).map(|e| e.id), Some(0));
+        assert_eq!(b.claim(Signal::Traces).map(|e| e.id), Some(1));
+        assert!(b.claim(Signal::Metrics).is_none(), "lanes are separate");
+        // 0 failed and may be retried: it is the oldest idle one again; 1 was delivered.
+        b.settle(Signal::Traces, 0, false);
+        b.settle(Signal::Traces, 1, true);
+        assert_eq!(b.claim(Signal::Traces).map(|e| e.id), Some(0));
+        assert_eq!(b.claim(Signal::Traces).map(|e| e.id), Some(2));
+        assert!(b.claim(Signal::Traces).is_none());
+        assert_eq!(b.bytes, 20);
+        let lane = b.lane(Signal::Traces);
+        assert_eq!((lane.bytes, lane.in_flight), (20, 2));
+        b.settle(Signal::Traces, 0, false);
+        b.settle(Signal::Traces, 2, true);
+        let lane = b.lane(Signal::Traces);
+        assert_eq!((lane.bytes, lane.in_flight, lane.entries.len()), (10, 0, 1));
     }
 
     #[test]
     fn expiry_drops_only_what_is_older_than_the_bound() {
         let t0 = Instant::now();
         let mut b = Backlog::default();
-        b.push(entry(0, 10, t0), 1000, None);
-        b.push(entry(1, 10, t0 + Duration::from_secs(10)), 1000, None);
-        b.push(entry(2, 10, t0 + Duration::from_secs(20)), 1000, None);
+        b.push(entry(0, 10, t0), 1000);
+        b.push(entry(1, 10, t0 + Duration::from_secs(10)), 1000);
+        b.push(entry(2, 10, t0 + Duration::from_secs(20)), 1000);
         let now = t0 + Duration::from_secs(75);
-        let dropped = b.expire(now, Duration::from_secs(60), None);
+        let dropped = b.expire(now, Duration::from_secs(60));
         assert_eq!(dropped.requests, 2);
-        assert_eq!(b.entries.front().map(|e| e.id), Some(2));
+        assert_eq!(
+            b.lane(Signal::Metrics).entries.front().map(|e| e.id),
+            Some(2)
+        );
         assert_eq!(b.bytes, 10);
-        // A protected head survives; what follows it still expires.
+        // A request in flight survives; what follows it still expires.
         let mut b = Backlog::default();
-        b.push(entry(0, 10, t0), 1000, None);
-        b.push(entry(1, 10, t0), 1000, None);
-        assert_eq!(b.expire(now, Duration::from_secs(60), Some(0)).requests, 1);
-        assert_eq!(b.entries.len(), 1);
+        b.push(entry(0, 10, t0), 1000);
+        b.push(entry(1, 10, t0), 1000);
+        b.claim(Signal::Metrics);
+        assert_eq!(b.expire(now, Duration::from_secs(60)).requests, 1);
+        assert_eq!(b.lane(Signal::Metrics).entries.len(), 1);
     }
 
     #[test]
@@ -837,6 +1103,136 @@ mod tests {
         assert_eq!(stats.failures.get(&FailureReason::Http(400)), Some(&1));
         assert_eq!(stats.depth, 0);
         assert_eq!(stats.bytes, 0);
+    }
+
+    /// Refuses every traces request (503), accepts the rest; counts traces attempts in flight.
+    struct TracesDown {
+        sent: Mutex<Vec<(Signal, u64)>>,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+        attempts: AtomicUsize,
+    }
+
+    impl Transport for Arc<TracesDown> {
+        async fn send(
+            &self,
+            signal: Signal,
+            request: &EncodedRequest,
+        ) -> Result<SendOutcome, SendError> {
+            if signal != Signal::Traces {
+                self.sent.lock().unwrap().push((signal, request.items()));
+                return Ok(SendOutcome::default());
+            }
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            Err(SendError::HttpStatus {
+                signal,
+                endpoint: "http://test/v1/traces".into(),
+                status: 503,
+                message: "trace backend down".into(),
+                retry_after: None,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_traces_lane_never_delays_metrics_or_logs() {
+        let transport = Arc::new(TracesDown {
+            sent: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            attempts: AtomicUsize::new(0),
+        });
+        let (handle, task) = DeliveryQueue::new(
+            QueueLimits::default(),
+            BackoffPolicy::default(),
+            Arc::clone(&transport),
+        );
+        let task = tokio::spawn(task.with_jitter(|| 1.0).run());
+        // An application sends spans every 200 ms; gpulse exports metrics every second.
+        for second in 0..20u64 {
+            for _ in 0..5 {
+                handle.push(Signal::Traces, request(100, 1));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            handle.push(Signal::Metrics, request(10, second));
+            if second % 5 == 0 {
+                handle.push(Signal::Logs, request(10, 1));
+            }
+            // Each metrics request is delivered within the interval it was pushed in.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let stats = handle.stats();
+            assert_eq!(
+                stats.by_signal[&Signal::Metrics].delivered.requests,
+                second + 1,
+                "metrics waited behind the failing traces after {second} s: {stats:?}"
+            );
+        }
+        let sent = transport.sent.lock().unwrap().clone();
+        let metrics: Vec<_> = sent
+            .iter()
+            .filter(|(s, _)| *s == Signal::Metrics)
+            .map(|(_, items)| *items)
+            .collect();
+        assert_eq!(metrics, (0..20).collect::<Vec<_>>(), "in order, none lost");
+        assert_eq!(sent.iter().filter(|(s, _)| *s == Signal::Logs).count(), 4);
+        let stats = handle.stats();
+        let traces = stats.by_signal[&Signal::Traces];
+        assert_eq!(
+            traces.depth, 100,
+            "every span request is still queued for retry"
+        );
+        assert_eq!(traces.delivered.requests, 0);
+        assert_eq!(
+            stats.failures.get(&FailureReason::Http(503)).copied(),
+            Some(transport.attempts.load(Ordering::SeqCst) as u64)
+        );
+        // Backoff holds for the lane: 1+2+4+8 s of pauses within 20 s leaves a few rounds of
+        // at most TRACES_IN_FLIGHT attempts, not one attempt per span request.
+        assert!(
+            transport.attempts.load(Ordering::SeqCst) <= 6 * TRACES_IN_FLIGHT,
+            "{} traces attempts",
+            transport.attempts.load(Ordering::SeqCst)
+        );
+        handle.flush(Instant::now()).await;
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forwarded_traces_have_several_requests_in_flight_at_most_the_bound() {
+        let transport = Arc::new(TracesDown {
+            sent: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            attempts: AtomicUsize::new(0),
+        });
+        let (handle, task) = DeliveryQueue::new(
+            QueueLimits::default(),
+            BackoffPolicy::default(),
+            Arc::clone(&transport),
+        );
+        let task = tokio::spawn(task.run());
+        for _ in 0..(3 * TRACES_IN_FLIGHT) {
+            handle.push(Signal::Traces, request(10, 1));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            handle.stats().by_signal[&Signal::Traces].in_flight,
+            TRACES_IN_FLIGHT
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            transport.max_in_flight.load(Ordering::SeqCst),
+            TRACES_IN_FLIGHT
+        );
+        let report = handle
+            .flush(Instant::now() + Duration::from_millis(10))
+            .await;
+        assert_eq!(report.undelivered.requests, 3 * TRACES_IN_FLIGHT as u64);
+        task.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

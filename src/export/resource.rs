@@ -18,6 +18,19 @@ pub const GPULSE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Instrumentation scope name of everything gpulse emits.
 pub const SCOPE_NAME: &str = "gpulse";
 
+/// This machine's host name, as an SDK's host detector reports it (`gethostname`), or
+/// `unknown` when the call fails.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 /// The identity of the node gpulse runs on, and of gpulse itself: the node resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentity {

@@ -86,10 +86,16 @@ impl SessionError {
         }
     }
 
-    /// Whether re-opening NVML later may succeed (the driver being reloaded, say), as opposed
-    /// to a configuration mistake such as a wrong library path.
+    /// Whether re-opening NVML later may succeed, which is what `--wait-for-gpu` waits for: a
+    /// driver not loaded yet, or not installed yet (its library, looked up by name through the
+    /// loader's search path, is missing). A library given as a path (`--nvml-lib
+    /// /opt/x/libnvidia-ml.so.1`) that cannot be loaded is a configuration mistake that waiting
+    /// does not fix.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, Self::LibraryNotFound { .. })
+        match self {
+            Self::LibraryNotFound { path, .. } => !names_a_file(path),
+            Self::DriverNotLoaded { .. } | Self::NoPermission { .. } | Self::Nvml { .. } => true,
+        }
     }
 
     /// A short, stable name for counting these errors in gpulse's own metrics.
@@ -101,6 +107,12 @@ impl SessionError {
             Self::Nvml { .. } => "session",
         }
     }
+}
+
+/// Whether `lib` names a file (it has a directory part, as `dlopen` reads it) rather than a
+/// library name the loader searches for.
+fn names_a_file(lib: &Path) -> bool {
+    lib.as_os_str().as_encoded_bytes().contains(&b'/')
 }
 
 /// One dynamic field of a device, for remembering which ones a device does not give.
@@ -621,5 +633,26 @@ pub fn error_kind(error: &NvmlError) -> &'static str {
         NvmlError::InsufficientSize(_) => "insufficient_size",
         NvmlError::Unknown => "unknown",
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_missing_driver_is_worth_waiting_for() {
+        let not_found = |path: &str| SessionError::LibraryNotFound {
+            path: path.into(),
+            detail: "cannot open shared object file".into(),
+        };
+        // A path names one file: waiting does not make a wrong one right.
+        assert!(!not_found("/nonexistent/libnvidia-ml.so.1").is_transient());
+        assert!(!not_found("target/debug/libnvidia_ml.so").is_transient());
+        // The default name, searched by the loader: the driver may be installed later.
+        assert!(not_found(DEFAULT_NVML_LIB).is_transient());
+        let path = PathBuf::from("/usr/lib/libnvidia-ml.so.1");
+        assert!(SessionError::DriverNotLoaded { path: path.clone() }.is_transient());
+        assert!(SessionError::NoPermission { path }.is_transient());
     }
 }

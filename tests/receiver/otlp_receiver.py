@@ -19,6 +19,8 @@ Fault modes, for outage and error-handling tests:
   --fail-count N         answer --fail-status to the first N requests only
   --retry-after SECONDS  the hint sent with the retryable statuses (default 1)
   --partial-success N    accept, but report N rejected points/records
+  --fail-signal SIGNAL   apply the faults above to this signal only (metrics | logs | traces;
+                         repeatable); requests of the other signals are accepted
 Without --fail-until-file or --fail-count, --fail-status applies to every request.
 
 Exits 0 on SIGTERM or SIGINT. Exits 3, saying what to install, when a module is missing.
@@ -91,8 +93,10 @@ class Receiver:
         self.seen = 0
         self.out = open(args.output, "a", encoding="utf-8")
 
-    def failure(self):
+    def failure(self, signal_name):
         """The fault to answer the current request with, or None to accept it."""
+        if self.args.fail_signal and signal_name not in self.args.fail_signal:
+            return None
         with self.lock:
             index = self.seen
             self.seen += 1
@@ -168,7 +172,7 @@ def grpc_servicer(receiver, signal_name):
         for key, value in context.invocation_metadata():
             metadata[key] = value if isinstance(value, str) else value.hex()
         encoding = metadata.get("grpc-encoding")
-        fault = receiver.failure()
+        fault = receiver.failure(signal_name)
         if fault is None:
             receiver.record(signal_name, "grpc", metadata, encoding, "ok", request)
             return receiver.response(signal_name)
@@ -262,7 +266,7 @@ def http_handler(receiver):
                 receiver.record(signal_name, "http", headers, encoding, "bad_request", None, str(bad))
                 self.send_proto(400, rpc_status(code_pb2.INVALID_ARGUMENT, f"undecodable: {bad}"))
                 return
-            fault = receiver.failure()
+            fault = receiver.failure(signal_name)
             if fault is None:
                 receiver.record(signal_name, "http", headers, encoding, "ok", message)
                 self.send_proto(200, receiver.response(signal_name))
@@ -304,6 +308,7 @@ def parse_args(argv):
     p.add_argument("--fail-count", type=int)
     p.add_argument("--retry-after", type=int, default=1)
     p.add_argument("--partial-success", type=int, default=0)
+    p.add_argument("--fail-signal", action="append", choices=sorted(SIGNALS))
     p.add_argument("--tls-cert", help="server certificate chain (PEM); enables TLS on both")
     p.add_argument("--tls-key", help="server private key (PEM)")
     p.add_argument("--tls-client-ca", help="require client certificates signed by this CA")

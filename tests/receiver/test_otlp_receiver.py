@@ -91,6 +91,21 @@ def test_fail_until_file_answers_503_until_the_file_is_gone(start, tmp_path):
     assert [line["answer"] for line in lines()] == ["unavailable", "ok"]
 
 
+def test_fail_signal_fails_only_that_signal(start):
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    ports, lines, _ = start("--fail-status", "unavailable", "--fail-signal", "traces")
+    traces = trace_service_pb2.ExportTraceServiceRequest().SerializeToString()
+    assert post(ports["http"], traces, path="/v1/traces")[0] == 503
+    assert post(ports["http"], request_bytes())[0] == 200
+    assert post(ports["http"], traces, path="/v1/traces")[0] == 503
+    assert [(line["signal"], line["answer"]) for line in lines()] == [
+        ("traces", "unavailable"),
+        ("metrics", "ok"),
+        ("traces", "unavailable"),
+    ]
+
+
 def test_http_429_carries_retry_after_and_only_for_the_first_request(start):
     ports, _, _ = start("--fail-status", "http_429_retry_after", "--fail-count", "1", "--retry-after", "4")
     status, headers, _ = post(ports["http"], request_bytes())

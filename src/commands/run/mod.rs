@@ -3,12 +3,13 @@
 //! ```text
 //! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ Analyzer
 //!   (attribution + diagnosis, published to observers) ──▶ metrics + logs requests
-//!   ──▶ delivery queue ──▶ transport
+//!   ──▶ delivery queue (a lane per signal) ──▶ transports
 //! ```
 //!
 //! Sampling never waits on the network: snapshots go through a bounded channel that the thread
-//! never blocks on, and requests go into the delivery queue, whose sender task retries on its
-//! own. SIGTERM/SIGINT stop sampling, export the last (partial) window, give the queue a bounded
+//! never blocks on, and requests go into the delivery queue, whose lanes (metrics, logs,
+//! forwarded traces) retry on their own, so one failing endpoint holds back only its signal.
+//! SIGTERM/SIGINT stop sampling, export the last (partial) window, give the queue a bounded
 //! time to deliver what it holds, and return, so the process exits 0.
 
 mod health;
@@ -29,9 +30,9 @@ use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, FindingEvent};
 use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
-use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot, RequestOptions};
+use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
-use crate::export::resource::NodeIdentity;
+use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
 use crate::sampling::{Gauge, SessionError, WindowAggregator};
 use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
@@ -119,7 +120,6 @@ struct Pipeline {
     sampler_health: Arc<SamplerHealth>,
     analyzer: Analyzer,
     node: NodeIdentity,
-    options: RequestOptions,
     queue: QueueHandle,
     sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
     health: HealthSnapshot,
@@ -215,7 +215,6 @@ impl Pipeline {
             sampler_health,
             analyzer,
             node,
-            options: RequestOptions::default(),
             queue,
             sender,
             health: HealthSnapshot::new(SystemTime::now()),
@@ -265,21 +264,13 @@ impl Pipeline {
                 &a.attributed.workloads,
                 &a.attributed.usage,
                 &self.node,
-                &self.options,
             ),
             None => MetricsBatch::default(),
         };
         let start = analysis
             .as_ref()
             .map_or(self.window_start, |a| a.attributed.window.start);
-        append_health(
-            &mut batch,
-            &self.node,
-            &self.health,
-            start,
-            now,
-            &self.options,
-        );
+        append_health(&mut batch, &self.node, &self.health, start, now);
         let points = batch.point_count() as u64;
         self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
@@ -427,26 +418,11 @@ fn gauge_of(values: &[f64]) -> Option<Gauge> {
 /// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
 fn node_identity(config: &Config) -> NodeIdentity {
     let instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    let k8s_node_name = std::env::var("K8S_NODE_NAME")
-        .ok()
-        .filter(|n| !n.is_empty());
     NodeIdentity::resolve(
         config.service_name.clone(),
         &config.resource_attributes,
         host_name(),
         instance,
-        k8s_node_name,
+        config.downward.node_name.clone(),
     )
-}
-
-/// This machine's host name, as an SDK's host detector reports it (`gethostname`).
-pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }

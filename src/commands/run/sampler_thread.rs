@@ -132,8 +132,9 @@ impl SamplerThread {
     /// Opens NVML and starts ticking.
     ///
     /// # Errors
-    /// The `SessionError` of the first open, unless `wait_for_gpu` is set, in which case the
-    /// thread keeps retrying (with backoff) and the error is only logged.
+    /// The `SessionError` of the first open, unless `wait_for_gpu` is set and the error is
+    /// transient ([`SessionError::is_transient`]), in which case the thread keeps retrying (with
+    /// backoff) and the error is only logged.
     pub fn spawn(
         settings: SamplerSettings,
         snapshots: mpsc::Sender<Snapshot>,
@@ -141,6 +142,13 @@ impl SamplerThread {
         let health = Arc::new(SamplerHealth::new());
         let first = match Sampler::open(&settings.nvml_lib) {
             Ok(sampler) => Some(sampler),
+            Err(e) if settings.wait_for_gpu && !e.is_transient() => {
+                tracing::error!(
+                    "--wait-for-gpu waits for a driver that is not loaded or installed yet, not \
+                     for a library path that cannot be loaded: fix --nvml-lib / GPULSE_NVML_LIB"
+                );
+                return Err(e);
+            }
             Err(e) if settings.wait_for_gpu => {
                 tracing::warn!("{e}. Waiting for the GPU (--wait-for-gpu): retrying with backoff");
                 health.count_open_error(e.kind());

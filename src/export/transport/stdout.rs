@@ -5,6 +5,9 @@
 //! (`metrics::to_otlp_json_line`, `logs::logs_to_otlp_json_line`, and the same writer for
 //! forwarded traces), which prune proto3 defaults
 //! the collector's file receiver refuses.
+//!
+//! Rendering and writing run on tokio's blocking pool: a reader that stops reading the pipe
+//! (a paused `less`, a full disk) blocks that thread, never the runtime that samples and serves.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -68,11 +71,24 @@ impl Transport for StdoutTransport {
         signal: Signal,
         request: &EncodedRequest,
     ) -> Result<SendOutcome, SendError> {
-        let line = (self.render)(signal, request.body())
-            .map_err(|detail| SendError::Render { signal, detail })?;
-        self.write_line(&line)
-            .map_err(|source| SendError::Stdout { signal, source })?;
-        Ok(SendOutcome::default())
+        let this = self.clone();
+        let body = request.body().clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let line = (this.render)(signal, &body)
+                .map_err(|detail| SendError::Render { signal, detail })?;
+            this.write_line(&line)
+                .map_err(|source| SendError::Stdout { signal, source })
+        })
+        .await;
+        match written {
+            Ok(result) => result.map(|()| SendOutcome::default()),
+            Err(join) => Err(SendError::Stdout {
+                signal,
+                source: std::io::Error::other(format!(
+                    "the writer thread stopped before finishing the line: {join}"
+                )),
+            }),
+        }
     }
 }
 
@@ -96,6 +112,7 @@ pub fn render_otlp_json(signal: Signal, body: &[u8]) -> Result<String, String> {
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::metrics::v1::{ResourceMetrics, ScopeMetrics};
+    use std::time::Duration;
 
     #[derive(Clone, Default)]
     struct Buffer(Arc<Mutex<Vec<u8>>>);
@@ -161,6 +178,37 @@ mod tests {
         let span = &value["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
         assert_eq!(span["name"], "train_step");
         assert_eq!(span["traceId"], "ab".repeat(16));
+    }
+
+    /// A writer that blocks until released, like a pipe nobody reads.
+    struct Blocked(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+    impl Write for Blocked {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let (released, cv) = &*self.0;
+            let mut released = released.lock().unwrap();
+            while !*released {
+                released = cv.wait(released).unwrap();
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocked_writer_does_not_block_the_runtime() {
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let out = StdoutTransport::with_writer(Blocked(Arc::clone(&gate)), render_otlp_json);
+        let request = EncodedRequest::from_message(&ExportMetricsServiceRequest::default(), 0);
+        let send = tokio::spawn(async move { out.send(Signal::Metrics, &request).await });
+        // On a single-threaded runtime this timer fires only if the write is off the runtime.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!send.is_finished(), "the write is still blocked");
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        send.await.unwrap().unwrap();
     }
 
     #[tokio::test]
