@@ -373,3 +373,7 @@ class Workloads:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def otlp_http_env(base: str) -> dict:
+    return {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": base}

@@ -27,11 +27,6 @@ def workloads(stack):
     w.remove_cgroups()
 
 
-def otlp_http_env(base: str) -> dict:
-    return {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": base}
-
-
-
 @pytest.fixture
 def local(tmp_path):
     """Programs of one test only, stopped when it ends (the workloads stay for the module)."""
