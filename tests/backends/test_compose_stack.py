@@ -11,11 +11,12 @@ the trainer's span is read back through Jaeger's query API with its gpulse.gpu.*
 """
 
 import json
+import os
 import re
 
 import pytest
 
-from backend_stack import REPO, free_port, http_get_json, promql, start_collector, start_gpulse, start_jaeger, \
+from backend_stack import BACKENDS_DIR, REPO, backend, free_port, http_get_json, promql, start_collector, start_gpulse, start_jaeger, \
     start_prometheus
 
 DASHBOARD = REPO / "examples" / "compose" / "grafana" / "dashboards" / "gpulse.json"
@@ -51,7 +52,12 @@ def grafana(expr: str) -> str:
 
 @pytest.fixture(scope="module")
 def compose(stack, workloads):
-    _, jaeger_otlp, jaeger_query = start_jaeger(stack)
+    # The dashboard needs no Jaeger: without its binary the traces pipeline points at a closed
+    # port (the exporter retries in the background) and only the span test skips (fails in CI).
+    if os.access(BACKENDS_DIR / "bin" / "jaeger", os.X_OK):
+        _, jaeger_otlp, jaeger_query = start_jaeger(stack)
+    else:
+        jaeger_otlp, jaeger_query = f"127.0.0.1:{free_port()}", None
     _, ports = start_collector(stack, TRACES_YAML, overrides=[f"exporters::otlp/jaeger::endpoint={jaeger_otlp}"])
     _, prom = start_prometheus(stack, scrape_targets=[f"127.0.0.1:{ports['prometheus']}"])
     receiver_port = free_port()
@@ -91,6 +97,7 @@ def test_dashboard_values_match_the_simulation(compose):
 
 
 def test_enriched_span_reaches_jaeger(compose, stack, workloads):
+    backend("jaeger")  # skips, or fails under CI=true, when it was not built
     # Wait until gpulse has GPU samples of the trainer covering the span's 3 seconds.
     stack.wait_until("a few export windows", lambda: promql(
         compose["prom"], f'process_gpu_memory_usage_bytes{{process_pid="{workloads.trainer.pid}"}}'))
