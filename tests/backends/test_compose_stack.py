@@ -32,14 +32,14 @@ def dashboard_queries():
     for panel in dash["panels"]:
         for p in [panel, *panel.get("panels", [])]:
             for t in p.get("targets", []):
-                out.append((f"panel {p['title']!r} ({t.get('refId', '?')})", t["expr"]))
+                out.append((f"panel {p['title']!r} ({t.get('refId', '?')})", t["expr"], None))
     for v in dash.get("templating", {}).get("list", []):
         q = v.get("query")
         q = q.get("query") if isinstance(q, dict) else q
         m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", q or "")
         assert m, f"variable {v['name']}: unexpected query {q!r}"
         # label_values(selector, label): the selector's series must carry the label.
-        out.append((f"variable ${v['name']}", f"count by ({m.group(2)}) ({m.group(1)})"))
+        out.append((f"variable ${v['name']}", f"count by ({m.group(2)}) ({m.group(1)})", m.group(2)))
     return out
 
 
@@ -68,14 +68,16 @@ def compose(stack, workloads):
 
 
 def test_every_dashboard_query_returns_data(compose, stack):
-    queries = [(where, grafana(expr)) for where, expr in dashboard_queries()]
+    queries = [(where, grafana(expr), label) for where, expr, label in dashboard_queries()]
     assert len(queries) >= 20, f"the dashboard has fewer queries than expected: {queries}"
     empty = {}
 
     def all_answer():
         empty.clear()
-        for where, expr in queries:
-            if not promql(compose["prom"], expr):
+        for where, expr, label in queries:
+            result = promql(compose["prom"], expr)
+            # A variable's values are its label's: each series must carry it.
+            if not result or (label and not all(r["metric"].get(label) for r in result)):
                 empty[where] = expr
         return not empty
 
