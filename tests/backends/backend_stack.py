@@ -61,7 +61,7 @@ def backend(name: str) -> Path:
     path = BACKENDS_DIR / "bin" / name
     if not os.access(path, os.X_OK):
         absent(f"{path} is missing: build the backends with `scripts/backends` "
-               f"(pinned Go modules, about 20 minutes on 2 cores the first time, cached after)")
+               f"(pinned Go modules; the first build takes tens of minutes on 2 cores, later runs are cached)")
     return path
 
 
