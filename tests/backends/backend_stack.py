@@ -74,11 +74,11 @@ def free_port() -> int:
 class Proc:
     """One started program: its output in `log`, stopped by `stop()` (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, name, argv, log_dir: Path, env=None, cwd=None, stdin=None, preexec_fn=None):
+    def __init__(self, name, argv, log_dir: Path, env=None, cwd=None, stdin=None, preexec_fn=None, unset=()):
         self.name = name
         self.log = log_dir / f"{name}.log"
         self.argv = [str(a) for a in argv]
-        full_env = dict(os.environ)
+        full_env = {k: v for k, v in os.environ.items() if k not in unset}
         full_env.update(env or {})
         with open(self.log, "wb") as out:
             self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=full_env,
@@ -191,11 +191,11 @@ def start_gpulse(stack: Stack, workloads, env: dict, args=(), name="gpulse") -> 
         "GPULSE_LOG": "info",
         "OTEL_SERVICE_NAME": "gpulse",
     }
-    for var in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        os.environ.pop(var, None)
     full_env.update(env)
+    # Only what the test sets: no OTLP settings or resource attributes from the caller's shell.
+    unset = [k for k in os.environ if k.startswith(("OTEL_", "GPULSE_"))]
     return stack.start(name, [gpulse, "run", "--nvml-lib", lib, "--config", config, "--sample-interval", "200ms",
-                              "--export-interval", "1s", *args], env=full_env)
+                              "--export-interval", "1s", *args], env=full_env, unset=unset)
 
 
 PROMETHEUS_OTLP = {
