@@ -71,6 +71,11 @@ fn init_logging(settings: &LogSettings) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: log files and `kubectl logs` get plain text.
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .with_target(false);
     match settings.format {
         LogFormat::Json => builder.json().init(),
