@@ -50,6 +50,7 @@ pub mod exporter;
 pub mod file;
 mod layers;
 pub mod otlp;
+pub mod prometheus;
 pub mod values;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -59,6 +60,7 @@ use std::time::Duration;
 pub use env::{process_env, EnvLookup};
 pub use error::{ConfigError, Origin, Raw};
 pub use file::{FileConfig, LoadedFile};
+pub use prometheus::{PrometheusNames, PrometheusSettings};
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
@@ -115,6 +117,8 @@ pub struct Config {
     pub diagnosis: Thresholds,
     /// The local OTLP receiver and span enrichment (`enrich`).
     pub otlp_receiver: ReceiverSettings,
+    /// `/metrics` for Prometheus (`--prometheus-*`).
+    pub prometheus: PrometheusSettings,
     /// Problems that did not stop the start and that `main` should log once logging is up (the
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
@@ -321,6 +325,7 @@ impl Config {
         let mut warnings = Vec::new();
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
         let otlp_receiver = receiver_settings(run, &layers, &exporter)?;
+        let prometheus = prometheus::resolve(run, &layers)?;
 
         Ok(Config {
             config_file: file.map(|f| f.path.clone()),
@@ -340,6 +345,7 @@ impl Config {
             log: common.log,
             diagnosis: common.diagnosis,
             otlp_receiver,
+            prometheus,
             warnings,
         })
     }

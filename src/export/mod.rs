@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod logs;
 pub mod metrics;
+pub mod prometheus;
 pub mod queue;
 pub mod resource;
 pub mod transport;
