@@ -9,6 +9,7 @@ mod export;
 mod findings;
 mod kernel;
 mod other_nvml;
+mod prometheus;
 mod reliability;
 mod run;
 mod sampling;

@@ -46,8 +46,5 @@ pub async fn start(
             }
         }
     });
-    Ok(MetricsEndpoint {
-        server,
-        follower,
-    })
+    Ok(MetricsEndpoint { server, follower })
 }

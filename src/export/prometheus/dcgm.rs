@@ -150,6 +150,7 @@ pub(super) fn push_devices(
         let percent = |g: &Option<Gauge>| last(g).map(|ratio| int(ratio * 100.0));
         let mib = |bytes: Option<u64>| bytes.map(|v| SampleValue::Int((v / MIB) as i64));
         let whole = |g: &Option<Gauge>| last(g).map(int);
+        #[rustfmt::skip]
         let values: [(&str, &str, Option<SampleValue>); 13] = [
             ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", percent(&d.utilization_gpu)),
             ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", percent(&d.utilization_memory)),
@@ -177,7 +178,13 @@ pub(super) fn push_devices(
         ];
         for (name, help, value) in values {
             if let Some(value) = value {
-                b.push(&dcgm_name(name), help, FamilyKind::Gauge, labels.clone(), value);
+                b.push(
+                    &dcgm_name(name),
+                    help,
+                    FamilyKind::Gauge,
+                    labels.clone(),
+                    value,
+                );
             }
         }
         for (name, help, ratio) in profiling_ratios(d) {

@@ -105,11 +105,14 @@ fn encode_value(
         // A counter is never negative; an OTLP int that is would be a bug upstream.
         (FamilyKind::Counter, SampleValue::Int(v)) => encoder
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
-                &u64::try_from(v).unwrap_or(0),
-                None,
-            ),
+            &u64::try_from(v).unwrap_or(0),
+            None,
+        ),
         (FamilyKind::Counter, SampleValue::Float(v)) => encoder
-            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, f64>(&v.max(0.0), None),
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, f64>(
+            &v.max(0.0),
+            None,
+        ),
     }
 }
 

@@ -432,7 +432,11 @@ mod tests {
         assert_eq!(general.value, SampleValue::Float(0.62));
         assert_eq!(label(general, "hw_id"), Some(UUID));
         assert_eq!(label(general, "service_name"), Some("gpulse"));
-        assert_eq!(label(general, "service_instance_id"), None, "instance is the scrape's");
+        assert_eq!(
+            label(general, "service_instance_id"),
+            None,
+            "instance is the scrape's"
+        );
         let energy = &e.families["hw_energy_joules_total"];
         assert_eq!(energy.kind, FamilyKind::Counter);
         assert!(e.families.keys().all(|k| !k.starts_with("DCGM_")));
@@ -440,7 +444,11 @@ mod tests {
 
     #[test]
     fn dcgm_names_have_dcgm_units_and_labels() {
-        let e = build_with(&window(&[(41, Some("train-0"))]), PrometheusNames::Dcgm, 1000);
+        let e = build_with(
+            &window(&[(41, Some("train-0"))]),
+            PrometheusNames::Dcgm,
+            1000,
+        );
         let value = |name: &str| {
             let s = samples(&e, name);
             assert_eq!(s.len(), 1, "{name}");
@@ -453,7 +461,10 @@ mod tests {
         assert_eq!(value("DCGM_FI_DEV_POWER_USAGE"), SampleValue::Float(420.5));
         assert_eq!(value("DCGM_FI_DEV_SM_CLOCK"), SampleValue::Int(1980));
         assert_eq!(value("DCGM_FI_DEV_MEM_CLOCK"), SampleValue::Int(2619));
-        assert_eq!(value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), SampleValue::Int(1500));
+        assert_eq!(
+            value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+            SampleValue::Int(1500)
+        );
         assert_eq!(value("DCGM_FI_DEV_XID_ERRORS"), SampleValue::Int(0));
         let s = &samples(&e, "DCGM_FI_DEV_GPU_UTIL")[0];
         for (name, want) in [
@@ -483,7 +494,14 @@ mod tests {
     #[test]
     fn the_last_xid_outlives_its_window() {
         let xids = HashMap::from([(UUID.to_string(), 79u64)]);
-        let e = build(&window(&[]), &[], &node(), PrometheusNames::Dcgm, 1000, &xids);
+        let e = build(
+            &window(&[]),
+            &[],
+            &node(),
+            PrometheusNames::Dcgm,
+            1000,
+            &xids,
+        );
         assert_eq!(
             samples(&e, "DCGM_FI_DEV_XID_ERRORS")[0].value,
             SampleValue::Int(79)
@@ -492,10 +510,8 @@ mod tests {
 
     #[test]
     fn process_series_carry_the_container_and_vanish_with_the_process() {
-        let published = super::super::Published::new(
-            crate::config::PrometheusSettings::default(),
-            node(),
-        );
+        let published =
+            super::super::Published::new(crate::config::PrometheusSettings::default(), node());
         published.update(&window(&[(41, None), (42, None)]), &[]);
         let (e, _) = published.latest();
         let pids: Vec<&str> = samples(&e, "process_gpu_memory_usage_bytes")
@@ -509,7 +525,10 @@ mod tests {
         published.update(&window(&[(42, None)]), &[]);
         let (e, _) = published.latest();
         let text = encode(e, SelfMetrics::default(), Format::PrometheusText, at(2001)).unwrap();
-        assert!(!text.contains("process_pid=\"41\""), "stale series left:\n{text}");
+        assert!(
+            !text.contains("process_pid=\"41\""),
+            "stale series left:\n{text}"
+        );
         assert!(text.contains("process_pid=\"42\""));
     }
 
@@ -524,7 +543,11 @@ mod tests {
         let e = build_with(&w, PrometheusNames::Dcgm, bound);
         assert_eq!(e.series, bound);
         assert_eq!(e.dropped as usize, full.series - bound);
-        assert_eq!(samples(&e, "DCGM_FI_DEV_GPU_UTIL").len(), 1, "devices come first");
+        assert_eq!(
+            samples(&e, "DCGM_FI_DEV_GPU_UTIL").len(),
+            1,
+            "devices come first"
+        );
         assert!(samples(&e, "process_gpu_memory_usage_bytes").len() < 3);
 
         let published = super::super::Published::new(
@@ -540,7 +563,10 @@ mod tests {
         let (e, own) = published.latest();
         assert_eq!(own.dropped_total, 2 * e.dropped);
         let text = encode(e, own, Format::PrometheusText, at(2001)).unwrap();
-        let want = format!("gpulse_prometheus_series_dropped_total {}\n", own.dropped_total);
+        let want = format!(
+            "gpulse_prometheus_series_dropped_total {}\n",
+            own.dropped_total
+        );
         assert!(text.contains(&want), "{text}");
     }
 
@@ -577,7 +603,11 @@ mod tests {
 
     #[test]
     fn both_formats_encode_counters_units_and_eof() {
-        let e = Arc::new(build_with(&window(&[(41, None)]), PrometheusNames::Dcgm, 1000));
+        let e = Arc::new(build_with(
+            &window(&[(41, None)]),
+            PrometheusNames::Dcgm,
+            1000,
+        ));
         let text = encode(
             Arc::clone(&e),
             SelfMetrics::default(),
@@ -585,9 +615,18 @@ mod tests {
             at(2003),
         )
         .unwrap();
-        assert!(text.contains("# TYPE hw_energy_joules_total counter\n"), "{text}");
-        assert!(text.contains("\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\""), "{text}");
-        assert!(text.contains("gpulse_prometheus_window_age_seconds 3"), "{text}");
+        assert!(
+            text.contains("# TYPE hw_energy_joules_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpulse_prometheus_window_age_seconds 3"),
+            "{text}"
+        );
         assert!(!text.contains("# EOF"));
         let om = encode(e, SelfMetrics::default(), Format::OpenMetrics, at(2003)).unwrap();
         assert!(om.contains("# TYPE hw_energy_joules counter\n"), "{om}");

@@ -215,6 +215,7 @@ mod tests {
     #[test]
     fn names_match_prometheus_otlp_translation() {
         // (OTLP name, unit, kind, what Prometheus 3's OTLP receiver stores)
+        #[rustfmt::skip]
         let table = [
             ("hw.gpu.utilization", "1", Gauge, "hw_gpu_utilization_ratio"),
             ("hw.gpu.memory.usage", "By", UpDownCounter, "hw_gpu_memory_usage_bytes"),
