@@ -8,8 +8,9 @@ use super::error::ConfigError;
 use super::layers::{first, Layers};
 use crate::cli::RunArgs;
 
-/// How many series one scrape may carry by default: a node of 8 GPUs with 100 processes each
-/// needs about 8 × 60 device series + 800 × 15 process series ≈ 12.5k.
+/// How many series one scrape may carry by default. Counted from the builders: a device has up
+/// to about 60 series (with the dcgm names), a process on one device up to 13, so 8 GPUs with
+/// 100 processes each make about 11k.
 pub const DEFAULT_PROMETHEUS_MAX_SERIES: usize = 20_000;
 
 /// Which names `/metrics` uses.
