@@ -150,6 +150,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub health_addr: Option<String>,
 
+    /// Serve Prometheus /metrics here (text or OpenMetrics by Accept header): PORT, :PORT (both
+    /// 127.0.0.1) or IP:PORT, e.g. 0.0.0.0:9400. [env: GPULSE_PROMETHEUS_ADDR]
+    /// [file: prometheus.addr] [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_addr: Option<String>,
+
+    /// Metric names on /metrics: otel (OTLP names as Prometheus translates them) or dcgm (those
+    /// plus dcgm-exporter's DCGM_FI_* names and labels). [env: GPULSE_PROMETHEUS_NAMES]
+    /// [file: prometheus.names] [default: otel]
+    #[arg(long, value_name = "NAMES", value_parser = ["otel", "dcgm"])]
+    pub prometheus_names: Option<String>,
+
+    /// Most series one scrape of /metrics carries; more are dropped and counted.
+    /// [env: GPULSE_PROMETHEUS_MAX_SERIES] [file: prometheus.max_series] [default: 20000]
+    #[arg(long, value_name = "COUNT")]
+    pub prometheus_max_series: Option<String>,
+
     /// Wait for the NVIDIA driver instead of exiting when NVML cannot start.
     /// [env: GPULSE_WAIT_FOR_GPU] [file: wait_for_gpu]
     #[arg(long)]

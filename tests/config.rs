@@ -1115,3 +1115,83 @@ fn nested_signal_tables_and_bad_file_headers_are_refused() {
     );
     assert!(!msg.contains("tok3n"), "{msg}");
 }
+
+#[test]
+fn prometheus_settings_follow_the_one_precedence() {
+    use gpulse::config::{PrometheusNames, PrometheusSettings};
+    let off = resolved(&[], &Env::default(), None).prometheus;
+    assert_eq!(off, PrometheusSettings::default());
+    assert_eq!(off.addr, None, "no port unless asked for");
+
+    let f = file("[prometheus]\naddr = \"0.0.0.0:9400\"\nnames = \"dcgm\"\nmax_series = 500\n");
+    let from_file = resolved(&[], &Env::default(), Some(&f)).prometheus;
+    assert_eq!(
+        from_file,
+        PrometheusSettings {
+            addr: Some("0.0.0.0:9400".parse().unwrap()),
+            names: PrometheusNames::Dcgm,
+            max_series: 500,
+        }
+    );
+    let env = Env::with(&[
+        ("GPULSE_PROMETHEUS_ADDR", "9401"),
+        ("GPULSE_PROMETHEUS_NAMES", "otel"),
+    ]);
+    let from_env = resolved(&[], &env, Some(&f)).prometheus;
+    assert_eq!(from_env.addr, Some("127.0.0.1:9401".parse().unwrap()));
+    assert_eq!(from_env.names, PrometheusNames::Otel);
+    assert_eq!(
+        from_env.max_series, 500,
+        "the file still gives what the env does not"
+    );
+    let from_flags = resolved(
+        &[
+            "--prometheus-addr",
+            "[::1]:9402",
+            "--prometheus-names",
+            "dcgm",
+            "--prometheus-max-series",
+            "7",
+        ],
+        &env,
+        Some(&f),
+    )
+    .prometheus;
+    assert_eq!(
+        from_flags,
+        PrometheusSettings {
+            addr: Some("[::1]:9402".parse().unwrap()),
+            names: PrometheusNames::Dcgm,
+            max_series: 7,
+        }
+    );
+}
+
+#[test]
+fn bad_prometheus_settings_say_what_to_write() {
+    let zero = err(
+        &[],
+        &Env::default(),
+        Some(&file("[prometheus]\nmax_series = 0\n")),
+    );
+    assert!(
+        zero.contains("prometheus.max_series") && zero.contains("e.g. 20000"),
+        "{zero}"
+    );
+    let names = err(
+        &[],
+        &Env::with(&[("GPULSE_PROMETHEUS_NAMES", "DCGM_FI")]),
+        None,
+    );
+    assert!(
+        names.contains("GPULSE_PROMETHEUS_NAMES")
+            && names.contains("otel")
+            && names.contains("dcgm"),
+        "{names}"
+    );
+    let addr = err(&["--prometheus-addr", "everywhere"], &Env::default(), None);
+    assert!(
+        addr.contains("--prometheus-addr") && addr.contains("0.0.0.0:9464"),
+        "{addr}"
+    );
+}

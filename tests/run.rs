@@ -12,7 +12,7 @@ use crate::common::{Receiver, ReceiverOptions};
 use crate::kernel::{child_of, join_cgroup, require_cgroups, CgroupGuard, ChildGuard, KillOnDrop};
 use crate::sampling::{gpulse_bin, sim_lib};
 
-const DOCKER_ID: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";
+pub const DOCKER_ID: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";
 const CRI_ID: &str = "c41e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e";
 const POD_UID: &str = "7b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d";
 const GPU0: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
@@ -102,6 +102,11 @@ impl Gpulse {
             _dir: dir,
             stderr,
         }
+    }
+
+    /// What gpulse has logged so far.
+    pub fn stderr_so_far(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// SIGTERM, then wait for the exit status.
@@ -204,17 +209,38 @@ pub fn value(point: &Value) -> f64 {
 /// a containerd pod scope (kubelet's systemd driver), both on the host's cgroup2 hierarchy
 /// wherever it is mounted (pure v2 or hybrid), and one in its own PID namespace. Dropped in
 /// order: children first, then their cgroups. Never skips: what is missing panics.
-struct Workloads {
-    docker: ChildGuard,
+pub struct Workloads {
+    pub docker: ChildGuard,
     pod: ChildGuard,
     namespaced_host_pid: u32,
     _namespaced: (KillOnDrop, ChildGuard),
     _cgroups: CgroupGuard,
+    /// Held until the cgroups are gone: the fixed cgroup paths allow one `Workloads` at a time
+    /// on the machine (tests run in parallel threads, and test binaries of other checkouts may
+    /// run at the same time). Declared last, so it is released after the cgroups are removed.
+    _serial: std::fs::File,
+}
+
+/// An exclusive `flock` on a well-known file: blocks until no other `Workloads` (in this process
+/// or another) holds it. Released when the file is closed.
+fn lock_fixed_cgroups() -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("gpulse-test-workloads-cgroups.lock"))
+        .expect("open the cgroup lock file");
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    file
 }
 
 impl Workloads {
-    fn start() -> Workloads {
+    pub fn start() -> Workloads {
         let layout = require_cgroups();
+        let serial = lock_fixed_cgroups();
         let mut cgroups = CgroupGuard::default();
         let docker_dir = cgroups
             .create(
@@ -253,10 +279,11 @@ impl Workloads {
             namespaced_host_pid: inner,
             _namespaced: (KillOnDrop(inner), unshare),
             _cgroups: cgroups,
+            _serial: serial,
         }
     }
 
-    fn pids(&self) -> Vec<u32> {
+    pub fn pids(&self) -> Vec<u32> {
         vec![self.docker.pid(), self.pod.pid(), self.namespaced_host_pid]
     }
 }

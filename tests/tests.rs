@@ -10,6 +10,7 @@ mod findings;
 mod framework;
 mod kernel;
 mod other_nvml;
+mod prometheus;
 mod reliability;
 mod run;
 mod sampling;

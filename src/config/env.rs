@@ -51,6 +51,12 @@ pub const READ_ENVIRON: &str = "GPULSE_READ_ENVIRON";
 pub const KUBELET_SOCKET: &str = "GPULSE_KUBELET_SOCKET";
 /// `--health-addr`.
 pub const HEALTH_ADDR: &str = "GPULSE_HEALTH_ADDR";
+/// `--prometheus-addr`: where `/metrics` is served.
+pub const PROMETHEUS_ADDR: &str = "GPULSE_PROMETHEUS_ADDR";
+/// `--prometheus-names`: `otel` or `dcgm`.
+pub const PROMETHEUS_NAMES: &str = "GPULSE_PROMETHEUS_NAMES";
+/// `--prometheus-max-series`, a count.
+pub const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
 /// `--wait-for-gpu`, a boolean.
 pub const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
 /// `--queue-max-bytes`, a size.

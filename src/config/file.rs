@@ -106,6 +106,8 @@ pub struct FileConfig {
     pub otlp: OtlpFile,
     #[serde(default)]
     pub otlp_receiver: ReceiverFile,
+    #[serde(default)]
+    pub prometheus: PrometheusFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
     /// [`crate::diagnosis::Thresholds`].
     #[serde(default)]
@@ -138,6 +140,18 @@ pub struct ReceiverFile {
     pub http: Value,
     /// How far back per-process GPU samples are kept for enrichment. Default `"10m"`.
     pub enrich_history: Value,
+}
+
+/// `[prometheus]`: the `/metrics` endpoint (off unless `addr` is set).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusFile {
+    /// `"PORT"`, `":PORT"` (both bind 127.0.0.1) or `"IP:PORT"`, e.g. `"0.0.0.0:9400"`.
+    pub addr: Value,
+    /// `"otel"` (default) or `"dcgm"` (adds dcgm-exporter's `DCGM_FI_*` names).
+    pub names: Value,
+    /// Most series per scrape; more are dropped and counted. Default `20000`.
+    pub max_series: Value,
 }
 
 /// `[queue]`: what is kept for retry while the backend is unreachable.

@@ -51,6 +51,7 @@ pub mod exporter;
 pub mod file;
 mod layers;
 pub mod otlp;
+pub mod prometheus;
 pub mod values;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -60,6 +61,7 @@ use std::time::Duration;
 pub use env::{process_env, EnvLookup};
 pub use error::{ConfigError, Origin, Raw};
 pub use file::{FileConfig, LoadedFile};
+pub use prometheus::{PrometheusNames, PrometheusSettings};
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
@@ -118,6 +120,8 @@ pub struct Config {
     pub otlp_receiver: ReceiverSettings,
     /// gpulse's own pod and node, from the Kubernetes Downward API (`K8S_*`).
     pub downward: downward::DownwardApi,
+    /// `/metrics` for Prometheus (`--prometheus-*`).
+    pub prometheus: PrometheusSettings,
     /// Problems that did not stop the start and that `main` should log once logging is up (the
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
@@ -324,6 +328,7 @@ impl Config {
         let mut warnings = Vec::new();
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
         let otlp_receiver = receiver_settings(run, &layers, &exporter)?;
+        let prometheus = prometheus::resolve(run, &layers)?;
 
         Ok(Config {
             config_file: file.map(|f| f.path.clone()),
@@ -344,6 +349,7 @@ impl Config {
             diagnosis: common.diagnosis,
             otlp_receiver,
             downward: downward::DownwardApi::from_env(env),
+            prometheus,
             warnings,
         })
     }

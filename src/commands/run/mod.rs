@@ -13,6 +13,7 @@
 //! time to deliver what it holds, and return, so the process exits 0.
 
 mod health;
+mod prometheus;
 pub mod sampler_thread;
 pub mod status;
 
@@ -53,6 +54,12 @@ pub enum RunError {
     },
     #[error(transparent)]
     Receiver(#[from] crate::enrich::ReceiverError),
+    #[error("could not serve Prometheus metrics on {addr}: {source}. Pick a free address with --prometheus-addr")]
+    Prometheus {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// How long the last flush may take at shutdown, at most: Kubernetes gives 30 s by default
@@ -129,6 +136,8 @@ struct Pipeline {
     _health_server: Option<tokio::task::JoinHandle<()>>,
     /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
     receivers: Option<crate::enrich::Receivers>,
+    /// `/metrics` (`--prometheus-addr`).
+    _prometheus: Option<prometheus::MetricsEndpoint>,
 }
 
 use crate::sampling::Snapshot;
@@ -207,6 +216,14 @@ impl Pipeline {
         } else {
             None
         };
+        let prometheus = match config.prometheus.addr {
+            Some(addr) => Some(
+                prometheus::start(addr, config.prometheus, node.clone(), analyzer.subscribe())
+                    .await
+                    .map_err(|source| RunError::Prometheus { addr, source })?,
+            ),
+            None => None,
+        };
         warn_if_no_processes_visible(&config.proc_root);
         Ok(Self {
             snapshots,
@@ -222,6 +239,7 @@ impl Pipeline {
             stall_reported: false,
             _health_server: health_server,
             receivers,
+            _prometheus: prometheus,
         })
     }
 

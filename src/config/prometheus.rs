@@ -1,0 +1,120 @@
+//! The `/metrics` endpoint's settings (`--prometheus-addr`, `--prometheus-names`,
+//! `--prometheus-max-series`, their `GPULSE_PROMETHEUS_*` variables and the `[prometheus]` file
+//! table), resolved with the one precedence: flags > environment > file > defaults.
+
+use std::net::SocketAddr;
+
+use super::error::ConfigError;
+use super::layers::{first, Layers};
+use crate::cli::RunArgs;
+
+/// How many series one scrape may carry by default. Counted from the builders: a device has up
+/// to about 60 series (with the dcgm names), a process on one device up to 13, so 8 GPUs with
+/// 100 processes each make about 11k.
+pub const DEFAULT_PROMETHEUS_MAX_SERIES: usize = 20_000;
+
+/// Which names `/metrics` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrometheusNames {
+    /// The OTLP metrics under the names Prometheus's own OTLP translation gives them.
+    #[default]
+    Otel,
+    /// The same, plus dcgm-exporter's `DCGM_FI_*` names, labels and units, so its dashboards
+    /// and alerts keep working.
+    Dcgm,
+}
+
+impl PrometheusNames {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrometheusNames::Otel => "otel",
+            PrometheusNames::Dcgm => "dcgm",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "otel" => Ok(PrometheusNames::Otel),
+            "dcgm" => Ok(PrometheusNames::Dcgm),
+            _ => Err(
+                "expected otel (OTLP names as Prometheus translates them) or dcgm (those plus \
+                 dcgm-exporter's DCGM_FI_* names)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// `/metrics`: off when `addr` is `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrometheusSettings {
+    pub addr: Option<SocketAddr>,
+    pub names: PrometheusNames,
+    /// Series beyond this are left out of a scrape (device series first, then processes by
+    /// ascending PID keep their place) and counted in `gpulse_prometheus_series_dropped_total`.
+    pub max_series: usize,
+}
+
+impl Default for PrometheusSettings {
+    fn default() -> Self {
+        Self {
+            addr: None,
+            names: PrometheusNames::Otel,
+            max_series: DEFAULT_PROMETHEUS_MAX_SERIES,
+        }
+    }
+}
+
+pub(crate) fn resolve(
+    run: &RunArgs,
+    layers: &Layers<'_>,
+) -> Result<PrometheusSettings, ConfigError> {
+    let addr = first([
+        Layers::flag("--prometheus-addr", run.prometheus_addr.as_deref()),
+        layers.env(super::env::PROMETHEUS_ADDR),
+        layers.file("prometheus.addr", |f| &f.prometheus.addr),
+    ])
+    .map(|raw| raw.parse(super::parse_health_addr))
+    .transpose()?;
+    let names = first([
+        Layers::flag("--prometheus-names", run.prometheus_names.as_deref()),
+        layers.env(super::env::PROMETHEUS_NAMES),
+        layers.file("prometheus.names", |f| &f.prometheus.names),
+    ])
+    .map(|raw| raw.parse(PrometheusNames::parse))
+    .transpose()?
+    .unwrap_or_default();
+    let max_series = match first([
+        Layers::flag(
+            "--prometheus-max-series",
+            run.prometheus_max_series.as_deref(),
+        ),
+        layers.env(super::env::PROMETHEUS_MAX_SERIES),
+        layers.file("prometheus.max_series", |f| &f.prometheus.max_series),
+    ]) {
+        Some(raw) => raw.parse(|text| match text.trim().parse::<usize>() {
+            Ok(0) => Err("0 series would leave /metrics empty; expected e.g. 20000".into()),
+            Ok(n) => Ok(n),
+            Err(_) => Err("expected a whole number of series, e.g. 20000".into()),
+        })?,
+        None => DEFAULT_PROMETHEUS_MAX_SERIES,
+    };
+    Ok(PrometheusSettings {
+        addr,
+        names,
+        max_series,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_refuse_with_the_choices() {
+        assert_eq!(PrometheusNames::parse("dcgm"), Ok(PrometheusNames::Dcgm));
+        assert_eq!(PrometheusNames::parse(" otel "), Ok(PrometheusNames::Otel));
+        let err = PrometheusNames::parse("DCGM_FI").unwrap_err();
+        assert!(err.contains("otel") && err.contains("dcgm"), "{err}");
+    }
+}

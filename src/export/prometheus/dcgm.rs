@@ -1,0 +1,202 @@
+//! dcgm-exporter's names, labels and units (`--prometheus-names dcgm`), so NVIDIA's Grafana
+//! dashboard (id 12239) and alerts on `DCGM_FI_*` keep working when gpulse replaces
+//! dcgm-exporter.
+//!
+//! Values are the window's last sample (dcgm-exporter shows the latest reading, not an
+//! average), in dcgm-exporter's units: percent, MiB, °C, W, MHz, mJ. Labels are its labels:
+//! `gpu`, `UUID`, `device`, `modelName`, `Hostname`, `pci_bus_id`, `DCGM_FI_DRIVER_VERSION`,
+//! and `container`/`namespace`/`pod` of the one Kubernetes pod using the GPU (absent when none
+//! or several do, where dcgm-exporter cannot tell either). Per-process series are the OTLP
+//! ones (`process_gpu_*`), which dcgm-exporter has no equivalent for.
+//!
+//! Two deliberate differences: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` counts from when gpulse
+//! first saw the device (DCGM: since the driver loaded), and it is typed `gauge`, not `counter`,
+//! because a Prometheus counter's name must end in `_total` (`promtool check metrics`) and the
+//! name must stay dcgm-exporter's; `rate()`/`increase()` work on it all the same.
+
+use std::collections::HashMap;
+
+use super::exposition::{Builder, FamilyKind, SampleValue};
+use super::names::PromName;
+use crate::attribution::AttributedWindow;
+use crate::export::resource::NodeIdentity;
+use crate::sampling::{DeviceStatus, DeviceWindow, Gauge};
+
+const MIB: u64 = 1 << 20;
+
+/// A dcgm-exporter name: used as is, no unit suffix, no `_total`.
+fn dcgm_name(name: &str) -> PromName {
+    PromName {
+        base: name.to_string(),
+        unit: None,
+        counter: false,
+    }
+}
+
+/// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios, when GPM (Hopper and later) gives them.
+///
+/// The sampled model has no GPM metrics yet (`DeviceWindow` carries none), so every entry is
+/// `None` and no `DCGM_FI_PROF_*` series is emitted: a dashboard panel on them shows "no data",
+/// never a made-up 0. When sampling reads `nvmlGpmMetricsGet`, map its
+/// `NVML_GPM_METRIC_GRAPHICS_UTIL`, `SM_UTIL`, `SM_OCCUPANCY`, `ANY_TENSOR_UTIL` and
+/// `DRAM_BW_UTIL` (percent, divide by 100) here.
+pub fn profiling_ratios(_device: &DeviceWindow) -> [(&'static str, &'static str, Option<f64>); 5] {
+    [
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "Ratio of time the graphics engine is active.",
+            None,
+        ),
+        (
+            "DCGM_FI_PROF_SM_ACTIVE",
+            "Ratio of cycles an SM has at least one warp assigned.",
+            None,
+        ),
+        (
+            "DCGM_FI_PROF_SM_OCCUPANCY",
+            "Ratio of warps resident on an SM to the maximum.",
+            None,
+        ),
+        (
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "Ratio of cycles the tensor pipes are active.",
+            None,
+        ),
+        (
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "Ratio of cycles the device memory interface is active.",
+            None,
+        ),
+    ]
+}
+
+/// The pod using a device, as dcgm-exporter labels it: only when exactly one pod does.
+fn pod_labels(attributed: &AttributedWindow, uuid: &str) -> Vec<(String, String)> {
+    let mut pods: Vec<(&str, Option<&str>, Option<&str>)> = Vec::new();
+    for p in attributed
+        .window
+        .processes
+        .iter()
+        .filter(|p| p.device_uuid == uuid)
+    {
+        let Some(w) = attributed.workloads.get(&p.pid) else {
+            continue;
+        };
+        let Some(pod) = w.pod_name.as_deref() else {
+            continue;
+        };
+        let entry = (
+            pod,
+            w.namespace_name.as_deref(),
+            w.container_name.as_deref(),
+        );
+        if !pods.contains(&entry) {
+            pods.push(entry);
+        }
+    }
+    let [(pod, namespace, container)] = pods.as_slice() else {
+        return Vec::new();
+    };
+    let mut labels = vec![("pod".to_string(), pod.to_string())];
+    if let Some(ns) = namespace {
+        labels.push(("namespace".into(), ns.to_string()));
+    }
+    if let Some(c) = container {
+        labels.push(("container".into(), c.to_string()));
+    }
+    labels
+}
+
+fn last(gauge: &Option<Gauge>) -> Option<f64> {
+    gauge.as_ref().map(|g| g.last).filter(|v| v.is_finite())
+}
+
+fn int(v: f64) -> SampleValue {
+    SampleValue::Int(v.round() as i64)
+}
+
+/// The `DCGM_FI_*` families of every device of the window.
+pub(super) fn push_devices(
+    b: &mut Builder,
+    attributed: &AttributedWindow,
+    node: &NodeIdentity,
+    last_xid: &HashMap<String, u64>,
+) {
+    let window = &attributed.window;
+    // dcgm-exporter's Hostname is the node's name (NODE_NAME in its DaemonSet).
+    let hostname = node
+        .k8s_node_name()
+        .unwrap_or(node.host_name.as_str())
+        .to_string();
+    for d in &window.devices {
+        if d.status == DeviceStatus::Lost {
+            // dcgm-exporter stops reporting a GPU that fell off the bus; so does this.
+            continue;
+        }
+        let info = &d.info;
+        let mut labels = vec![
+            ("gpu".to_string(), info.index.to_string()),
+            ("UUID".to_string(), info.uuid.clone()),
+            ("pci_bus_id".to_string(), info.pci_bus_id.clone()),
+            ("device".to_string(), format!("nvidia{}", info.index)),
+            ("modelName".to_string(), info.name.clone()),
+            ("Hostname".to_string(), hostname.clone()),
+        ];
+        if let Some(version) = &window.driver_version {
+            labels.push(("DCGM_FI_DRIVER_VERSION".into(), version.clone()));
+        }
+        labels.extend(pod_labels(attributed, &info.uuid));
+
+        let percent = |g: &Option<Gauge>| last(g).map(|ratio| int(ratio * 100.0));
+        let mib = |bytes: Option<u64>| bytes.map(|v| SampleValue::Int((v / MIB) as i64));
+        let whole = |g: &Option<Gauge>| last(g).map(int);
+        #[rustfmt::skip]
+        let values: [(&str, &str, Option<SampleValue>); 13] = [
+            ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", percent(&d.utilization_gpu)),
+            ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", percent(&d.utilization_memory)),
+            ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", percent(&d.utilization_encoder)),
+            ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", percent(&d.utilization_decoder)),
+            ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", mib(d.memory_used_bytes)),
+            ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", mib(d.memory_free_bytes)),
+            ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", mib(d.memory_reserved_bytes)),
+            ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", whole(&d.temperature_celsius)),
+            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", last(&d.power_watts).map(SampleValue::Float)),
+            ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", whole(&d.sm_clock_mhz)),
+            ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", whole(&d.memory_clock_mhz)),
+            (
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                "Total energy consumption since gpulse first saw the GPU (in mJ).",
+                d.energy_joules_total.map(|j| int(j * 1000.0)),
+            ),
+            (
+                "DCGM_FI_DEV_XID_ERRORS",
+                "Value of the last XID error encountered (0: none since gpulse started).",
+                Some(SampleValue::Int(
+                    last_xid.get(&info.uuid).map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
+                )),
+            ),
+        ];
+        for (name, help, value) in values {
+            if let Some(value) = value {
+                b.push(
+                    &dcgm_name(name),
+                    help,
+                    FamilyKind::Gauge,
+                    labels.clone(),
+                    value,
+                );
+            }
+        }
+        for (name, help, ratio) in profiling_ratios(d) {
+            if let Some(ratio) = ratio {
+                b.push(
+                    &dcgm_name(name),
+                    help,
+                    FamilyKind::Gauge,
+                    labels.clone(),
+                    SampleValue::Float(ratio),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,652 @@
+//! What one scrape of `/metrics` shows, built once per analysed window: the window's OTLP
+//! metrics (the very request the OTLP exporter sends, from the same builder) under the names
+//! Prometheus's OTLP translation gives them, resource attributes promoted to labels, then
+//! dcgm-exporter's families when asked for, with a bound on the number of series.
+//!
+//! Built from the latest window only, so the series of a process that exited vanish with the
+//! first window that no longer lists it. The bound keeps device series first (the node
+//! resource, then dcgm-exporter's device families, then the findings gauge), then processes by
+//! ascending PID; what does not fit is counted, never silently lost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point, Metric};
+
+use super::dcgm;
+use super::names::{label_name, metric_name, OtlpKind, PromName};
+use crate::attribution::AttributedWindow;
+use crate::config::PrometheusNames;
+use crate::diagnosis::{Finding, RuleId};
+use crate::export::metrics::{metrics_request, METRICS};
+use crate::export::resource::NodeIdentity;
+
+/// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
+/// translation turns into `instance`, which the scrape sets itself (and it changes with every
+/// restart); the SDK attributes only say "gpulse" on every series; a command line can carry
+/// secrets and would make a label of unbounded size.
+const NOT_PROMOTED: [&str; 5] = [
+    "service.instance.id",
+    "telemetry.sdk.name",
+    "telemetry.sdk.language",
+    "telemetry.sdk.version",
+    "process.command_line",
+];
+
+/// A sample's value: integers stay integers in the text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SampleValue {
+    Int(i64),
+    Float(f64),
+}
+
+impl SampleValue {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            SampleValue::Int(v) => v as f64,
+            SampleValue::Float(v) => v,
+        }
+    }
+}
+
+/// One series and its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Label names are unique within a sample.
+    pub labels: Vec<(String, String)>,
+    pub value: SampleValue,
+}
+
+/// Prometheus's types, as far as gpulse uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    Gauge,
+    Counter,
+}
+
+/// One metric family: its name, help, type and samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    pub name: PromName,
+    pub help: String,
+    pub kind: FamilyKind,
+    pub samples: Vec<Sample>,
+}
+
+/// Everything one scrape shows, as of one window.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Exposition {
+    /// By full name, so the text comes out in a stable order.
+    pub families: BTreeMap<String, Family>,
+    /// Series in `families`.
+    pub series: usize,
+    /// Series this window had that the bound left out.
+    pub dropped: u64,
+    /// End of the window shown, for `gpulse_prometheus_window_age_seconds`.
+    pub window_end: Option<SystemTime>,
+}
+
+/// Collects families under a bound on the number of series.
+pub(super) struct Builder {
+    exposition: Exposition,
+    max_series: usize,
+}
+
+impl Builder {
+    pub(super) fn new(max_series: usize) -> Self {
+        Self {
+            exposition: Exposition::default(),
+            max_series,
+        }
+    }
+
+    /// Adds one sample; past the bound it is counted as dropped instead.
+    pub(super) fn push(
+        &mut self,
+        name: &PromName,
+        help: &str,
+        kind: FamilyKind,
+        labels: Vec<(String, String)>,
+        value: SampleValue,
+    ) {
+        if let SampleValue::Float(v) = value {
+            // Unknown is never reported: a NaN or infinite value has no sample.
+            if !v.is_finite() {
+                return;
+            }
+        }
+        if self.exposition.series >= self.max_series {
+            self.exposition.dropped += 1;
+            return;
+        }
+        let family = self
+            .exposition
+            .families
+            .entry(name.full())
+            .or_insert_with(|| Family {
+                name: name.clone(),
+                help: help.to_string(),
+                kind,
+                samples: Vec::new(),
+            });
+        if family.kind != kind {
+            // Two sources disagree on the type of one name: keep the exposition valid.
+            self.exposition.dropped += 1;
+            return;
+        }
+        family.samples.push(Sample { labels, value });
+        self.exposition.series += 1;
+    }
+
+    pub(super) fn finish(self) -> Exposition {
+        self.exposition
+    }
+}
+
+/// The label form of an OTLP attribute value.
+fn attribute_text(value: Option<&any_value::Value>) -> Option<String> {
+    match value? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        any_value::Value::BoolValue(b) => Some(b.to_string()),
+        any_value::Value::DoubleValue(d) => Some(d.to_string()),
+        _ => None,
+    }
+}
+
+/// `attributes` as labels, on top of `base` (a later key replaces an earlier one).
+fn labels_of(base: &[(String, String)], attributes: &[KeyValue]) -> Vec<(String, String)> {
+    let mut labels = base.to_vec();
+    for kv in attributes {
+        let (Some(name), Some(value)) = (
+            label_name(&kv.key),
+            attribute_text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+        ) else {
+            continue;
+        };
+        match labels.iter_mut().find(|(n, _)| *n == name) {
+            Some(existing) => existing.1 = value,
+            None => labels.push((name, value)),
+        }
+    }
+    labels
+}
+
+fn resource_labels(attributes: &[KeyValue]) -> Vec<(String, String)> {
+    let promoted: Vec<KeyValue> = attributes
+        .iter()
+        .filter(|kv| !NOT_PROMOTED.contains(&kv.key.as_str()))
+        .cloned()
+        .collect();
+    labels_of(&[], &promoted)
+}
+
+/// The name, help and type of an OTLP metric as Prometheus sees it.
+fn family_of(metric: &Metric) -> Option<(PromName, FamilyKind)> {
+    let kind = match metric.data.as_ref()? {
+        Data::Gauge(_) => OtlpKind::Gauge,
+        Data::Sum(s) if s.is_monotonic => OtlpKind::Counter,
+        Data::Sum(_) => OtlpKind::UpDownCounter,
+        _ => return None,
+    };
+    let name = metric_name(&metric.name, &metric.unit, kind)?;
+    let family = if kind == OtlpKind::Counter {
+        FamilyKind::Counter
+    } else {
+        FamilyKind::Gauge
+    };
+    Some((name, family))
+}
+
+fn push_otlp_metric(b: &mut Builder, metric: &Metric, resource: &[(String, String)]) {
+    let Some((name, kind)) = family_of(metric) else {
+        return;
+    };
+    let points = match metric.data.as_ref() {
+        Some(Data::Gauge(g)) => &g.data_points,
+        Some(Data::Sum(s)) => &s.data_points,
+        _ => return,
+    };
+    for point in points {
+        let value = match point.value {
+            Some(number_data_point::Value::AsInt(v)) => SampleValue::Int(v),
+            Some(number_data_point::Value::AsDouble(v)) => SampleValue::Float(v),
+            None => continue,
+        };
+        let labels = labels_of(resource, &point.attributes);
+        b.push(&name, &metric.description, kind, labels, value);
+    }
+}
+
+/// The exposition of one analysed window and the findings active after it.
+///
+/// `last_xid` is the last XID code seen per device UUID since gpulse started (dcgm-exporter's
+/// `DCGM_FI_DEV_XID_ERRORS` keeps it past the window that saw it).
+pub fn build(
+    attributed: &AttributedWindow,
+    findings: &[Finding],
+    node: &NodeIdentity,
+    names: PrometheusNames,
+    max_series: usize,
+    last_xid: &HashMap<String, u64>,
+) -> Exposition {
+    let request = metrics_request(
+        &attributed.window,
+        &attributed.workloads,
+        &attributed.usage,
+        node,
+    );
+    let mut b = Builder::new(max_series);
+    let mut resources = request.resource_metrics.iter().map(|rm| {
+        let labels = rm
+            .resource
+            .as_ref()
+            .map(|r| resource_labels(&r.attributes))
+            .unwrap_or_default();
+        let metrics: Vec<&Metric> = rm
+            .scope_metrics
+            .iter()
+            .flat_map(|s| s.metrics.iter())
+            .collect();
+        (labels, metrics)
+    });
+    // The node resource comes first in the request: devices before processes.
+    let node_labels = match resources.next() {
+        Some((labels, metrics)) => {
+            for metric in metrics {
+                push_otlp_metric(&mut b, metric, &labels);
+            }
+            labels
+        }
+        None => Vec::new(),
+    };
+    if names == PrometheusNames::Dcgm {
+        dcgm::push_devices(&mut b, attributed, node, last_xid);
+    }
+    push_findings(&mut b, findings, &node_labels);
+    for (labels, metrics) in resources {
+        for metric in metrics {
+            push_otlp_metric(&mut b, metric, &labels);
+        }
+    }
+    let mut exposition = b.finish();
+    exposition.window_end = Some(attributed.window.end);
+    exposition
+}
+
+/// `gpulse.diagnosis.active` by rule, as the OTLP health metrics carry it: every rule, 0 when
+/// none of its findings is active (an alert can then tell "fine" from "not scraped").
+fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, String)]) {
+    let Some(spec) = METRICS.iter().find(|m| m.name == "gpulse.diagnosis.active") else {
+        return;
+    };
+    let Some(name) = metric_name(spec.name, spec.unit, OtlpKind::UpDownCounter) else {
+        return;
+    };
+    for rule in RuleId::ALL {
+        let count = findings.iter().filter(|f| f.rule == rule).count();
+        let mut labels = node_labels.to_vec();
+        labels.push(("gpulse_diagnosis_rule".into(), rule.as_str().into()));
+        b.push(
+            &name,
+            spec.description,
+            FamilyKind::Gauge,
+            labels,
+            SampleValue::Int(count as i64),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::attribution::Workload;
+    use crate::diagnosis::{DeviceRef, Severity, Subject};
+    use crate::export::prometheus::encode::{encode, Format, SelfMetrics};
+    use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+
+    const UUID: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
+    const CONTAINER: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";
+
+    fn gauge(v: f64) -> Option<Gauge> {
+        Some(Gauge {
+            mean: v,
+            min: v,
+            max: v,
+            last: v,
+            count: 1,
+        })
+    }
+
+    fn node() -> NodeIdentity {
+        NodeIdentity {
+            host_name: "node-a".into(),
+            service_name: "gpulse".into(),
+            service_instance_id: "inst-1".into(),
+            service_version: "0.1.0".into(),
+            extra_attributes: vec![],
+        }
+    }
+
+    fn at(s: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(s)
+    }
+
+    /// One H100 at 62 % with the given GPU processes (PID → pod name), each in a container.
+    fn window(pids: &[(u32, Option<&str>)]) -> AttributedWindow {
+        let info = Arc::new(DeviceInfo {
+            index: 0,
+            uuid: UUID.into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: Some(81559 << 20),
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        });
+        let mut device = DeviceWindow::empty(info, at(1000));
+        device.utilization_gpu = gauge(0.62);
+        device.memory_used_bytes = Some(30000 << 20);
+        device.memory_free_bytes = Some(51017 << 20);
+        device.temperature_celsius = gauge(58.0);
+        device.power_watts = gauge(420.5);
+        device.sm_clock_mhz = gauge(1980.0);
+        device.memory_clock_mhz = gauge(2619.0);
+        device.energy_joules_total = Some(1.5);
+        let processes = pids
+            .iter()
+            .map(|(pid, _)| ProcessWindow {
+                pid: *pid,
+                device_index: 0,
+                device_uuid: UUID.into(),
+                kind: ProcessKind::Compute,
+                first_seen: at(1000),
+                gpu_memory_bytes: gauge(1024.0),
+                sm_utilization: gauge(0.4),
+                memory_utilization: None,
+                encoder_utilization: None,
+                decoder_utilization: None,
+            })
+            .collect();
+        let workloads = pids
+            .iter()
+            .map(|(pid, pod)| {
+                let mut w = Workload::unresolved(*pid);
+                w.container_id = Some(CONTAINER.into());
+                w.pod_name = pod.map(str::to_string);
+                w.namespace_name = pod.map(|_| "ml".to_string());
+                w.container_name = pod.map(|_| "trainer".to_string());
+                (*pid, w)
+            })
+            .collect();
+        AttributedWindow {
+            window: Window {
+                start: at(1990),
+                end: at(2000),
+                sample_count: 10,
+                driver_version: Some("550.54.15".into()),
+                cuda_driver_version: None,
+                devices: vec![device],
+                processes,
+                xid_events: vec![],
+            },
+            workloads,
+            usage: HashMap::new(),
+            parent_alive: HashMap::new(),
+        }
+    }
+
+    fn build_with(w: &AttributedWindow, names: PrometheusNames, max: usize) -> Exposition {
+        build(w, &[], &node(), names, max, &HashMap::new())
+    }
+
+    fn samples<'a>(e: &'a Exposition, full_name: &str) -> &'a [Sample] {
+        e.families
+            .get(full_name)
+            .map_or(&[], |f| f.samples.as_slice())
+    }
+
+    fn label<'a>(s: &'a Sample, name: &str) -> Option<&'a str> {
+        s.labels
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn device_series_carry_the_window_under_otlp_names() {
+        let e = build_with(&window(&[]), PrometheusNames::Otel, 1000);
+        let util = samples(&e, "hw_gpu_utilization_ratio");
+        let general = util
+            .iter()
+            .find(|s| label(s, "hw_gpu_task") == Some("general"))
+            .expect("general utilisation");
+        assert_eq!(general.value, SampleValue::Float(0.62));
+        assert_eq!(label(general, "hw_id"), Some(UUID));
+        assert_eq!(label(general, "service_name"), Some("gpulse"));
+        assert_eq!(
+            label(general, "service_instance_id"),
+            None,
+            "instance is the scrape's"
+        );
+        let energy = &e.families["hw_energy_joules_total"];
+        assert_eq!(energy.kind, FamilyKind::Counter);
+        assert!(e.families.keys().all(|k| !k.starts_with("DCGM_")));
+    }
+
+    #[test]
+    fn dcgm_names_have_dcgm_units_and_labels() {
+        let e = build_with(
+            &window(&[(41, Some("train-0"))]),
+            PrometheusNames::Dcgm,
+            1000,
+        );
+        let value = |name: &str| {
+            let s = samples(&e, name);
+            assert_eq!(s.len(), 1, "{name}");
+            s[0].value
+        };
+        assert_eq!(value("DCGM_FI_DEV_GPU_UTIL"), SampleValue::Int(62));
+        assert_eq!(value("DCGM_FI_DEV_FB_USED"), SampleValue::Int(30000));
+        assert_eq!(value("DCGM_FI_DEV_FB_FREE"), SampleValue::Int(51017));
+        assert_eq!(value("DCGM_FI_DEV_GPU_TEMP"), SampleValue::Int(58));
+        assert_eq!(value("DCGM_FI_DEV_POWER_USAGE"), SampleValue::Float(420.5));
+        assert_eq!(value("DCGM_FI_DEV_SM_CLOCK"), SampleValue::Int(1980));
+        assert_eq!(value("DCGM_FI_DEV_MEM_CLOCK"), SampleValue::Int(2619));
+        assert_eq!(
+            value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+            SampleValue::Int(1500)
+        );
+        assert_eq!(value("DCGM_FI_DEV_XID_ERRORS"), SampleValue::Int(0));
+        let s = &samples(&e, "DCGM_FI_DEV_GPU_UTIL")[0];
+        for (name, want) in [
+            ("gpu", "0"),
+            ("UUID", UUID),
+            ("device", "nvidia0"),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+            ("Hostname", "node-a"),
+            ("pod", "train-0"),
+            ("namespace", "ml"),
+            ("container", "trainer"),
+        ] {
+            assert_eq!(label(s, name), Some(want), "{name}");
+        }
+        // No GPM in the model: the profiling families are absent, not zero.
+        assert!(e.families.keys().all(|k| !k.starts_with("DCGM_FI_PROF_")));
+    }
+
+    #[test]
+    fn two_pods_on_one_gpu_leave_the_pod_labels_off() {
+        let w = window(&[(41, Some("train-0")), (42, Some("train-1"))]);
+        let e = build_with(&w, PrometheusNames::Dcgm, 1000);
+        let s = &samples(&e, "DCGM_FI_DEV_GPU_UTIL")[0];
+        assert_eq!(label(s, "pod"), None);
+    }
+
+    #[test]
+    fn the_last_xid_outlives_its_window() {
+        let xids = HashMap::from([(UUID.to_string(), 79u64)]);
+        let e = build(
+            &window(&[]),
+            &[],
+            &node(),
+            PrometheusNames::Dcgm,
+            1000,
+            &xids,
+        );
+        assert_eq!(
+            samples(&e, "DCGM_FI_DEV_XID_ERRORS")[0].value,
+            SampleValue::Int(79)
+        );
+    }
+
+    #[test]
+    fn process_series_carry_the_container_and_vanish_with_the_process() {
+        let published =
+            super::super::Published::new(crate::config::PrometheusSettings::default(), node());
+        published.update(&window(&[(41, None), (42, None)]), &[]);
+        let (e, _) = published.latest();
+        let pids: Vec<&str> = samples(&e, "process_gpu_memory_usage_bytes")
+            .iter()
+            .map(|s| {
+                assert_eq!(label(s, "container_id"), Some(CONTAINER));
+                label(s, "process_pid").unwrap()
+            })
+            .collect();
+        assert_eq!(pids, ["41", "42"]);
+        published.update(&window(&[(42, None)]), &[]);
+        let (e, _) = published.latest();
+        let text = encode(e, SelfMetrics::default(), Format::PrometheusText, at(2001)).unwrap();
+        assert!(
+            !text.contains("process_pid=\"41\""),
+            "stale series left:\n{text}"
+        );
+        assert!(text.contains("process_pid=\"42\""));
+    }
+
+    #[test]
+    fn the_series_bound_keeps_devices_and_counts_the_rest() {
+        let w = window(&[(41, None), (42, None), (43, None)]);
+        let full = build_with(&w, PrometheusNames::Dcgm, usize::MAX);
+        // Room for everything but the last process's series and one more.
+        let per_process = samples(&full, "process_gpu_memory_usage_bytes").len();
+        assert_eq!(per_process, 3);
+        let bound = full.series - 5;
+        let e = build_with(&w, PrometheusNames::Dcgm, bound);
+        assert_eq!(e.series, bound);
+        assert_eq!(e.dropped as usize, full.series - bound);
+        assert_eq!(
+            samples(&e, "DCGM_FI_DEV_GPU_UTIL").len(),
+            1,
+            "devices come first"
+        );
+        assert!(samples(&e, "process_gpu_memory_usage_bytes").len() < 3);
+
+        let published = super::super::Published::new(
+            crate::config::PrometheusSettings {
+                max_series: bound,
+                names: PrometheusNames::Dcgm,
+                addr: None,
+            },
+            node(),
+        );
+        published.update(&w, &[]);
+        published.update(&w, &[]);
+        let (e, own) = published.latest();
+        assert_eq!(own.dropped_total, 2 * e.dropped);
+        let text = encode(e, own, Format::PrometheusText, at(2001)).unwrap();
+        let want = format!(
+            "gpulse_prometheus_series_dropped_total {}\n",
+            own.dropped_total
+        );
+        assert!(text.contains(&want), "{text}");
+    }
+
+    #[test]
+    fn findings_are_counted_by_rule_with_zeros() {
+        let finding = Finding {
+            rule: RuleId::Throttling,
+            severity: Severity::Warning,
+            subject: Subject::Device(DeviceRef {
+                uuid: UUID.into(),
+                index: 0,
+            }),
+            summary: "throttled".into(),
+            advice: "cool it".into(),
+            values: vec![],
+            since: at(1990),
+            evidence: vec![crate::diagnosis::findings::Layer::Nvml],
+        };
+        let e = build(
+            &window(&[]),
+            &[finding],
+            &node(),
+            PrometheusNames::Otel,
+            1000,
+            &HashMap::new(),
+        );
+        let active = samples(&e, "gpulse_diagnosis_active");
+        assert_eq!(active.len(), RuleId::ALL.len());
+        for s in active {
+            let rule = label(s, "gpulse_diagnosis_rule").unwrap();
+            let want = i64::from(rule == "throttling");
+            assert_eq!(s.value, SampleValue::Int(want), "{rule}");
+        }
+    }
+
+    #[test]
+    fn both_formats_encode_counters_units_and_eof() {
+        let e = Arc::new(build_with(
+            &window(&[(41, None)]),
+            PrometheusNames::Dcgm,
+            1000,
+        ));
+        let text = encode(
+            Arc::clone(&e),
+            SelfMetrics::default(),
+            Format::PrometheusText,
+            at(2003),
+        )
+        .unwrap();
+        assert!(
+            text.contains("# TYPE hw_energy_joules_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpulse_prometheus_window_age_seconds 3"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"));
+        let om = encode(e, SelfMetrics::default(), Format::OpenMetrics, at(2003)).unwrap();
+        assert!(om.contains("# TYPE hw_energy_joules counter\n"), "{om}");
+        assert!(om.contains("# UNIT hw_energy_joules joules\n"), "{om}");
+        assert!(om.contains("\nhw_energy_joules_total{"), "{om}");
+        assert!(om.ends_with("# EOF\n"), "{om}");
+    }
+
+    #[test]
+    fn accept_headers_choose_the_format() {
+        for (accept, want) in [
+            (None, Format::PrometheusText),
+            (Some("text/plain"), Format::PrometheusText),
+            (
+                Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+                Format::OpenMetrics,
+            ),
+            (Some("application/openmetrics-text;q=0"), Format::PrometheusText),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
+        }
+    }
+}
