@@ -3,13 +3,15 @@
 
 pub mod aggregate;
 pub mod events;
+pub mod gpm;
 pub mod model;
 pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
 pub use model::{
-    DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, ProcessSample, Snapshot,
+    XidEvent,
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
-pub use window::{DeviceWindow, Gauge, ProcessWindow, Window};
+pub use window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};

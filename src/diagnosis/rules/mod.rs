@@ -195,6 +195,7 @@ pub(crate) mod testkit {
             ecc_corrected_total: Some(0),
             ecc_uncorrected_total: Some(0),
             xid_total: 0,
+            gpm: Default::default(),
         }
     }
 
