@@ -20,11 +20,13 @@ pub enum RuleId {
     Throttling,
     HardwareErrors,
     UnevenMultiGpu,
+    TensorCoresIdle,
+    LowSmEfficiency,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 7] = [
+    pub const ALL: [RuleId; 9] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -32,6 +34,8 @@ impl RuleId {
         RuleId::Throttling,
         RuleId::HardwareErrors,
         RuleId::UnevenMultiGpu,
+        RuleId::TensorCoresIdle,
+        RuleId::LowSmEfficiency,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -43,6 +47,8 @@ impl RuleId {
             RuleId::Throttling => "throttling",
             RuleId::HardwareErrors => "hardware_errors",
             RuleId::UnevenMultiGpu => "uneven_multi_gpu",
+            RuleId::TensorCoresIdle => "tensor_cores_idle",
+            RuleId::LowSmEfficiency => "low_sm_efficiency",
         }
     }
 }
