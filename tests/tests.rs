@@ -7,6 +7,7 @@ mod diagnosis;
 mod enrich;
 mod export;
 mod findings;
+mod gpm;
 mod kernel;
 mod other_nvml;
 mod reliability;
