@@ -188,7 +188,7 @@ impl GpmReader {
         // SAFETY: `previous.handle` came from `into_handle` on a sample of this `Nvml` and was
         // not freed; ManuallyDrop keeps ownership with the handle, which is freed below.
         let first =
-            ManuallyDrop::new(unsafe { GpmSample::from_handle(&*self.nvml, previous.handle) });
+            ManuallyDrop::new(unsafe { GpmSample::from_handle(&self.nvml, previous.handle) });
         let result = gpm_metrics_get(&self.nvml, &first, &sample, &METRICS);
         self.free(Some(previous));
         let state = self.devices.entry(index).or_default();
@@ -270,7 +270,7 @@ impl GpmReader {
     fn free(&self, held: Option<HeldSample>) {
         if let Some(held) = held {
             // SAFETY: see `read`; dropping the rebuilt sample frees the handle exactly once.
-            drop(unsafe { GpmSample::from_handle(&*self.nvml, held.handle) });
+            drop(unsafe { GpmSample::from_handle(&self.nvml, held.handle) });
         }
     }
 }
