@@ -16,7 +16,7 @@ mod request {
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
         DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessKind, ProcessWindow,
-        Window,
+        RemappedRows, ViolationTimes, Window,
     };
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, Metric};
@@ -94,6 +94,25 @@ mod request {
                 integer_activity: Some(g(0.1)),
                 graphics_activity: Some(g(0.9)),
             },
+            remapped_rows: Some(RemappedRows {
+                correctable: 3,
+                uncorrectable: 1,
+                pending: true,
+                failure: false,
+            }),
+            pcie_replays_total: Some(7),
+            violation: Some(ViolationTimes {
+                nanoseconds: [
+                    Some(1_500_000_000),
+                    Some(0),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
+            }),
         }
     }
 

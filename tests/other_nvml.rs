@@ -238,6 +238,50 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         );
         assert_eq!(gpm_value(name, pipe, UUID_B), None, "GPU 1 has no GPM");
     }
+    // Health: the library's remapped rows, PCIe replays and violation time, exactly.
+    let with_attr = |name: &str, key: &str, val: &str, uuid: &str| -> Option<f64> {
+        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
+        points(metric)
+            .into_iter()
+            .find(|p| {
+                attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid)
+                    && attr_str(&p["attributes"], key).as_deref() == Some(val)
+            })
+            .map(value)
+    };
+    let remap = "nvidia.gpu.memory.remapped_rows";
+    let kind = "nvidia.gpu.memory.remap.type";
+    assert_eq!(with_attr(remap, kind, "correctable", UUID_A), Some(3.0));
+    assert_eq!(with_attr(remap, kind, "uncorrectable", UUID_A), Some(0.0));
+    assert_eq!(with_attr(remap, kind, "uncorrectable", UUID_B), Some(2.0));
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.pending", UUID_A),
+        Some(0.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.pending", UUID_B),
+        Some(1.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.failed", UUID_B),
+        Some(0.0)
+    );
+    let errors = |uuid| with_attr("hw.errors", "error.type", "pcie_replay", uuid);
+    assert_eq!(errors(UUID_A), Some(4.0));
+    assert_eq!(errors(UUID_B), Some(0.0));
+    let throttle = |reason, uuid| {
+        with_attr(
+            "nvidia.gpu.throttle.time",
+            "nvidia.gpu.throttle.reason",
+            reason,
+            uuid,
+        )
+    };
+    assert_eq!(throttle("power", UUID_A), Some(1.5));
+    assert_eq!(throttle("thermal", UUID_A), Some(0.25));
+    assert_eq!(throttle("thermal", UUID_B), Some(7.0));
+    assert_eq!(throttle("sync_boost", UUID_B), Some(0.0));
+
     assert!(
         !stderr
             .lines()

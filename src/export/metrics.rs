@@ -105,6 +105,10 @@ pub(crate) enum MetricId {
     PipeActivity,
     PipeActivityMax,
     PipeActivityMin,
+    RemappedRows,
+    RemapPending,
+    RemapFailed,
+    ThrottleTime,
     ProcessGpuMemoryUsage,
     ProcessGpuUtilization,
     ProcessGpuUtilizationMax,
@@ -190,6 +194,10 @@ pub static METRICS: [MetricSpec; METRIC_COUNT] = [
     spec(M::PipeActivity, "nvidia.gpu.pipe.activity", G, "1", "Mean ratio of time the pipe was active (GPM *_UTIL)."),
     spec(M::PipeActivityMax, "nvidia.gpu.pipe.activity.max", G, "1", "Highest nvidia.gpu.pipe.activity between two GPM samples in the window."),
     spec(M::PipeActivityMin, "nvidia.gpu.pipe.activity.min", G, "1", "Lowest nvidia.gpu.pipe.activity between two GPM samples in the window."),
+    spec(M::RemappedRows, "nvidia.gpu.memory.remapped_rows", UpDown, "{row}", "Rows the row remapper replaced, by the kind of error that caused it."),
+    spec(M::RemapPending, "nvidia.gpu.memory.remap.pending", G, "1", "1 when a row remapping waits for a GPU reset."),
+    spec(M::RemapFailed, "nvidia.gpu.memory.remap.failed", G, "1", "1 when a row remapping failed: the memory cannot be repaired."),
+    spec(M::ThrottleTime, "nvidia.gpu.throttle.time", Counter, "s", "Time the performance policy held the clocks down, since the driver loaded."),
     spec(M::ProcessGpuMemoryUsage, "process.gpu.memory.usage", UpDown, "By", "Device memory the process holds on the device."),
     spec(M::ProcessGpuUtilization, "process.gpu.utilization", G, "1", "Mean ratio of the window the process kept the GPU task busy."),
     spec(M::ProcessGpuUtilizationMax, "process.gpu.utilization.max", G, "1", "Highest sampled process.gpu.utilization in the window."),
@@ -488,6 +496,44 @@ fn push_device(
     }
 
     push_gpm(b, base, &d.gpm, gauge_span, options);
+
+    if let Some(r) = &d.remapped_rows {
+        for (kind, rows) in [
+            ("correctable", r.correctable),
+            ("uncorrectable", r.uncorrectable),
+        ] {
+            let attrs = with(base, "nvidia.gpu.memory.remap.type", kind);
+            b.push(M::RemappedRows, attrs, sum_span, int(u64::from(rows)));
+        }
+        for (id, flag) in [(M::RemapPending, r.pending), (M::RemapFailed, r.failure)] {
+            b.push(
+                id,
+                PointAttributes::of(base),
+                gauge_span,
+                Value::I64(i64::from(flag)),
+            );
+        }
+    }
+    if let Some(v) = &d.violation {
+        for ((_, reason), ns) in crate::sampling::health::VIOLATION_POLICIES
+            .iter()
+            .zip(v.nanoseconds)
+        {
+            if let Some(ns) = ns {
+                let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
+                b.push(
+                    M::ThrottleTime,
+                    attrs,
+                    sum_span,
+                    Value::F64(ns as f64 / 1e9),
+                );
+            }
+        }
+    }
+    if let Some(replays) = d.pcie_replays_total {
+        let attrs = with(base, "error.type", "pcie_replay");
+        b.push(M::Errors, attrs, sum_span, int(replays));
+    }
 
     if let Some(pstate) = d.performance_state {
         b.push(

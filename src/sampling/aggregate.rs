@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, Snapshot, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, RemappedRows, Snapshot,
+    ViolationTimes, XidEvent,
 };
 use super::window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
 
@@ -177,6 +178,9 @@ struct DeviceAcc {
     throttle_known: u32,
     throttle_active: BTreeMap<u64, u32>,
     gpm: GpmAcc,
+    remapped_rows: Option<RemappedRows>,
+    pcie_replays_total: Option<u64>,
+    violation: Option<ViolationTimes>,
 }
 
 /// Running summaries of the GPM activity gauges.
@@ -255,6 +259,9 @@ impl DeviceAcc {
             throttle_known: 0,
             throttle_active: BTreeMap::new(),
             gpm: GpmAcc::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 
@@ -281,6 +288,9 @@ impl DeviceAcc {
         );
         GaugeAcc::add(&mut self.fan_speed, s.fan_speed);
         self.gpm.add(&s.gpm);
+        self.remapped_rows = s.remapped_rows.or(self.remapped_rows);
+        self.pcie_replays_total = s.pcie_replays_total.or(self.pcie_replays_total);
+        self.violation = s.violation.or(self.violation);
         // Last values: a later sample without the field (lost device) keeps the last known.
         self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
         self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
@@ -336,6 +346,9 @@ impl DeviceAcc {
             ecc_uncorrected_total: counters.ecc_uncorrected_total,
             xid_total: counters.xid_total,
             gpm: self.gpm.finish(),
+            remapped_rows: self.remapped_rows,
+            pcie_replays_total: self.pcie_replays_total,
+            violation: self.violation,
         }
     }
 }

@@ -94,6 +94,32 @@ pub struct DeviceSample {
     pub performance_state: Option<u32>,
     /// GPM activity since the previous tick (Hopper and newer); all `None` elsewhere.
     pub gpm: GpmActivity,
+    /// Row remapper state (Ampere and newer).
+    pub remapped_rows: Option<RemappedRows>,
+    /// PCIe replays since the driver loaded (`nvmlDeviceGetPcieReplayCounter`).
+    pub pcie_replays_total: Option<u64>,
+    /// Time each performance policy held the clocks down since the driver loaded.
+    pub violation: Option<ViolationTimes>,
+}
+
+/// Row remapper state (`nvmlDeviceGetRemappedRows`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RemappedRows {
+    /// Rows remapped for correctable errors.
+    pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
+    pub uncorrectable: u32,
+    /// A remapping waits for a GPU reset.
+    pub pending: bool,
+    /// A remapping failed: the memory can no longer be repaired.
+    pub failure: bool,
+}
+
+/// Violation time per `nvmlPerfPolicyType_t`, nanoseconds, in the order of
+/// `sampling::health::VIOLATION_POLICIES`; `None` where the device does not report the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ViolationTimes {
+    pub nanoseconds: [Option<u64>; 8],
 }
 
 impl DeviceSample {
@@ -125,6 +151,9 @@ impl DeviceSample {
             ecc_uncorrected_total: None,
             performance_state: None,
             gpm: GpmActivity::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 }

@@ -128,6 +128,9 @@ enum Field {
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
+    RemappedRows,
+    PcieReplays,
+    Violation,
 }
 
 /// The open NVML session and what it has learnt about the devices.
@@ -418,6 +421,13 @@ impl Sampler {
         s.performance_state = reader
             .read(Field::PerformanceState, || device.performance_state())
             .and_then(|p| pstate_number(p.as_c()));
+        s.remapped_rows = reader.read(Field::RemappedRows, || {
+            super::health::remapped_rows(&nvml_for_memory, device)
+        });
+        s.pcie_replays_total = reader
+            .read(Field::PcieReplays, || device.pcie_replay_counter())
+            .map(u64::from);
+        s.violation = reader.read(Field::Violation, || super::health::violation_times(device));
         if !reader.lost {
             let gpm = reader
                 .sampler

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::model::{DeviceInfo, DeviceStatus, ProcessKind, XidEvent};
+use super::model::{DeviceInfo, DeviceStatus, ProcessKind, RemappedRows, ViolationTimes, XidEvent};
 
 /// Summary of one gauge over the samples of a window in which it had a value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -84,6 +84,12 @@ pub struct DeviceWindow {
     pub xid_total: u64,
     /// GPM activity gauges (Hopper and newer); all `None` elsewhere.
     pub gpm: GpmWindow,
+    /// Row remapper state, last value.
+    pub remapped_rows: Option<RemappedRows>,
+    /// The driver's PCIe replay count (since it loaded), last value.
+    pub pcie_replays_total: Option<u64>,
+    /// The driver's violation times (since it loaded), last value.
+    pub violation: Option<ViolationTimes>,
 }
 
 /// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
@@ -136,6 +142,9 @@ impl DeviceWindow {
             ecc_uncorrected_total: None,
             xid_total: 0,
             gpm: GpmWindow::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 }

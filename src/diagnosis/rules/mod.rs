@@ -240,6 +240,9 @@ pub(crate) mod testkit {
             ecc_uncorrected_total: Some(0),
             xid_total: 0,
             gpm: Default::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 
