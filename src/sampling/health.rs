@@ -54,7 +54,7 @@ pub fn violation_times(device: &Device<'_>) -> Result<ViolationTimes, NvmlError>
     let mut out = ViolationTimes::default();
     let mut first_error = None;
     for (i, (policy, _)) in VIOLATION_POLICIES.iter().enumerate() {
-        match device.violation_status(policy.clone()) {
+        match device.violation_status(*policy) {
             Ok(v) => out.nanoseconds[i] = Some(v.violation_time),
             Err(e) => {
                 first_error.get_or_insert(e);
