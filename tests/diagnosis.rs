@@ -84,6 +84,10 @@ fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
         ecc_corrected_total: Some(0),
         ecc_uncorrected_total: Some(0),
         xid_total: 0,
+        gpm: Default::default(),
+        remapped_rows: None,
+        pcie_replays_total: None,
+        violation: None,
     }
 }
 

@@ -15,7 +15,8 @@ mod request {
     };
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
-        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessKind, ProcessWindow,
+        RemappedRows, ViolationTimes, Window,
     };
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, Metric};
@@ -79,6 +80,39 @@ mod request {
             ecc_corrected_total: Some(3),
             ecc_uncorrected_total: Some(0),
             xid_total: 1,
+            gpm: GpmWindow {
+                sm_activity: Some(g(0.8)),
+                sm_occupancy: Some(g(0.5)),
+                tensor_activity: Some(g(0.4)),
+                tensor_hmma_activity: Some(g(0.35)),
+                tensor_imma_activity: Some(g(0.05)),
+                tensor_dfma_activity: Some(g(0.0)),
+                dram_activity: Some(g(0.3)),
+                fp16_activity: Some(g(0.1)),
+                fp32_activity: Some(g(0.6)),
+                fp64_activity: Some(g(0.0)),
+                integer_activity: Some(g(0.1)),
+                graphics_activity: Some(g(0.9)),
+            },
+            remapped_rows: Some(RemappedRows {
+                correctable: 3,
+                uncorrectable: 1,
+                pending: true,
+                failure: false,
+            }),
+            pcie_replays_total: Some(7),
+            violation: Some(ViolationTimes {
+                nanoseconds: [
+                    Some(1_500_000_000),
+                    Some(0),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
+            }),
         }
     }
 

@@ -47,6 +47,9 @@ min_duration = "2s"
 
 [diagnosis.hardware_errors]
 ignore_xids = [45]
+
+[diagnosis.tensor_cores_idle]
+min_duration = "2s"
 "#;
 
 /// Every condition of both scenarios ends by 8 s; clearing takes a few windows more. Generous for
@@ -729,4 +732,113 @@ fn check_binary_exit_codes_and_json() {
         .and_then(|c| c["reason"].as_str())
         .unwrap_or("");
     assert!(!reason.is_empty(), "a failed check says why: {json:#}");
+}
+
+/// Runs `scenario_file` with a real sleeping process as `$GPULSE_TRAINER_PID` until `windows`
+/// metrics requests arrived, and returns everything received plus the trainer's PID.
+fn run_gpm_windows(scenario_file: &str, windows: usize) -> (Vec<Value>, u32) {
+    let trainer = sleeper();
+    let pid = trainer.pid();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("gpulse.toml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let config = config.to_str().expect("UTF-8 temp path").to_string();
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let gpulse = Gpulse::start(
+        &scenario(scenario_file),
+        &[],
+        &[
+            "--config",
+            &config,
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ],
+        &[
+            ("GPULSE_TRAINER_PID", pid.to_string()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_url()),
+            ("OTEL_SERVICE_NAME", SERVICE.to_string()),
+        ],
+    );
+    receiver.wait_for(|r| metrics_requests(r).len() >= windows, RUN_TIMEOUT);
+    let (status, stderr) = gpulse.terminate();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    let requests = receiver.requests();
+    assert!(
+        metrics_requests(&requests).len() >= windows,
+        "{scenario_file}: fewer than {windows} windows arrived within {RUN_TIMEOUT:?}: {stderr}"
+    );
+    (requests, pid)
+}
+
+/// The newest `nvidia.gpu.pipe.activity{nvidia.gpu.pipe=tensor}` and `nvidia.gpu.sm.activity`
+/// values of the node resource.
+fn last_gpm(requests: &[Value]) -> (Option<f64>, Option<f64>) {
+    let mut out = (None, None);
+    for request in metrics_requests(requests) {
+        let node = &request["request"]["resourceMetrics"][0];
+        for m in metrics_of(node) {
+            for p in points(m) {
+                let pipe = attr_str(&p["attributes"], "nvidia.gpu.pipe");
+                if m["name"] == "nvidia.gpu.sm.activity" {
+                    out.1 = Some(value(p));
+                } else if m["name"] == "nvidia.gpu.pipe.activity"
+                    && pipe.as_deref() == Some("tensor")
+                {
+                    out.0 = Some(value(p));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn tensor_cores_idle_fires_on_the_trainer_with_sm_0_8_and_tensor_0() {
+    // min_duration is 2 s in CONFIG: 6 one-second windows leave room for it to fire.
+    let (requests, pid) = run_gpm_windows("gpm-tensor-idle.toml", 6);
+    let (tensor, sm) = last_gpm(&requests);
+    assert_eq!(tensor, Some(0.0), "tensor activity exported as simulated");
+    assert!(
+        sm.is_some_and(|v| (v - 0.8).abs() < 1e-9),
+        "SM activity 0.8, got {sm:?}"
+    );
+    let found = records(&requests);
+    let hits: Vec<&Record> = found
+        .iter()
+        .filter(|r| r.rule() == "tensor_cores_idle" && r.state() == "started")
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "one start of tensor_cores_idle:\n{}",
+        listing(&found)
+    );
+    assert_eq!(hits[0].pid(), Some(pid), "on the process holding the GPU");
+    assert_eq!(hits[0].gpu_index(), Some(0));
+}
+
+#[test]
+fn tensor_cores_idle_stays_quiet_with_tensor_activity_0_4() {
+    let (requests, _) = run_gpm_windows("gpm-tensor-busy.toml", 6);
+    let (tensor, sm) = last_gpm(&requests);
+    assert!(
+        tensor.is_some_and(|v| (v - 0.4).abs() < 1e-9),
+        "tensor 0.4, got {tensor:?}"
+    );
+    assert!(
+        sm.is_some_and(|v| (v - 0.8).abs() < 1e-9),
+        "SM activity 0.8, got {sm:?}"
+    );
+    let found = records(&requests);
+    assert!(
+        !found.iter().any(|r| r.rule() == "tensor_cores_idle"),
+        "no tensor_cores_idle with the tensor cores at 40 %:\n{}",
+        listing(&found)
+    );
 }

@@ -19,6 +19,22 @@ const SOURCE: &str = concat!(
 const UUID_A: &str = "GPU-0ther000-1111-2222-3333-444444444444";
 const UUID_B: &str = "GPU-0ther999-8888-7777-6666-555555555555";
 
+/// GPU 0's GPM metrics as the library's header comment documents them (percent / 100).
+const GPM_A: [(&str, f64); 12] = [
+    ("sm_activity", 0.62),
+    ("sm_occupancy", 0.315),
+    ("tensor_activity", 0.125),
+    ("tensor_hmma_activity", 0.11),
+    ("tensor_imma_activity", 0.015),
+    ("tensor_dfma_activity", 0.0),
+    ("dram_activity", 0.4425),
+    ("fp16_activity", 0.0975),
+    ("fp32_activity", 0.27),
+    ("fp64_activity", 0.005),
+    ("integer_activity", 0.0625),
+    ("graphics_activity", 0.71),
+];
+
 /// Builds the library with the C compiler Rust links with (`$CC`, else `cc`).
 fn build_library(dir: &Path) -> PathBuf {
     let out = dir.join("libnvidia-ml.so.1");
@@ -86,8 +102,15 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
     ] {
         assert_eq!(a[key], Value::Null, "GPU 0 {key} should be absent: {a}");
     }
+    // GPM (GPU 0 only), the library's percent as ratios.
+    for (key, want) in GPM_A {
+        assert_eq!(a[key], Value::from(want), "GPU 0 {key}: {a}");
+    }
     let b = &devices[1];
     assert_eq!(b["uuid"], UUID_B);
+    for (key, _) in GPM_A {
+        assert_eq!(b[key], Value::Null, "GPU 1 has no GPM: {key} {b}");
+    }
     assert_eq!(b["utilization_gpu"], 0.0, "a real zero stays zero");
     assert_eq!(b["memory_used_bytes"], 0);
     assert_eq!(b["power_watts"], 61.0);
@@ -179,6 +202,92 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         "v1 call only"
     );
     assert_eq!(device_value("hw.energy", UUID_A), None, "not exported");
+
+    // GPM: exactly the library's values on GPU 0, nothing on GPU 1 (not supported).
+    let gpm_value = |name: &str, pipe: Option<&str>, uuid: &str| -> Option<f64> {
+        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
+        points(metric)
+            .into_iter()
+            .find(|p| {
+                attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid)
+                    && attr_str(&p["attributes"], "nvidia.gpu.pipe").as_deref() == pipe
+            })
+            .map(value)
+    };
+    for (name, pipe, want) in [
+        ("nvidia.gpu.sm.activity", None, 0.62),
+        ("nvidia.gpu.sm.activity.max", None, 0.62),
+        ("nvidia.gpu.sm.activity.min", None, 0.62),
+        ("nvidia.gpu.sm.occupancy", None, 0.315),
+        ("nvidia.gpu.dram.activity", None, 0.4425),
+        ("nvidia.gpu.graphics.activity", None, 0.71),
+        ("nvidia.gpu.pipe.activity", Some("tensor"), 0.125),
+        ("nvidia.gpu.pipe.activity", Some("tensor.hmma"), 0.11),
+        ("nvidia.gpu.pipe.activity", Some("tensor.imma"), 0.015),
+        ("nvidia.gpu.pipe.activity", Some("tensor.dfma"), 0.0),
+        ("nvidia.gpu.pipe.activity", Some("fp16"), 0.0975),
+        ("nvidia.gpu.pipe.activity", Some("fp32"), 0.27),
+        ("nvidia.gpu.pipe.activity", Some("fp64"), 0.005),
+        ("nvidia.gpu.pipe.activity", Some("integer"), 0.0625),
+    ] {
+        let got = gpm_value(name, pipe, UUID_A)
+            .unwrap_or_else(|| panic!("no {name} {pipe:?} point for GPU 0: {node_metrics:?}"));
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{name} {pipe:?}: {got} != {want}"
+        );
+        assert_eq!(gpm_value(name, pipe, UUID_B), None, "GPU 1 has no GPM");
+    }
+    // Health: the library's remapped rows, PCIe replays and violation time, exactly.
+    let with_attr = |name: &str, key: &str, val: &str, uuid: &str| -> Option<f64> {
+        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
+        points(metric)
+            .into_iter()
+            .find(|p| {
+                attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid)
+                    && attr_str(&p["attributes"], key).as_deref() == Some(val)
+            })
+            .map(value)
+    };
+    let remap = "nvidia.gpu.memory.remapped_rows";
+    let kind = "nvidia.gpu.memory.remap.type";
+    assert_eq!(with_attr(remap, kind, "correctable", UUID_A), Some(3.0));
+    assert_eq!(with_attr(remap, kind, "uncorrectable", UUID_A), Some(0.0));
+    assert_eq!(with_attr(remap, kind, "uncorrectable", UUID_B), Some(2.0));
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.pending", UUID_A),
+        Some(0.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.pending", UUID_B),
+        Some(1.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.memory.remap.failed", UUID_B),
+        Some(0.0)
+    );
+    let errors = |uuid| with_attr("hw.errors", "error.type", "pcie_replay", uuid);
+    assert_eq!(errors(UUID_A), Some(4.0));
+    assert_eq!(errors(UUID_B), Some(0.0));
+    let throttle = |reason, uuid| {
+        with_attr(
+            "nvidia.gpu.throttle.time",
+            "nvidia.gpu.throttle.reason",
+            reason,
+            uuid,
+        )
+    };
+    assert_eq!(throttle("power", UUID_A), Some(1.5));
+    assert_eq!(throttle("thermal", UUID_A), Some(0.25));
+    assert_eq!(throttle("thermal", UUID_B), Some(7.0));
+    assert_eq!(throttle("sync_boost", UUID_B), Some(0.0));
+
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains("GPM") && l.contains("WARN")),
+        "GPM not supported on GPU 1 is no warning: {stderr}"
+    );
 
     let resource = process_resource(request, pid)
         .unwrap_or_else(|| panic!("no resource for {pid}: {request}"));

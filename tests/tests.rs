@@ -8,6 +8,7 @@ mod enrich;
 mod export;
 mod findings;
 mod framework;
+mod gpm;
 mod kernel;
 mod other_nvml;
 mod prometheus;

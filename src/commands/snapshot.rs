@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::attribution::{AttributionSettings, Attributor, Workload};
 use crate::config::InspectConfig;
@@ -22,6 +23,10 @@ use crate::sampling::{
 /// NVML could not be opened or stopped answering; the message says what to do.
 pub fn snapshot(config: &InspectConfig) -> Result<String, SessionError> {
     let mut sampler = Sampler::open(&config.nvml_lib)?;
+    // GPM activity is a rate between two GPM samples: take the first one now.
+    if sampler.prime_gpm() {
+        std::thread::sleep(crate::sampling::gpm::MIN_PAIR_INTERVAL + Duration::from_millis(10));
+    }
     let snapshot = sampler.sample()?;
     let workloads = resolve_workloads(config, &snapshot);
     let findings = current_findings(config, &snapshot, &workloads);
@@ -139,6 +144,19 @@ pub struct DeviceReport<'a> {
     pub ecc_corrected_total: Option<u64>,
     pub ecc_uncorrected_total: Option<u64>,
     pub performance_state: Option<u32>,
+    /// GPM activity ratios (Hopper and newer), `null` where the GPU gives none.
+    pub sm_activity: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub tensor_activity: Option<f64>,
+    pub tensor_hmma_activity: Option<f64>,
+    pub tensor_imma_activity: Option<f64>,
+    pub tensor_dfma_activity: Option<f64>,
+    pub dram_activity: Option<f64>,
+    pub fp16_activity: Option<f64>,
+    pub fp32_activity: Option<f64>,
+    pub fp64_activity: Option<f64>,
+    pub integer_activity: Option<f64>,
+    pub graphics_activity: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -240,6 +258,18 @@ impl<'a> DeviceReport<'a> {
             ecc_corrected_total: d.ecc_corrected_total,
             ecc_uncorrected_total: d.ecc_uncorrected_total,
             performance_state: d.performance_state,
+            sm_activity: d.gpm.sm_activity,
+            sm_occupancy: d.gpm.sm_occupancy,
+            tensor_activity: d.gpm.tensor_activity,
+            tensor_hmma_activity: d.gpm.tensor_hmma_activity,
+            tensor_imma_activity: d.gpm.tensor_imma_activity,
+            tensor_dfma_activity: d.gpm.tensor_dfma_activity,
+            dram_activity: d.gpm.dram_activity,
+            fp16_activity: d.gpm.fp16_activity,
+            fp32_activity: d.gpm.fp32_activity,
+            fp64_activity: d.gpm.fp64_activity,
+            integer_activity: d.gpm.integer_activity,
+            graphics_activity: d.gpm.graphics_activity,
         }
     }
 }
@@ -363,6 +393,17 @@ pub fn render_table(report: &SnapshotReport) -> String {
             pct(d.utilization_memory),
             clocks
         );
+        if d.sm_activity.is_some() || d.tensor_activity.is_some() {
+            // GPM: what share of the GPU works, next to Util's "some kernel ran".
+            let _ = writeln!(
+                out,
+                "    activity: SM {}  occupancy {}  tensor {}  DRAM {}",
+                pct(d.sm_activity),
+                pct(d.sm_occupancy),
+                pct(d.tensor_activity),
+                pct(d.dram_activity)
+            );
+        }
         if let Some(reasons) = &d.throttle_reasons {
             let notable: Vec<&str> = reasons
                 .iter()

@@ -23,11 +23,13 @@ pub enum RuleId {
     HardwareErrors,
     UnevenMultiGpu,
     MemoryFragmentation,
+    TensorCoresIdle,
+    LowSmEfficiency,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 8] = [
+    pub const ALL: [RuleId; 10] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -36,6 +38,8 @@ impl RuleId {
         RuleId::HardwareErrors,
         RuleId::UnevenMultiGpu,
         RuleId::MemoryFragmentation,
+        RuleId::TensorCoresIdle,
+        RuleId::LowSmEfficiency,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -48,6 +52,8 @@ impl RuleId {
             RuleId::HardwareErrors => "hardware_errors",
             RuleId::UnevenMultiGpu => "uneven_multi_gpu",
             RuleId::MemoryFragmentation => "memory_fragmentation",
+            RuleId::TensorCoresIdle => "tensor_cores_idle",
+            RuleId::LowSmEfficiency => "low_sm_efficiency",
         }
     }
 }

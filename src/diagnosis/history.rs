@@ -26,6 +26,10 @@ pub struct WindowSummary {
     pub sm_utilization_mean: Option<f64>,
     /// Its device's utilisation, window mean.
     pub device_utilization_mean: Option<f64>,
+    /// Its device's GPM SM activity, window mean (Hopper and newer).
+    pub device_sm_activity_mean: Option<f64>,
+    /// Its device's GPM tensor activity (any tensor pipe), window mean.
+    pub device_tensor_activity_mean: Option<f64>,
 }
 
 /// The summaries of one (pid, device), oldest first.
@@ -95,6 +99,15 @@ impl History {
             .iter()
             .map(|d| (d.info.uuid.as_str(), d.utilization_gpu.map(|g| g.mean)))
             .collect();
+        let device_gpm: HashMap<&str, (Option<f64>, Option<f64>)> = window
+            .devices
+            .iter()
+            .map(|d| {
+                let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
+                let activity = (mean(d.gpm.sm_activity), mean(d.gpm.tensor_activity));
+                (d.info.uuid.as_str(), activity)
+            })
+            .collect();
 
         let mut present: HashSet<(u32, &str)> = HashSet::new();
         for p in &window.processes {
@@ -106,6 +119,10 @@ impl History {
                 gpu_memory_max_bytes: p.gpu_memory_bytes.map(|g| g.max.max(0.0) as u64),
                 sm_utilization_mean: p.sm_utilization.map(|g| g.mean),
                 device_utilization_mean: device_util.get(p.device_uuid.as_str()).copied().flatten(),
+                device_sm_activity_mean: device_gpm.get(p.device_uuid.as_str()).and_then(|g| g.0),
+                device_tensor_activity_mean: device_gpm
+                    .get(p.device_uuid.as_str())
+                    .and_then(|g| g.1),
             };
             let series = self
                 .series

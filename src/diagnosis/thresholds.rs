@@ -32,6 +32,8 @@ pub struct Thresholds {
     pub hardware_errors: HardwareErrors,
     pub uneven_multi_gpu: UnevenMultiGpu,
     pub memory_fragmentation: MemoryFragmentation,
+    pub tensor_cores_idle: TensorCoresIdle,
+    pub low_sm_efficiency: LowSmEfficiency,
 }
 
 impl Default for Thresholds {
@@ -48,6 +50,8 @@ impl Default for Thresholds {
             hardware_errors: HardwareErrors::default(),
             uneven_multi_gpu: UnevenMultiGpu::default(),
             memory_fragmentation: MemoryFragmentation::default(),
+            tensor_cores_idle: TensorCoresIdle::default(),
+            low_sm_efficiency: LowSmEfficiency::default(),
         }
     }
 }
@@ -305,6 +309,58 @@ impl Default for UnevenMultiGpu {
     }
 }
 
+/// `tensor_cores_idle`: the SMs are busy but the tensor cores are not (GPM, Hopper and newer):
+/// a training loop in FP32 that autocast or TF32 would speed up severalfold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TensorCoresIdle {
+    pub enabled: bool,
+    /// GPM SM activity at or above this ratio counts as busy. Default 0.5.
+    pub sm_activity_at_least: f64,
+    /// GPM tensor activity (any tensor pipe) below this ratio counts as idle. Default 0.05.
+    pub tensor_activity_below: f64,
+    /// Both hold for at least this long. Default 5 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for TensorCoresIdle {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sm_activity_at_least: 0.5,
+            tensor_activity_below: 0.05,
+            min_duration: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `low_sm_efficiency`: GPU-Util says busy, GPM SM activity says few SMs work (tiny kernels,
+/// launch-bound loops, small batches).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LowSmEfficiency {
+    pub enabled: bool,
+    /// Device utilisation (`GPU-Util`) at or above this ratio. Default 0.9.
+    pub gpu_utilization_at_least: f64,
+    /// While GPM SM activity is below this ratio. Default 0.3.
+    pub sm_activity_below: f64,
+    /// Both hold for at least this long. Default 5 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for LowSmEfficiency {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            gpu_utilization_at_least: 0.9,
+            sm_activity_below: 0.3,
+            min_duration: Duration::from_secs(300),
+        }
+    }
+}
+
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
@@ -336,7 +392,7 @@ impl Thresholds {
     /// # Errors
     /// `ThresholdsError` naming the key, the value and the accepted range.
     pub fn validate(&self) -> Result<(), ThresholdsError> {
-        let ratios: [(&'static str, f64); 13] = [
+        let ratios = [
             (
                 "input_bound.data_wait_ratio_at_least",
                 self.input_bound.data_wait_ratio_at_least,
@@ -388,6 +444,22 @@ impl Thresholds {
             (
                 "uneven_multi_gpu.busiest_at_least",
                 self.uneven_multi_gpu.busiest_at_least,
+            ),
+            (
+                "tensor_cores_idle.sm_activity_at_least",
+                self.tensor_cores_idle.sm_activity_at_least,
+            ),
+            (
+                "tensor_cores_idle.tensor_activity_below",
+                self.tensor_cores_idle.tensor_activity_below,
+            ),
+            (
+                "low_sm_efficiency.gpu_utilization_at_least",
+                self.low_sm_efficiency.gpu_utilization_at_least,
+            ),
+            (
+                "low_sm_efficiency.sm_activity_below",
+                self.low_sm_efficiency.sm_activity_below,
             ),
         ];
         for (key, value) in ratios {

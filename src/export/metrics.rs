@@ -27,7 +27,7 @@ use super::batch::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAt
 use super::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, ProcessWindow, Window};
+use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
 
 /// The kind of OpenTelemetry instrument a metric stands for, as docs/metrics.md names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +88,25 @@ pub(crate) enum MetricId {
     Errors,
     Status,
     PerformanceState,
+    SmActivity,
+    SmActivityMax,
+    SmActivityMin,
+    SmOccupancy,
+    SmOccupancyMax,
+    SmOccupancyMin,
+    DramActivity,
+    DramActivityMax,
+    DramActivityMin,
+    GraphicsActivity,
+    GraphicsActivityMax,
+    GraphicsActivityMin,
+    PipeActivity,
+    PipeActivityMax,
+    PipeActivityMin,
+    RemappedRows,
+    RemapPending,
+    RemapFailed,
+    ThrottleTime,
     ProcessGpuMemoryUsage,
     ProcessGpuUtilization,
     ProcessGpuUtilizationMax,
@@ -158,6 +177,25 @@ pub static METRICS: [MetricSpec; METRIC_COUNT] = [
     spec(M::Errors, "hw.errors", Counter, "{error}", "Errors since the start time."),
     spec(M::Status, "hw.status", UpDown, "1", "1 for the device's current state, 0 for the other."),
     spec(M::PerformanceState, "nvidia.gpu.performance_state", G, "1", "Performance state, 0 (max) to 15 (min)."),
+    spec(M::SmActivity, "nvidia.gpu.sm.activity", G, "1", "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE)."),
+    spec(M::SmActivityMax, "nvidia.gpu.sm.activity.max", G, "1", "Highest nvidia.gpu.sm.activity between two GPM samples in the window."),
+    spec(M::SmActivityMin, "nvidia.gpu.sm.activity.min", G, "1", "Lowest nvidia.gpu.sm.activity between two GPM samples in the window."),
+    spec(M::SmOccupancy, "nvidia.gpu.sm.occupancy", G, "1", "Mean ratio of resident warps to the maximum the SMs hold (GPM SM_OCCUPANCY)."),
+    spec(M::SmOccupancyMax, "nvidia.gpu.sm.occupancy.max", G, "1", "Highest nvidia.gpu.sm.occupancy between two GPM samples in the window."),
+    spec(M::SmOccupancyMin, "nvidia.gpu.sm.occupancy.min", G, "1", "Lowest nvidia.gpu.sm.occupancy between two GPM samples in the window."),
+    spec(M::DramActivity, "nvidia.gpu.dram.activity", G, "1", "Mean ratio of DRAM bandwidth used to its peak (GPM DRAM_BW_UTIL)."),
+    spec(M::DramActivityMax, "nvidia.gpu.dram.activity.max", G, "1", "Highest nvidia.gpu.dram.activity between two GPM samples in the window."),
+    spec(M::DramActivityMin, "nvidia.gpu.dram.activity.min", G, "1", "Lowest nvidia.gpu.dram.activity between two GPM samples in the window."),
+    spec(M::GraphicsActivity, "nvidia.gpu.graphics.activity", G, "1", "Mean ratio of time the graphics engine was active (GPM GRAPHICS_UTIL)."),
+    spec(M::GraphicsActivityMax, "nvidia.gpu.graphics.activity.max", G, "1", "Highest nvidia.gpu.graphics.activity between two GPM samples in the window."),
+    spec(M::GraphicsActivityMin, "nvidia.gpu.graphics.activity.min", G, "1", "Lowest nvidia.gpu.graphics.activity between two GPM samples in the window."),
+    spec(M::PipeActivity, "nvidia.gpu.pipe.activity", G, "1", "Mean ratio of time the pipe was active (GPM *_UTIL)."),
+    spec(M::PipeActivityMax, "nvidia.gpu.pipe.activity.max", G, "1", "Highest nvidia.gpu.pipe.activity between two GPM samples in the window."),
+    spec(M::PipeActivityMin, "nvidia.gpu.pipe.activity.min", G, "1", "Lowest nvidia.gpu.pipe.activity between two GPM samples in the window."),
+    spec(M::RemappedRows, "nvidia.gpu.memory.remapped_rows", UpDown, "{row}", "Rows the row remapper replaced, by the kind of error that caused it."),
+    spec(M::RemapPending, "nvidia.gpu.memory.remap.pending", G, "1", "1 when a row remapping waits for a GPU reset."),
+    spec(M::RemapFailed, "nvidia.gpu.memory.remap.failed", G, "1", "1 when a row remapping failed: the memory cannot be repaired."),
+    spec(M::ThrottleTime, "nvidia.gpu.throttle.time", Counter, "s", "Time the performance policy held the clocks down, since the driver loaded."),
     spec(M::ProcessGpuMemoryUsage, "process.gpu.memory.usage", UpDown, "By", "Device memory the process holds on the device."),
     spec(M::ProcessGpuUtilization, "process.gpu.utilization", G, "1", "Mean ratio of the window the process kept the GPU task busy."),
     spec(M::ProcessGpuUtilizationMax, "process.gpu.utilization.max", G, "1", "Highest sampled process.gpu.utilization in the window."),
@@ -426,6 +464,46 @@ fn push_device(
         b.push(M::Status, attrs, sum_span, Value::I64(i64::from(value)));
     }
 
+    push_gpm(b, base, &d.gpm, gauge_span);
+
+    if let Some(r) = &d.remapped_rows {
+        for (kind, rows) in [
+            ("correctable", r.correctable),
+            ("uncorrectable", r.uncorrectable),
+        ] {
+            let attrs = with(base, "nvidia.gpu.memory.remap.type", kind);
+            b.push(M::RemappedRows, attrs, sum_span, int(u64::from(rows)));
+        }
+        for (id, flag) in [(M::RemapPending, r.pending), (M::RemapFailed, r.failure)] {
+            b.push(
+                id,
+                PointAttributes::of(base),
+                gauge_span,
+                Value::I64(i64::from(flag)),
+            );
+        }
+    }
+    if let Some(v) = &d.violation {
+        for ((_, reason), ns) in crate::sampling::health::VIOLATION_POLICIES
+            .iter()
+            .zip(v.nanoseconds)
+        {
+            if let Some(ns) = ns {
+                let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
+                b.push(
+                    M::ThrottleTime,
+                    attrs,
+                    sum_span,
+                    Value::F64(ns as f64 / 1e9),
+                );
+            }
+        }
+    }
+    if let Some(replays) = d.pcie_replays_total {
+        let attrs = with(base, "error.type", "pcie_replay");
+        b.push(M::Errors, attrs, sum_span, int(replays));
+    }
+
     if let Some(pstate) = d.performance_state {
         b.push(
             M::PerformanceState,
@@ -433,6 +511,68 @@ fn push_device(
             gauge_span,
             Value::I64(i64::from(pstate)),
         );
+    }
+}
+
+/// The GPM activity gauges of one device (Hopper and newer; nothing elsewhere).
+fn push_gpm(b: &mut MetricsBuilder, base: AttributeSetId, gpm: &GpmWindow, span: Span) {
+    for (fam, gauge) in [
+        (
+            family(
+                M::SmActivity,
+                Some(M::SmActivityMax),
+                Some(M::SmActivityMin),
+            ),
+            &gpm.sm_activity,
+        ),
+        (
+            family(
+                M::SmOccupancy,
+                Some(M::SmOccupancyMax),
+                Some(M::SmOccupancyMin),
+            ),
+            &gpm.sm_occupancy,
+        ),
+        (
+            family(
+                M::DramActivity,
+                Some(M::DramActivityMax),
+                Some(M::DramActivityMin),
+            ),
+            &gpm.dram_activity,
+        ),
+        (
+            family(
+                M::GraphicsActivity,
+                Some(M::GraphicsActivityMax),
+                Some(M::GraphicsActivityMin),
+            ),
+            &gpm.graphics_activity,
+        ),
+    ] {
+        if let Some(g) = gauge {
+            push_gauge(b, fam, PointAttributes::of(base), span, g);
+        }
+    }
+    let pipe = family(
+        M::PipeActivity,
+        Some(M::PipeActivityMax),
+        Some(M::PipeActivityMin),
+    );
+    for (name, gauge) in [
+        ("tensor", &gpm.tensor_activity),
+        ("tensor.hmma", &gpm.tensor_hmma_activity),
+        ("tensor.imma", &gpm.tensor_imma_activity),
+        ("tensor.dfma", &gpm.tensor_dfma_activity),
+        ("fp16", &gpm.fp16_activity),
+        ("fp32", &gpm.fp32_activity),
+        ("fp64", &gpm.fp64_activity),
+        ("integer", &gpm.integer_activity),
+    ] {
+        if let Some(g) = gauge {
+            let attrs = with(base, "nvidia.gpu.pipe", name);
+            push_gauge(b, pipe, attrs, span, g);
+        }
     }
 }
 

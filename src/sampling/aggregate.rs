@@ -8,8 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, Snapshot, XidEvent};
-use super::window::{DeviceWindow, Gauge, ProcessWindow, Window};
+use super::model::{
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, RemappedRows, Snapshot,
+    ViolationTimes, XidEvent,
+};
+use super::window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
 /// such gaps count for at most this long.
@@ -174,6 +177,61 @@ struct DeviceAcc {
     performance_state: Option<u32>,
     throttle_known: u32,
     throttle_active: BTreeMap<u64, u32>,
+    gpm: GpmAcc,
+    remapped_rows: Option<RemappedRows>,
+    pcie_replays_total: Option<u64>,
+    violation: Option<ViolationTimes>,
+}
+
+/// Running summaries of the GPM activity gauges.
+#[derive(Debug, Default)]
+struct GpmAcc {
+    sm_activity: Option<GaugeAcc>,
+    sm_occupancy: Option<GaugeAcc>,
+    tensor_activity: Option<GaugeAcc>,
+    tensor_hmma_activity: Option<GaugeAcc>,
+    tensor_imma_activity: Option<GaugeAcc>,
+    tensor_dfma_activity: Option<GaugeAcc>,
+    dram_activity: Option<GaugeAcc>,
+    fp16_activity: Option<GaugeAcc>,
+    fp32_activity: Option<GaugeAcc>,
+    fp64_activity: Option<GaugeAcc>,
+    integer_activity: Option<GaugeAcc>,
+    graphics_activity: Option<GaugeAcc>,
+}
+
+impl GpmAcc {
+    fn add(&mut self, a: &GpmActivity) {
+        GaugeAcc::add(&mut self.sm_activity, a.sm_activity);
+        GaugeAcc::add(&mut self.sm_occupancy, a.sm_occupancy);
+        GaugeAcc::add(&mut self.tensor_activity, a.tensor_activity);
+        GaugeAcc::add(&mut self.tensor_hmma_activity, a.tensor_hmma_activity);
+        GaugeAcc::add(&mut self.tensor_imma_activity, a.tensor_imma_activity);
+        GaugeAcc::add(&mut self.tensor_dfma_activity, a.tensor_dfma_activity);
+        GaugeAcc::add(&mut self.dram_activity, a.dram_activity);
+        GaugeAcc::add(&mut self.fp16_activity, a.fp16_activity);
+        GaugeAcc::add(&mut self.fp32_activity, a.fp32_activity);
+        GaugeAcc::add(&mut self.fp64_activity, a.fp64_activity);
+        GaugeAcc::add(&mut self.integer_activity, a.integer_activity);
+        GaugeAcc::add(&mut self.graphics_activity, a.graphics_activity);
+    }
+
+    fn finish(self) -> GpmWindow {
+        GpmWindow {
+            sm_activity: GaugeAcc::finish(self.sm_activity),
+            sm_occupancy: GaugeAcc::finish(self.sm_occupancy),
+            tensor_activity: GaugeAcc::finish(self.tensor_activity),
+            tensor_hmma_activity: GaugeAcc::finish(self.tensor_hmma_activity),
+            tensor_imma_activity: GaugeAcc::finish(self.tensor_imma_activity),
+            tensor_dfma_activity: GaugeAcc::finish(self.tensor_dfma_activity),
+            dram_activity: GaugeAcc::finish(self.dram_activity),
+            fp16_activity: GaugeAcc::finish(self.fp16_activity),
+            fp32_activity: GaugeAcc::finish(self.fp32_activity),
+            fp64_activity: GaugeAcc::finish(self.fp64_activity),
+            integer_activity: GaugeAcc::finish(self.integer_activity),
+            graphics_activity: GaugeAcc::finish(self.graphics_activity),
+        }
+    }
 }
 
 impl DeviceAcc {
@@ -200,6 +258,10 @@ impl DeviceAcc {
             performance_state: None,
             throttle_known: 0,
             throttle_active: BTreeMap::new(),
+            gpm: GpmAcc::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 
@@ -225,6 +287,10 @@ impl DeviceAcc {
             s.graphics_clock_mhz.map(f64::from),
         );
         GaugeAcc::add(&mut self.fan_speed, s.fan_speed);
+        self.gpm.add(&s.gpm);
+        self.remapped_rows = s.remapped_rows.or(self.remapped_rows);
+        self.pcie_replays_total = s.pcie_replays_total.or(self.pcie_replays_total);
+        self.violation = s.violation.or(self.violation);
         // Last values: a later sample without the field (lost device) keeps the last known.
         self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
         self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
@@ -279,6 +345,10 @@ impl DeviceAcc {
             ecc_corrected_total: counters.ecc_corrected_total,
             ecc_uncorrected_total: counters.ecc_uncorrected_total,
             xid_total: counters.xid_total,
+            gpm: self.gpm.finish(),
+            remapped_rows: self.remapped_rows,
+            pcie_replays_total: self.pcie_replays_total,
+            violation: self.violation,
         }
     }
 }

@@ -92,6 +92,34 @@ pub struct DeviceSample {
     pub ecc_uncorrected_total: Option<u64>,
     /// Performance state 0 (max) to 15 (min).
     pub performance_state: Option<u32>,
+    /// GPM activity since the previous tick (Hopper and newer); all `None` elsewhere.
+    pub gpm: GpmActivity,
+    /// Row remapper state (Ampere and newer).
+    pub remapped_rows: Option<RemappedRows>,
+    /// PCIe replays since the driver loaded (`nvmlDeviceGetPcieReplayCounter`).
+    pub pcie_replays_total: Option<u64>,
+    /// Time each performance policy held the clocks down since the driver loaded.
+    pub violation: Option<ViolationTimes>,
+}
+
+/// Row remapper state (`nvmlDeviceGetRemappedRows`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RemappedRows {
+    /// Rows remapped for correctable errors.
+    pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
+    pub uncorrectable: u32,
+    /// A remapping waits for a GPU reset.
+    pub pending: bool,
+    /// A remapping failed: the memory can no longer be repaired.
+    pub failure: bool,
+}
+
+/// Violation time per `nvmlPerfPolicyType_t`, nanoseconds, in the order of
+/// `sampling::health::VIOLATION_POLICIES`; `None` where the device does not report the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ViolationTimes {
+    pub nanoseconds: [Option<u64>; 8],
 }
 
 impl DeviceSample {
@@ -122,7 +150,44 @@ impl DeviceSample {
             ecc_corrected_total: None,
             ecc_uncorrected_total: None,
             performance_state: None,
+            gpm: GpmActivity::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
+    }
+}
+
+/// GPM activity of one device over the interval between two GPM samples. Ratios 0–1 (NVML
+/// reports percent); `None` when the device does not give the metric.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GpmActivity {
+    /// Ratio of SMs with at least one warp resident (`SM_UTIL`; DCGM's `PROF_SM_ACTIVE`).
+    pub sm_activity: Option<f64>,
+    /// Resident warps over the SMs' maximum (`SM_OCCUPANCY`; DCGM's `PROF_SM_OCCUPANCY`).
+    pub sm_occupancy: Option<f64>,
+    /// Any tensor pipe active (`ANY_TENSOR_UTIL`; DCGM's `PROF_PIPE_TENSOR_ACTIVE`).
+    pub tensor_activity: Option<f64>,
+    /// Half-precision matrix (HMMA) tensor pipe (`HMMA_TENSOR_UTIL`).
+    pub tensor_hmma_activity: Option<f64>,
+    /// Integer matrix (IMMA) tensor pipe (`IMMA_TENSOR_UTIL`).
+    pub tensor_imma_activity: Option<f64>,
+    /// Double-precision matrix (DFMA) tensor pipe (`DFMA_TENSOR_UTIL`).
+    pub tensor_dfma_activity: Option<f64>,
+    /// DRAM bandwidth used over its peak (`DRAM_BW_UTIL`; DCGM's `PROF_DRAM_ACTIVE`).
+    pub dram_activity: Option<f64>,
+    pub fp16_activity: Option<f64>,
+    pub fp32_activity: Option<f64>,
+    pub fp64_activity: Option<f64>,
+    pub integer_activity: Option<f64>,
+    /// Graphics engine active (`GRAPHICS_UTIL`; DCGM's `PROF_GR_ENGINE_ACTIVE`).
+    pub graphics_activity: Option<f64>,
+}
+
+impl GpmActivity {
+    /// Whether any metric has a value.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
     }
 }
 

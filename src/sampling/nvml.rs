@@ -26,6 +26,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
+use super::gpm::GpmReader;
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
 
 /// The library name gpulse loads by default. nvml-wrapper's own default, `libnvidia-ml.so`, only
@@ -139,6 +140,9 @@ enum Field {
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
+    RemappedRows,
+    PcieReplays,
+    Violation,
 }
 
 /// The open NVML session and what it has learnt about the devices.
@@ -159,6 +163,8 @@ pub struct Sampler {
     error_counts: BTreeMap<&'static str, u64>,
     /// Fields already warned about for unexpected errors, so the log says it once.
     warned: HashSet<(u32, Field)>,
+    /// GPM support, the previous GPM sample and the permission state of each device.
+    gpm: GpmReader,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -189,8 +195,10 @@ impl Sampler {
                 nvml_wrapper::cuda_driver_version_minor(v)
             )
         });
+        let nvml = Arc::new(nvml);
         Ok(Self {
-            nvml: Arc::new(nvml),
+            gpm: GpmReader::new(Arc::clone(&nvml)),
+            nvml,
             lib_path: lib_path.to_path_buf(),
             driver_version,
             cuda_driver_version,
@@ -220,6 +228,21 @@ impl Sampler {
     /// Static facts of every device seen so far, by index.
     pub fn device_infos(&self) -> impl Iterator<Item = &Arc<DeviceInfo>> {
         self.devices.iter().flatten()
+    }
+
+    /// Takes a first GPM sample on every device that gives GPM, for a caller that samples only
+    /// once (`gpulse snapshot`): after waiting [`MIN_PAIR_INTERVAL`](super::gpm::MIN_PAIR_INTERVAL),
+    /// `sample` then reports GPM activity. Returns whether any device took one; errors are
+    /// left for `sample` to report.
+    pub fn prime_gpm(&mut self) -> bool {
+        let count = self.nvml.device_count().unwrap_or(0);
+        let mut any = false;
+        for index in 0..count {
+            if let Ok(device) = self.nvml.device_by_index(index) {
+                any |= self.gpm.prime(index, &device);
+            }
+        }
+        any
     }
 
     /// Reads every device and its processes once.
@@ -410,6 +433,24 @@ impl Sampler {
         s.performance_state = reader
             .read(Field::PerformanceState, || device.performance_state())
             .and_then(|p| pstate_number(p.as_c()));
+        s.remapped_rows = reader.read(Field::RemappedRows, || {
+            super::health::remapped_rows(&nvml_for_memory, device)
+        });
+        s.pcie_replays_total = reader
+            .read(Field::PcieReplays, || device.pcie_replay_counter())
+            .map(u64::from);
+        s.violation = reader.read(Field::Violation, || super::health::violation_times(device));
+        if !reader.lost {
+            let gpm = reader
+                .sampler
+                .gpm
+                .read(index, device, std::time::Instant::now());
+            if let Some(kind) = gpm.error {
+                reader.sampler.count_error(kind);
+            }
+            reader.lost |= gpm.lost;
+            s.gpm = gpm.activity;
+        }
 
         let compute = reader
             .read(Field::ComputeProcesses, || {

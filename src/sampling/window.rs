@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::model::{DeviceInfo, DeviceStatus, ProcessKind, XidEvent};
+use super::model::{DeviceInfo, DeviceStatus, ProcessKind, RemappedRows, ViolationTimes, XidEvent};
 
 /// Summary of one gauge over the samples of a window in which it had a value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -82,6 +82,32 @@ pub struct DeviceWindow {
     pub ecc_uncorrected_total: Option<u64>,
     /// XID events since `counters_start`.
     pub xid_total: u64,
+    /// GPM activity gauges (Hopper and newer); all `None` elsewhere.
+    pub gpm: GpmWindow,
+    /// Row remapper state, last value.
+    pub remapped_rows: Option<RemappedRows>,
+    /// The driver's PCIe replay count (since it loaded), last value.
+    pub pcie_replays_total: Option<u64>,
+    /// The driver's violation times (since it loaded), last value.
+    pub violation: Option<ViolationTimes>,
+}
+
+/// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
+/// that gave it (see [`GpmActivity`](super::model::GpmActivity) for what each one measures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GpmWindow {
+    pub sm_activity: Option<Gauge>,
+    pub sm_occupancy: Option<Gauge>,
+    pub tensor_activity: Option<Gauge>,
+    pub tensor_hmma_activity: Option<Gauge>,
+    pub tensor_imma_activity: Option<Gauge>,
+    pub tensor_dfma_activity: Option<Gauge>,
+    pub dram_activity: Option<Gauge>,
+    pub fp16_activity: Option<Gauge>,
+    pub fp32_activity: Option<Gauge>,
+    pub fp64_activity: Option<Gauge>,
+    pub integer_activity: Option<Gauge>,
+    pub graphics_activity: Option<Gauge>,
 }
 
 impl DeviceWindow {
@@ -115,6 +141,10 @@ impl DeviceWindow {
             ecc_corrected_total: None,
             ecc_uncorrected_total: None,
             xid_total: 0,
+            gpm: GpmWindow::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 }

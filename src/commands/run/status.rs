@@ -120,6 +120,18 @@ fn device(d: &DeviceWindow) -> DeviceReport<'_> {
         ecc_corrected_total: d.ecc_corrected_total,
         ecc_uncorrected_total: d.ecc_uncorrected_total,
         performance_state: d.performance_state,
+        sm_activity: d.gpm.sm_activity.map(|g| g.mean),
+        sm_occupancy: d.gpm.sm_occupancy.map(|g| g.mean),
+        tensor_activity: d.gpm.tensor_activity.map(|g| g.mean),
+        tensor_hmma_activity: d.gpm.tensor_hmma_activity.map(|g| g.mean),
+        tensor_imma_activity: d.gpm.tensor_imma_activity.map(|g| g.mean),
+        tensor_dfma_activity: d.gpm.tensor_dfma_activity.map(|g| g.mean),
+        dram_activity: d.gpm.dram_activity.map(|g| g.mean),
+        fp16_activity: d.gpm.fp16_activity.map(|g| g.mean),
+        fp32_activity: d.gpm.fp32_activity.map(|g| g.mean),
+        fp64_activity: d.gpm.fp64_activity.map(|g| g.mean),
+        integer_activity: d.gpm.integer_activity.map(|g| g.mean),
+        graphics_activity: d.gpm.graphics_activity.map(|g| g.mean),
     }
 }
 

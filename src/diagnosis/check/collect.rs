@@ -102,7 +102,14 @@ fn device_facts(nvml: &Nvml, index: u32, d: &Device<'_>) -> DeviceFacts {
             reserved: m.reserved,
         }),
         retired_pages_pending: fact(d.are_pages_pending_retired()),
-        remapped_rows: fact(remapped_rows(nvml, d)),
+        remapped_rows: match remapped_rows(nvml, d) {
+            Err(NvmlError::FailedToLoadSymbol(_)) => Fact::Unavailable(
+                "the NVML library does not export nvmlDeviceGetRemappedRows (a driver older \
+                 than R450, or another NVML implementation)"
+                    .into(),
+            ),
+            other => fact(other),
+        },
     }
 }
 

@@ -357,7 +357,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
                 r.uncorrectable, r.correctable
             ),
         ),
-        Fact::NotSupported => (CheckStatus::Pass, "n/a (pre-Ampere GPU)".to_string()),
+        // Say what NVML answered, not a guess at the architecture: an H100 behind an old
+        // library lacks the call without being "pre-Ampere".
+        Fact::NotSupported => (
+            CheckStatus::Pass,
+            "n/a (the GPU answered NOT_SUPPORTED: it has no row remapper)".to_string(),
+        ),
         Fact::Unavailable(e) => (CheckStatus::Pass, format!("n/a: {e}")),
     };
     push("Row remapping", status, reason);

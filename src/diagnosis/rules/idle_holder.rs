@@ -118,8 +118,11 @@ pub struct IdleRun {
 fn idle_utilization(s: &WindowSummary) -> Option<(f64, &'static str)> {
     // Per-process SM when known; else the device's, which is only ~0 when every process on it is
     // idle: a shared busy device hides an idle process (a miss) but never invents one.
+    // GPM SM activity, where the GPU gives it, says how much of the GPU works; GPU-Util only
+    // whether any kernel ran.
     s.sm_utilization_mean
         .map(|u| (u, "process_sm"))
+        .or(s.device_sm_activity_mean.map(|u| (u, "device_sm_activity")))
         .or(s.device_utilization_mean.map(|u| (u, "device")))
 }
 

@@ -66,10 +66,14 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
         for p in &procs {
             let util = match p.sm_utilization {
                 Some(g) => Some((g.mean, "process_sm")),
-                None => inputs
-                    .device(&p.device_uuid)
-                    .and_then(|d| d.utilization_gpu)
-                    .map(|g| (g.mean, "device")),
+                // GPM SM activity (how much of the GPU works) over GPU-Util (whether any
+                // kernel ran) where the GPU gives it.
+                None => inputs.device(&p.device_uuid).and_then(|d| {
+                    d.gpm
+                        .sm_activity
+                        .map(|g| (g.mean, "device_sm_activity"))
+                        .or(d.utilization_gpu.map(|g| (g.mean, "device")))
+                }),
             };
             if let Some(u) = util {
                 if busiest.is_none_or(|b| u.0 > b.0) {

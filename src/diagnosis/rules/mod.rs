@@ -6,9 +6,11 @@
 pub mod hardware_errors;
 pub mod idle_holder;
 pub mod input_bound;
+pub mod low_sm_efficiency;
 pub mod memory_fragmentation;
 pub mod memory_growth;
 pub mod memory_pressure;
+pub mod tensor_cores_idle;
 pub mod throttling;
 pub mod uneven_multi_gpu;
 
@@ -19,7 +21,7 @@ use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 
 use super::findings::{DeviceRef, Finding, Subject};
 use super::framework::FrameworkEvidence;
-use super::history::History;
+use super::history::{History, Series, WindowSummary};
 use super::thresholds::Thresholds;
 
 /// Everything the rules read for one window. Build it after `History::record(window)`.
@@ -96,6 +98,42 @@ pub(crate) fn process_device_ref(p: &ProcessWindow) -> DeviceRef {
     }
 }
 
+/// For each device, the process holding the most GPU memory on it in this window: the one a
+/// device-wide GPM condition is reported on.
+pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
+    let mut best: std::collections::BTreeMap<&str, &'a ProcessWindow> = Default::default();
+    for p in &inputs.window.processes {
+        let held = |p: &ProcessWindow| p.gpu_memory_bytes.map_or(0.0, |g| g.last);
+        let entry = best.entry(p.device_uuid.as_str()).or_insert(p);
+        if held(p) > held(entry) || (held(p) == held(entry) && p.pid < entry.pid) {
+            *entry = p;
+        }
+    }
+    best.into_values().collect()
+}
+
+/// The trailing run of a series' windows in which `holds` is true: (start of the run, seconds
+/// from it to the end of the newest window). `None` when the newest window does not hold.
+pub(crate) fn trailing_run(
+    series: &Series,
+    holds: impl Fn(&WindowSummary) -> bool,
+) -> Option<(std::time::SystemTime, f64)> {
+    let latest = series.latest()?;
+    let mut since = None;
+    for s in series.summaries().rev() {
+        if !holds(s) {
+            break;
+        }
+        since = Some(s.start);
+    }
+    let since = since?;
+    let seconds = latest
+        .end
+        .duration_since(since)
+        .map_or(0.0, |d| d.as_secs_f64());
+    Some((since, seconds))
+}
+
 /// Runs every enabled rule, in `RuleId::ALL` order.
 pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
     if !t.enabled {
@@ -128,6 +166,12 @@ pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
             inputs,
             &t.memory_fragmentation,
         ));
+    }
+    if t.tensor_cores_idle.enabled {
+        out.extend(tensor_cores_idle::evaluate(inputs, &t.tensor_cores_idle));
+    }
+    if t.low_sm_efficiency.enabled {
+        out.extend(low_sm_efficiency::evaluate(inputs, &t.low_sm_efficiency));
     }
     out
 }
@@ -207,6 +251,10 @@ pub(crate) mod testkit {
             ecc_corrected_total: Some(0),
             ecc_uncorrected_total: Some(0),
             xid_total: 0,
+            gpm: Default::default(),
+            remapped_rows: None,
+            pcie_replays_total: None,
+            violation: None,
         }
     }
 
