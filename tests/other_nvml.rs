@@ -20,7 +20,7 @@ const UUID_A: &str = "GPU-0ther000-1111-2222-3333-444444444444";
 const UUID_B: &str = "GPU-0ther999-8888-7777-6666-555555555555";
 
 /// Builds the library with the C compiler Rust links with (`$CC`, else `cc`).
-fn build_library(dir: &Path) -> PathBuf {
+pub fn build_library(dir: &Path) -> PathBuf {
     let out = dir.join("libnvidia-ml.so.1");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)

@@ -12,3 +12,4 @@ mod other_nvml;
 mod reliability;
 mod run;
 mod sampling;
+mod top;
