@@ -127,7 +127,10 @@ fn view() -> Arc<View> {
             pod_uid: None,
             service_name: "resnet-train".into(),
         },
-        summary: "GPU busy 12% while the process tree uses 4.0 cores".into(),
+        // As the rules write it: the subject first.
+        summary: "pid 4242 (resnet-train) on GPU 0 is input-bound: GPU 12% busy while its \
+                  process tree uses 4.0 CPU cores"
+            .into(),
         advice: "raise DataLoader num_workers".into(),
         values: vec![],
         since: at - Duration::from_secs(125),

@@ -47,7 +47,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     let finding_count = app.view.as_ref().map_or(0, |v| v.findings.len()) as u16;
     let per_finding: u16 = if area.height >= TALL { 2 } else { 1 };
     let findings_height = (finding_count.max(1) * per_finding + 2)
-        .min(area.height / 4)
+        .min(area.height / 3)
         .max(3);
     let [header, gpus, processes, findings, footer] = Layout::vertical([
         Constraint::Length(1),
@@ -183,7 +183,7 @@ fn draw_gpus(frame: &mut Frame, area: Rect, app: &App, lines_per_gpu: u16, palet
 
 /// `0 NVIDIA H100  UTIL [████    ] 75%  MEM [██      ] 20.1/79.6G  62°C  450/700W`
 fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a> {
-    let name_width = if width >= 120 { 28 } else { 14 };
+    let name_width = if width >= 110 { 28 } else { 14 };
     let bar_width = if width >= 120 {
         20
     } else if width >= 96 {
@@ -394,10 +394,10 @@ fn draw_processes(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
         app.sort.label()
     );
     if app.tree {
-        title.push_str("tree ");
+        title.push_str("· tree ");
     }
     if !app.filter.is_empty() {
-        title.push_str(&format!("filter: {} ", app.filter));
+        title.push_str(&format!("· filter: {} ", app.filter));
     }
     let block = Block::bordered().title(Span::styled(title, palette.title()));
     let inner_width = area.width.saturating_sub(2);
@@ -452,7 +452,14 @@ fn draw_processes(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
 }
 
 fn cell_text(row: &Row, column: usize) -> String {
-    let dash = || "-".to_string();
+    // A descendant has no identity of its own here: blank, not "-" (unknown).
+    let dash = || {
+        if row.kind == RowKind::Descendant {
+            String::new()
+        } else {
+            "-".to_string()
+        }
+    };
     match COLUMNS[column].title {
         "GPU" => match row.kind {
             RowKind::Gpu { device_index } => device_index.to_string(),
@@ -464,26 +471,8 @@ fn cell_text(row: &Row, column: usize) -> String {
         "CONTAINER" => row.container.clone().unwrap_or_else(dash),
         "POD/NAMESPACE" => row.pod.clone().unwrap_or_else(dash),
         "SERVICE" => row.service.clone().unwrap_or_default(),
-        "GPU MEM" => row.gpu_memory_bytes.map_or_else(
-            || {
-                if row.kind == RowKind::Descendant {
-                    String::new()
-                } else {
-                    dash()
-                }
-            },
-            mib,
-        ),
-        "SM%" => row.sm.map_or_else(
-            || {
-                if row.kind == RowKind::Descendant {
-                    String::new()
-                } else {
-                    dash()
-                }
-            },
-            |s| format!("{s:.0}"),
-        ),
+        "GPU MEM" => row.gpu_memory_bytes.map_or_else(dash, mib),
+        "SM%" => row.sm.map_or_else(dash, |s| format!("{s:.0}")),
         "CPU%" => row.cpu.map_or_else(dash, |c| format!("{c:.0}")),
         "RSS" => row.rss_bytes.map_or_else(dash, mib),
         "COMMAND" => {
@@ -514,32 +503,37 @@ fn draw_findings(frame: &mut Frame, area: Rect, app: &App, per_finding: u16, pal
     let mut sorted: Vec<&Finding> = findings.iter().collect();
     sorted.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.since.cmp(&b.since)));
     for finding in sorted {
-        let since = format!(
-            "since {} ({})",
-            clock_utc(finding.since),
-            age(now.duration_since(finding.since).unwrap_or_default())
-        );
-        let mut spans = vec![
+        let since = clock_utc(finding.since);
+        let age = age(now.duration_since(finding.since).unwrap_or_default());
+        let head = vec![
             Span::styled(
                 format!("{:<8} ", finding.severity.as_str()),
                 palette.severity(finding.severity),
             ),
             Span::styled(format!("{:<16} ", finding.rule.as_str()), palette.title()),
-            Span::raw(format!("{}  ", finding.subject)),
-            Span::styled(since, palette.dim()),
         ];
         if per_finding > 1 {
-            lines.push(Line::from(spans));
+            // Tall: the subject and since when, then what is wrong and what to do.
+            let mut first = head;
+            first.push(Span::raw(format!("{}  ", finding.subject)));
+            first.push(Span::styled(
+                format!("since {since} ({age})"),
+                palette.dim(),
+            ));
+            lines.push(Line::from(first));
             lines.push(Line::from(format!(
-                "         {} → {}",
-                finding.summary, finding.advice
+                "{:25}{} → {}",
+                "", finding.summary, finding.advice
             )));
         } else {
-            spans.push(Span::raw(format!(
-                "  {} → {}",
+            // One line: the summary names the subject; the age says since when.
+            let mut line = head;
+            line.push(Span::styled(format!("{age:>6} "), palette.dim()));
+            line.push(Span::raw(format!(
+                "{} → {}",
                 finding.summary, finding.advice
             )));
-            lines.push(Line::from(spans));
+            lines.push(Line::from(line));
         }
     }
     frame.render_widget(Paragraph::new(lines), inner);
