@@ -100,7 +100,7 @@ impl Drop for Tmux {
 }
 
 /// The line of the process table that starts with `gpu` and `pid`.
-fn table_row<'a>(screen: &'a str, gpu: u32, pid: u32) -> Option<&'a str> {
+fn table_row(screen: &str, gpu: u32, pid: u32) -> Option<&str> {
     let start = format!("│{gpu:<4}{pid} ");
     screen.lines().find(|l| l.starts_with(&start))
 }
