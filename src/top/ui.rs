@@ -44,10 +44,18 @@ pub fn draw(frame: &mut Frame, app: &App) {
     let gpu_height = (gpu_count.max(1) as u16 * lines_per_gpu + 2)
         .min(gpu_budget)
         .max(3);
+    // Findings get two lines each (subject and since when, then summary and advice) when the
+    // process table keeps all its rows (or at least 8) beside them.
     let finding_count = app.view.as_ref().map_or(0, |v| v.findings.len()) as u16;
-    let per_finding: u16 = if area.height >= TALL { 2 } else { 1 };
+    let room = area.height.saturating_sub(gpu_height + 2);
+    let table_wants = (app.rows.len() as u16).min(8) + 3;
+    let per_finding: u16 = if finding_count * 2 + 2 + table_wants <= room {
+        2
+    } else {
+        1
+    };
     let findings_height = (finding_count.max(1) * per_finding + 2)
-        .min(area.height / 3)
+        .min((area.height / 3).max(room.saturating_sub(table_wants)))
         .max(3);
     let [header, gpus, processes, findings, footer] = Layout::vertical([
         Constraint::Length(1),
@@ -513,18 +521,19 @@ fn draw_findings(frame: &mut Frame, area: Rect, app: &App, per_finding: u16, pal
             Span::styled(format!("{:<16} ", finding.rule.as_str()), palette.title()),
         ];
         if per_finding > 1 {
-            // Tall: the subject and since when, then what is wrong and what to do.
+            // Two lines: since when and what is wrong (the summary names the subject), then
+            // what to do.
             let mut first = head;
-            first.push(Span::raw(format!("{}  ", finding.subject)));
             first.push(Span::styled(
-                format!("since {since} ({age})"),
+                format!("since {since} ({age})  "),
                 palette.dim(),
             ));
+            first.push(Span::raw(finding.summary.clone()));
             lines.push(Line::from(first));
-            lines.push(Line::from(format!(
-                "{:25}{} → {}",
-                "", finding.summary, finding.advice
-            )));
+            lines.push(Line::from(vec![
+                Span::raw(format!("{:25}", "")),
+                Span::styled(format!("→ {}", finding.advice), palette.fg(Color::Cyan)),
+            ]));
         } else {
             // One line: the summary names the subject; the age says since when.
             let mut line = head;
