@@ -13,7 +13,7 @@ use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{
-    Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Sparkline, Table, TableState,
+    Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Sparkline, Table, TableState, Wrap,
 };
 use ratatui::Frame;
 
@@ -726,7 +726,7 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
         Constraint::Length(spark_height),
     ])
     .areas(inner);
-    frame.render_widget(Paragraph::new(lines), text);
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), text);
     if let Some(history) = history.filter(|_| spark_height > 0) {
         let width = sm_area.width.saturating_sub(2) as usize;
         let sm = history.sm.last(width);
