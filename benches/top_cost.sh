@@ -86,12 +86,12 @@ measure() { # $1: label
     t0=$(date +%s.%N); c0=$(cpu_ticks)
     sleep "$SECONDS_PER_VIEW"
     t1=$(date +%s.%N); c1=$(cpu_ticks)
-    local rows
-    rows=$($TMUX capture-pane -p -t top | grep -c '^│[0-7] ' || true)
-    awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" -v label="$1" -v rows="$rows" \
+    local listed
+    listed=$($TMUX capture-pane -p -t top | grep -o 'Processes ([0-9]*)' || echo 'Processes (?)')
+    awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" -v label="$1" -v listed="$listed" \
         'BEGIN { s = (c1 - c0) / hz; w = t1 - t0;
-                 printf "%-10s %6.2f %% of a core  (%.2f s CPU over %.1f s wall; %d GPU-process rows on screen)\n",
-                        label, 100 * s / w, s, w, rows }'
+                 printf "%-10s %6.2f %% of a core  (%.2f s CPU over %.1f s wall; the view lists %s)\n",
+                        label, 100 * s / w, s, w, listed }'
 }
 
 echo "gpulse top, 8 GPUs x 64 real processes, --interval 1s, tmux 160x50, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
