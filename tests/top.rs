@@ -257,3 +257,19 @@ fn top_in_tmux_shows_gpus_processes_containers_and_findings_and_obeys_keys() {
         "the alternate screen was left: {modes}"
     );
 }
+
+#[test]
+fn top_without_a_terminal_says_so_and_points_to_snapshot() {
+    let output = Command::new(gpulse_bin())
+        .args(["top", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run gpulse top");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(stderr.contains("standard output is not one"), "{stderr}");
+    assert!(stderr.contains("gpulse snapshot"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing drawn on a pipe");
+}
