@@ -58,6 +58,18 @@ pub enum Command {
     /// Sample briefly, run the diagnosis rules and print the findings; exit status says whether
     /// any finding is serious.
     Check(InspectArgs),
+    /// A live terminal view of the GPUs, their processes (container, pod, service) and findings,
+    /// refreshed every --interval; q or Ctrl-C quits.
+    Top(TopArgs),
+}
+
+/// `gpulse top`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TopArgs {
+    /// How often the view samples NVML and refreshes, e.g. 500ms or 2s; at least 50ms.
+    /// [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub interval: Option<String>,
 }
 
 /// `gpulse snapshot` / `gpulse check`.

@@ -14,3 +14,4 @@ pub mod diagnosis;
 pub mod enrich;
 pub mod export;
 pub mod sampling;
+pub mod top;

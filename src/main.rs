@@ -43,6 +43,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", commands::snapshot::snapshot(&config)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Top(args) => {
+            let config =
+                InspectConfig::resolve(&cli.global, &Default::default(), &config::process_env)?;
+            let logs = commands::top::init_logging(&quiet_by_default(&config.log));
+            commands::top::top(&config, args, logs)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check(args) => {
             let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
             init_logging(&quiet_by_default(&config.log));

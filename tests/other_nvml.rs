@@ -36,7 +36,7 @@ const GPM_A: [(&str, f64); 12] = [
 ];
 
 /// Builds the library with the C compiler Rust links with (`$CC`, else `cc`).
-fn build_library(dir: &Path) -> PathBuf {
+pub fn build_library(dir: &Path) -> PathBuf {
     let out = dir.join("libnvidia-ml.so.1");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)

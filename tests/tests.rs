@@ -15,3 +15,4 @@ mod prometheus;
 mod reliability;
 mod run;
 mod sampling;
+mod top;

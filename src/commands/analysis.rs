@@ -16,9 +16,9 @@ use crate::attribution::{
     AttributedWindow, AttributionSettings, Attributor, ParentWatch, Workload,
 };
 use crate::config::downward::DownwardApi;
-use crate::config::Config;
+use crate::config::{Config, InspectConfig};
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
-use crate::diagnosis::{Diagnoser, Finding, FindingEvent};
+use crate::diagnosis::{Diagnoser, Finding, FindingEvent, Thresholds};
 use crate::sampling::Window;
 
 /// The state of a running pipeline as of its last closed window.
@@ -55,19 +55,46 @@ pub struct Analysis {
 
 impl Analyzer {
     pub fn new(config: &Config) -> Self {
-        Self {
-            attributor: Attributor::new(AttributionSettings {
+        Self::with_settings(
+            AttributionSettings {
                 proc_root: config.proc_root.clone(),
                 include_command_line: config.include_command_line,
                 read_environ: config.read_environ,
                 kubelet_socket: config.kubelet_socket.clone(),
-            }),
-            diagnoser: Diagnoser::new(config.diagnosis.clone()),
-            parents: ParentWatch::new(&config.proc_root),
-            own_pod: OwnPod::from_config(&config.downward),
+            },
+            config.diagnosis.clone(),
+            &config.downward,
+        )
+    }
+
+    /// The analyzer of `gpulse top`, which resolves only the attribution and diagnosis settings
+    /// (an [`InspectConfig`]): a broken exporter setting must not stop the live view.
+    pub fn for_inspect(config: &InspectConfig) -> Self {
+        Self::with_settings(
+            AttributionSettings {
+                proc_root: config.proc_root.clone(),
+                include_command_line: config.include_command_line,
+                read_environ: config.read_environ,
+                kubelet_socket: config.kubelet_socket.clone(),
+            },
+            config.diagnosis.clone(),
+            &config.downward,
+        )
+    }
+
+    fn with_settings(
+        attribution: AttributionSettings,
+        diagnosis: Thresholds,
+        downward: &DownwardApi,
+    ) -> Self {
+        Self {
+            parents: ParentWatch::new(&attribution.proc_root),
+            cpu_quotas: CpuQuotas::new(&attribution.proc_root, CGROUP_ROOT),
+            attributor: Attributor::new(attribution),
+            diagnoser: Diagnoser::new(diagnosis),
+            own_pod: OwnPod::from_config(downward),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
-            cpu_quotas: CpuQuotas::new(&config.proc_root, CGROUP_ROOT),
         }
     }
 

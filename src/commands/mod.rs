@@ -1,8 +1,10 @@
-//! The commands a user runs: `snapshot` (one sample, printed), `run` (the sidecar pipeline) and
-//! `check` (the health checklist). They wire the pipeline stages together; the stages themselves
-//! live in `sampling`, `attribution`, `diagnosis` and `export`.
+//! The commands a user runs: `snapshot` (one sample, printed), `run` (the sidecar pipeline),
+//! `check` (the health checklist) and `top` (the live terminal view). They wire the pipeline
+//! stages together; the stages themselves live in `sampling`, `attribution`, `diagnosis` and
+//! `export` (and the view's drawing in `top`).
 
 pub mod analysis;
 pub mod check;
 pub mod run;
 pub mod snapshot;
+pub mod top;

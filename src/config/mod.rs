@@ -185,6 +185,8 @@ pub struct InspectConfig {
     pub kubelet_socket: Option<PathBuf>,
     /// `check` runs the same rules as `run`.
     pub diagnosis: Thresholds,
+    /// gpulse's own pod and node (`K8S_*`), for `top`'s naming of this pod's processes.
+    pub downward: downward::DownwardApi,
 }
 
 impl Config {
@@ -390,6 +392,7 @@ impl InspectConfig {
             read_environ: common.read_environ,
             kubelet_socket: common.kubelet_socket,
             diagnosis: common.diagnosis,
+            downward: downward::DownwardApi::from_env(env),
         })
     }
 }

@@ -1,0 +1,247 @@
+//! `gpulse top`: the live view's loop. It runs the same stages as `gpulse run` — the sampler
+//! thread, the window aggregator and the [`Analyzer`] (attribution and diagnosis) — with one
+//! window per `--interval`, and hands each analysed [`View`](super::analysis::View) to the view
+//! state in [`crate::top`] instead of the exporter.
+//!
+//! The loop waits on one channel fed by two threads, the snapshot forwarder and the key reader,
+//! so it sleeps until a sample or a key arrives: no polling, nothing redrawn between them.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::cli::TopArgs;
+use crate::commands::analysis::Analyzer;
+use crate::commands::run::sampler_thread::{SamplerSettings, SamplerThread};
+use crate::config::{values, InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
+use crate::sampling::{SessionError, Snapshot, WindowAggregator};
+use crate::top::input::{action, Action};
+use crate::top::logs::LogLines;
+use crate::top::procinfo::{Family, OwnCpu};
+use crate::top::terminal::{check_terminal, NotATerminal, TerminalGuard};
+use crate::top::{ui, App};
+
+/// The refresh interval when `--interval` is not given.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why `gpulse top` could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopError {
+    #[error(
+        "gpulse top draws a live view and needs a terminal, but standard {0} is not one. For one \
+         reading as text use `gpulse snapshot`, for scripts `gpulse snapshot --format json`"
+    )]
+    NotATerminal(&'static str),
+    #[error("--interval {given}: {reason}")]
+    Interval { given: String, reason: String },
+    #[error(transparent)]
+    Nvml(#[from] SessionError),
+    #[error("the terminal failed: {0}. Try another terminal, or `gpulse snapshot` for plain text")]
+    Terminal(#[from] std::io::Error),
+}
+
+/// What the loop wakes up for.
+enum Event {
+    Snapshot(Box<Snapshot>),
+    Key(crossterm::event::KeyEvent),
+    Resize,
+    InputClosed(std::io::Error),
+}
+
+/// Log lines go to memory while the view owns the terminal (see [`LogLines`]).
+pub fn init_logging(settings: &LogSettings) -> LogLines {
+    let logs = LogLines::new();
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let writer_logs = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .without_time()
+        .with_writer(move || writer_logs.writer())
+        .init();
+    logs
+}
+
+/// The refresh interval from `--interval`.
+///
+/// # Errors
+/// Not a duration, or below [`MIN_SAMPLE_INTERVAL`].
+pub fn interval(args: &TopArgs) -> Result<Duration, TopError> {
+    let Some(given) = &args.interval else {
+        return Ok(DEFAULT_INTERVAL);
+    };
+    let interval = values::parse_duration(given).map_err(|reason| TopError::Interval {
+        given: given.clone(),
+        reason,
+    })?;
+    if interval < MIN_SAMPLE_INTERVAL {
+        return Err(TopError::Interval {
+            given: given.clone(),
+            reason: format!(
+                "below the minimum of {}; NVML counters do not refresh faster. Try 1s",
+                values::format_duration(MIN_SAMPLE_INTERVAL)
+            ),
+        });
+    }
+    Ok(interval)
+}
+
+/// Runs the live view until `q` or Ctrl-C.
+///
+/// # Errors
+/// Not a terminal, a bad `--interval`, NVML cannot be opened, or the terminal fails.
+pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(), TopError> {
+    let interval = interval(args)?;
+    check_terminal().map_err(|which| {
+        TopError::NotATerminal(match which {
+            NotATerminal::Stdout => "output",
+            NotATerminal::Stdin => "input",
+        })
+    })?;
+    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+
+    // The kubelet pod list is refreshed by a task on this runtime (see `Attributor::new`).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gpulse-top-rt")
+        .enable_all()
+        .build()?;
+    let mut analyzer = {
+        let _entered = runtime.enter();
+        Analyzer::for_inspect(config)
+    };
+    let views = analyzer.subscribe();
+
+    let (snapshot_tx, mut snapshot_rx) = tokio::sync::mpsc::channel(4);
+    let sampler = SamplerThread::spawn(
+        SamplerSettings {
+            nvml_lib: config.nvml_lib.clone(),
+            interval,
+            wait_for_gpu: false,
+        },
+        snapshot_tx,
+    )?;
+
+    let (events, next_event) = mpsc::channel();
+    let forward = events.clone();
+    std::thread::Builder::new()
+        .name("gpulse-top-snapshots".into())
+        .spawn(move || {
+            while let Some(snapshot) = snapshot_rx.blocking_recv() {
+                if forward.send(Event::Snapshot(Box::new(snapshot))).is_err() {
+                    break;
+                }
+            }
+        })?;
+
+    let mut guard = TerminalGuard::enter()?;
+    // Reading keys only once raw mode is on: before it, the terminal would echo them.
+    std::thread::Builder::new()
+        .name("gpulse-top-keys".into())
+        .spawn(move || read_keys(&events))?;
+
+    let mut app = App::new(interval, host_name(), color);
+    app.family = Family::new(&config.proc_root);
+    let mut aggregator = WindowAggregator::new();
+    let mut own_cpu = OwnCpu::new();
+    let outcome = loop {
+        app.last_log = logs.last();
+        if let Err(e) = guard.terminal.draw(|frame| ui::draw(frame, &app)) {
+            break Err(TopError::Terminal(e));
+        }
+        match next_event.recv() {
+            Ok(Event::Snapshot(snapshot)) => {
+                aggregator.add(&snapshot);
+                let Some(window) = aggregator.take() else {
+                    continue;
+                };
+                analyzer.analyze(window);
+                let Some(view) = views.borrow().clone() else {
+                    continue;
+                };
+                if app.wants_family() {
+                    app.family.refresh(&view.attributed.visible_pids());
+                }
+                app.observe(view, own_cpu.sample());
+            }
+            Ok(Event::Key(key)) => {
+                let Some(action) = action(key, app.mode) else {
+                    continue;
+                };
+                app.apply(action);
+                if app.quit {
+                    break Ok(());
+                }
+                // The tree and the detail pane need the family now, not at the next window.
+                if matches!(action, Action::ToggleTree | Action::ToggleDetail) && app.wants_family()
+                {
+                    if let Some(view) = views.borrow().clone() {
+                        app.family.refresh(&view.attributed.visible_pids());
+                        app.rebuild();
+                    }
+                }
+            }
+            Ok(Event::Resize) => {}
+            Ok(Event::InputClosed(e)) => break Err(TopError::Terminal(e)),
+            Err(_) => break Ok(()),
+        }
+    };
+    drop(guard);
+    // The thread finishes its current tick; a hung NVML call is left behind, we are exiting.
+    sampler.stop(Duration::from_secs(1));
+    runtime.shutdown_background();
+    for line in logs.drain() {
+        eprintln!("{line}");
+    }
+    outcome
+}
+
+/// Forwards key presses and resizes until the loop is gone or the terminal closes.
+fn read_keys(events: &mpsc::Sender<Event>) {
+    use crossterm::event::{read, Event as Term};
+    loop {
+        let event = match read() {
+            Ok(Term::Key(key)) => Event::Key(key),
+            Ok(Term::Resize(..)) => Event::Resize,
+            Ok(_) => continue,
+            Err(e) => {
+                let _ = events.send(Event::InputClosed(e));
+                return;
+            }
+        };
+        if events.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+/// The host name, as the kernel has it.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_defaults_to_one_second_and_refuses_what_nvml_cannot_do() {
+        assert_eq!(interval(&TopArgs::default()).unwrap(), DEFAULT_INTERVAL);
+        let ok = TopArgs {
+            interval: Some("500ms".into()),
+        };
+        assert_eq!(interval(&ok).unwrap(), Duration::from_millis(500));
+        let fast = TopArgs {
+            interval: Some("10ms".into()),
+        };
+        let message = interval(&fast).unwrap_err().to_string();
+        assert!(
+            message.contains("--interval 10ms") && message.contains("minimum"),
+            "{message}"
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! `gpulse top`: the live terminal view. It shows what `gpulse run` would export, from the same
+//! sampler thread, window aggregator and [`crate::commands::analysis::Analyzer`]; this module
+//! only keeps the view's own state and draws it.
+//!
+//! - `app`: the state (latest `View`, sparkline history, sort, filter, tree, selection, detail);
+//!   updated by new windows and key actions, read by drawing.
+//! - `ui`: draws an `App` on any ratatui backend (the terminal, or `TestBackend` in tests).
+//! - `input`: key events to actions.
+//! - `procinfo`: what the view reads from `/proc` itself: the descendants of GPU processes (the
+//!   tree view) and gpulse's own CPU.
+//! - `terminal`: raw mode and the alternate screen, restored on every exit path, panics included.
+//! - `logs`: log lines kept in memory and shown in the footer instead of scribbling on the screen.
+
+pub mod app;
+pub mod input;
+pub mod logs;
+pub mod procinfo;
+pub mod terminal;
+pub mod ui;
+
+#[cfg(test)]
+mod tests;
+
+pub use app::App;

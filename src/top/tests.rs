@@ -1,0 +1,371 @@
+//! Layout tests: a fixed window (two GPUs, a trainer in a container with a DataLoader worker, a
+//! second process without one, one finding) drawn on ratatui's `TestBackend` at 80×24 and
+//! 200×60, asserting on what a person would read on the screen.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+use ratatui::Terminal;
+
+use super::app::{App, RowKind, SortKey};
+use super::input::Action;
+use super::procinfo::Family;
+use super::ui;
+use crate::attribution::procfs::Stat;
+use crate::attribution::usage::ProcessTable;
+use crate::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+use crate::commands::analysis::View;
+use crate::diagnosis::{DeviceRef, Finding, RuleId, Severity, Subject};
+use crate::sampling::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
+use crate::sampling::{Snapshot, WindowAggregator};
+
+const CONTAINER: &str = "4f3c2b1a0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
+const TRAINER: u32 = 4242;
+const WORKER: u32 = 4300;
+const OTHER: u32 = 5151;
+
+fn info(index: u32, name: &str) -> Arc<DeviceInfo> {
+    Arc::new(DeviceInfo {
+        index,
+        uuid: format!("GPU-{index}"),
+        name: name.into(),
+        pci_bus_id: format!("00000000:0{index}:00.0"),
+        serial: None,
+        minor_number: Some(index),
+        memory_total_bytes: Some(80 << 30),
+        max_sm_clock_mhz: None,
+        max_memory_clock_mhz: None,
+        compute_capability: None,
+        fan_count: None,
+    })
+}
+
+fn snapshot(at: SystemTime) -> Snapshot {
+    let mut devices = Vec::new();
+    for (index, name) in [(0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB")] {
+        let mut d = DeviceSample::empty(info(index, name), DeviceStatus::Ok);
+        d.utilization_gpu = Some(if index == 0 { 0.12 } else { 0.97 });
+        d.memory_used_bytes = Some(20 << 30);
+        d.memory_total_bytes = Some(80 << 30);
+        d.temperature_celsius = Some(61.0);
+        d.power_watts = Some(450.0);
+        d.power_limit_watts = Some(700.0);
+        d.sm_clock_mhz = Some(1755);
+        d.memory_clock_mhz = Some(2619);
+        d.throttle_reasons = Some(if index == 1 { 0x4 } else { 0 });
+        devices.push(d);
+    }
+    let process = |pid, device_index: u32, mem: u64, sm: f64| ProcessSample {
+        pid,
+        device_index,
+        device_uuid: format!("GPU-{device_index}"),
+        kind: ProcessKind::Compute,
+        gpu_memory_bytes: Some(mem),
+        sm_utilization: Some(sm),
+        memory_utilization: None,
+        encoder_utilization: None,
+        decoder_utilization: None,
+    };
+    Snapshot {
+        at,
+        driver_version: Some("570.124.06".into()),
+        cuda_driver_version: Some("12.8".into()),
+        nvml_version: None,
+        devices,
+        processes: vec![
+            process(TRAINER, 0, 18 << 30, 0.11),
+            process(OTHER, 1, 2 << 30, 0.95),
+        ],
+        events: vec![],
+    }
+}
+
+fn view() -> Arc<View> {
+    // A fixed moment, so that two renderings are identical.
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_400_000);
+    let mut aggregator = WindowAggregator::new();
+    aggregator.add(&snapshot(at));
+    let window = aggregator.take().expect("a window");
+    let trainer = Workload {
+        vpid: Some(1),
+        executable_name: Some("python3".into()),
+        owner: Some("alice".into()),
+        container_id: Some(CONTAINER.into()),
+        container_runtime: Some("docker".into()),
+        pod_uid: Some("0d1c2b3a-4e5f-6a7b-8c9d-0e1f2a3b4c5d".into()),
+        pod_name: Some("trainer-0".into()),
+        namespace_name: Some("ml".into()),
+        service_name: Some("resnet-train".into()),
+        attributed_by: AttributionMethod::HostPid,
+        ..Workload::unresolved(TRAINER)
+    };
+    let other = Workload {
+        executable_name: Some("llama-server".into()),
+        owner: Some("bob".into()),
+        attributed_by: AttributionMethod::HostPid,
+        ..Workload::unresolved(OTHER)
+    };
+    let usage = |cpu| ProcessUsage {
+        cpu_utilization: Some(cpu),
+        tree_cpu_utilization: Some(cpu * 4.0),
+        memory_rss_bytes: Some(3 << 30),
+    };
+    let finding = Finding {
+        rule: RuleId::InputBound,
+        severity: Severity::Warning,
+        subject: Subject::Workload {
+            pid: TRAINER,
+            vpid: Some(1),
+            device: Some(DeviceRef {
+                uuid: "GPU-0".into(),
+                index: 0,
+            }),
+            container_id: Some(CONTAINER.into()),
+            pod_uid: None,
+            service_name: "resnet-train".into(),
+        },
+        // As the rules write it: the subject first.
+        summary: "pid 4242 (resnet-train) on GPU 0 is input-bound: GPU 12% busy while its \
+                  process tree uses 4.0 CPU cores"
+            .into(),
+        advice: "raise DataLoader num_workers".into(),
+        values: vec![],
+        evidence: vec![
+            crate::diagnosis::findings::Layer::Nvml,
+            crate::diagnosis::findings::Layer::Procfs,
+        ],
+        since: at - Duration::from_secs(125),
+    };
+    Arc::new(View {
+        attributed: Arc::new(AttributedWindow {
+            window,
+            workloads: HashMap::from([(TRAINER, trainer), (OTHER, other)]),
+            usage: HashMap::from([(TRAINER, usage(1.0)), (OTHER, usage(0.05))]),
+            parent_alive: HashMap::from([(TRAINER, true)]),
+        }),
+        findings: vec![finding],
+        at,
+    })
+}
+
+fn app(color: bool) -> App {
+    let mut app = App::new(Duration::from_secs(1), "gpu-node-7".into(), color);
+    let stat = |comm: &str, ppid| Stat {
+        comm: comm.into(),
+        state: 'S',
+        ppid,
+        utime_ticks: 0,
+        stime_ticks: 0,
+        cutime_ticks: 0,
+        cstime_ticks: 0,
+        start_time_ticks: 1,
+        rss_pages: 100,
+    };
+    let mut table = ProcessTable::default();
+    table.insert(TRAINER, stat("python3", 1));
+    table.insert(WORKER, stat("pt_data_worker", TRAINER));
+    table.insert(OTHER, stat("llama-server", 1));
+    let mut family = Family::new("/nonexistent");
+    family.refresh_from(&[TRAINER, OTHER], &table, Instant::now());
+    app.family = family;
+    app.observe(view(), Some(0.004));
+    app
+}
+
+fn render(app: &App, width: u16, height: u16) -> (String, ratatui::buffer::Buffer) {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal.draw(|f| ui::draw(f, app)).expect("draw");
+    let buffer = terminal.backend().buffer().clone();
+    let mut text = String::new();
+    for y in 0..height {
+        for x in 0..width {
+            text.push_str(buffer[(x, y)].symbol());
+        }
+        text.push('\n');
+    }
+    (text, buffer)
+}
+
+fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} on\n{screen}"))
+}
+
+#[test]
+fn at_80x24_everything_that_matters_is_on_screen() {
+    let (screen, _) = render(&app(true), 80, 24);
+    assert!(screen.contains("gpulse top"), "{screen}");
+    assert!(screen.contains("host gpu-node-7"), "{screen}");
+    assert!(screen.contains("driver 570.124.06"), "{screen}");
+    assert!(screen.contains("CUDA 12.8"), "{screen}");
+    assert!(screen.contains("gpulse CPU 0.4%"), "{screen}");
+    // One line per GPU, names truncated to fit, both utilisation figures.
+    let gpu0 = line_with(&screen, " 0 NVIDIA H100");
+    assert!(
+        gpu0.contains("12%") && gpu0.contains("20.0G/80.0G"),
+        "{gpu0}"
+    );
+    let gpu1 = line_with(&screen, " 1 NVIDIA A100");
+    assert!(gpu1.contains("97%"), "{gpu1}");
+    // The process table keeps PID, container short id, service and command at this width.
+    let trainer = line_with(&screen, &TRAINER.to_string());
+    assert!(trainer.contains(&CONTAINER[..12]), "{trainer}");
+    assert!(
+        !trainer.contains(&CONTAINER[..13]),
+        "short id only: {trainer}"
+    );
+    assert!(trainer.contains("resnet-train"), "{trainer}");
+    assert!(trainer.contains("18432M"), "{trainer}");
+    assert!(line_with(&screen, &OTHER.to_string()).contains("llama-server"));
+    // Findings and the key footer.
+    let finding = line_with(&screen, "input_bound");
+    assert!(finding.contains("warning"), "{finding}");
+    assert!(screen.contains("Findings (1)"), "{screen}");
+    assert!(line_with(&screen, "q quit").contains("/ filter"));
+    for line in screen.lines() {
+        assert_eq!(line.chars().count(), 80);
+    }
+}
+
+#[test]
+fn at_200x60_every_column_and_the_gpu_history_are_shown() {
+    let (screen, _) = render(&app(true), 200, 60);
+    let header = line_with(&screen, "GPU MEM");
+    for column in [
+        "GPU",
+        "PID",
+        "VPID",
+        "USER",
+        "CONTAINER",
+        "POD/NAMESPACE",
+        "SERVICE",
+        "SM%",
+        "CPU%",
+        "RSS",
+        "COMMAND",
+    ] {
+        assert!(header.contains(column), "{column} missing: {header}");
+    }
+    let trainer = line_with(&screen, &TRAINER.to_string());
+    for cell in [
+        "alice",
+        "ml/trainer-0",
+        "resnet-train",
+        "python3",
+        "100",
+        "3072M",
+    ] {
+        assert!(trainer.contains(cell), "{cell} missing: {trainer}");
+    }
+    // Full GPU names, and a second line with clocks, throttle reasons and sparklines.
+    assert!(screen.contains("NVIDIA H100 80GB HBM3"), "{screen}");
+    let clocks = screen
+        .lines()
+        .filter(|l| l.contains("clocks SM 1755 mem 2619 MHz"))
+        .collect::<Vec<_>>();
+    assert_eq!(clocks.len(), 2, "{screen}");
+    assert!(clocks[1].contains("throttle sw_power_cap"), "{}", clocks[1]);
+    assert!(clocks[0].contains("throttle none"), "{}", clocks[0]);
+    assert!(
+        clocks[0].contains("util ▂") && clocks[0].contains("mem ▃"),
+        "{}",
+        clocks[0]
+    );
+    // The finding has its advice and since-when on the large screen.
+    assert!(screen.contains("raise DataLoader num_workers"), "{screen}");
+    assert!(
+        line_with(&screen, "input_bound").contains("(2m05s)"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn sort_filter_tree_and_detail_change_what_is_shown() {
+    let mut app = app(true);
+    // GPU memory first by default: the trainer (18 GiB) above the other (2 GiB).
+    assert_eq!(app.rows[0].pid, TRAINER);
+    app.apply(Action::Sort(SortKey::Sm));
+    assert_eq!(app.rows[0].pid, OTHER, "95% SM first");
+    app.apply(Action::Sort(SortKey::Pid));
+    assert_eq!(app.rows[0].pid, TRAINER);
+
+    for c in "llama".chars() {
+        app.apply(Action::StartFilter);
+        app.apply(Action::FilterChar(c));
+    }
+    app.apply(Action::FilterDone);
+    let (screen, _) = render(&app, 120, 30);
+    assert!(screen.contains("filter: llama"), "{screen}");
+    assert!(screen.contains(&OTHER.to_string()), "{screen}");
+    let trainer_row = format!("│0   {TRAINER}");
+    assert!(
+        !screen.lines().any(|l| l.starts_with(&trainer_row)),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("pid {TRAINER}")),
+        "findings are not filtered"
+    );
+    app.apply(Action::StartFilter);
+    app.apply(Action::FilterCancel);
+    assert_eq!(app.rows.len(), 2);
+
+    app.apply(Action::ToggleTree);
+    let kinds: Vec<(u32, RowKind, usize)> =
+        app.rows.iter().map(|r| (r.pid, r.kind, r.depth)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (TRAINER, RowKind::Gpu { device_index: 0 }, 0),
+            (WORKER, RowKind::Descendant, 1),
+            (OTHER, RowKind::Gpu { device_index: 1 }, 0),
+        ]
+    );
+    let (screen, _) = render(&app, 120, 30);
+    assert!(
+        line_with(&screen, &WORKER.to_string()).contains("└ pt_data_worker"),
+        "{screen}"
+    );
+
+    app.apply(Action::Home);
+    app.apply(Action::ToggleDetail);
+    let (screen, _) = render(&app, 120, 40);
+    assert!(screen.contains(&format!("pid {TRAINER}")), "{screen}");
+    assert!(line_with(&screen, "service.name").contains("resnet-train"));
+    assert!(
+        screen.contains(&CONTAINER[..60]),
+        "full container id: {screen}"
+    );
+    assert!(line_with(&screen, "children").contains("4300 pt_data_worker"));
+    assert!(line_with(&screen, "parent alive").contains("true"));
+    assert!(screen.contains("SM % (history)"), "{screen}");
+    app.apply(Action::CloseDetail);
+    let (screen, _) = render(&app, 120, 40);
+    assert!(!screen.contains("service.name"), "{screen}");
+}
+
+#[test]
+fn no_color_draws_the_same_screen_without_colours() {
+    let (coloured_text, coloured) = render(&app(true), 120, 30);
+    let (plain_text, plain) = render(&app(false), 120, 30);
+    assert_eq!(coloured_text, plain_text);
+    let uses_colour = |b: &ratatui::buffer::Buffer| {
+        b.content()
+            .iter()
+            .any(|c| c.fg != Color::Reset || c.bg != Color::Reset)
+    };
+    assert!(uses_colour(&coloured), "the coloured screen has colours");
+    assert!(!uses_colour(&plain), "NO_COLOR: no colour at all");
+}
+
+#[test]
+fn before_the_first_window_it_says_it_is_waiting() {
+    let app = App::new(Duration::from_secs(1), "h".into(), false);
+    let (screen, _) = render(&app, 80, 24);
+    assert!(screen.contains("waiting for the first sample"), "{screen}");
+}

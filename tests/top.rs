@@ -1,0 +1,275 @@
+//! `gpulse top` end to end, as a person sees it: the binary runs in a real terminal (tmux at
+//! 160×50) against the independent NVML implementation (tests/fixtures/other-nvml) that lists
+//! real sleeping processes, one of them in a Docker-style cgroup with a child of its own. The
+//! screen is read with `capture-pane` and driven with `send-keys`.
+//!
+//! Needs Debian's `tmux` (/usr/bin/tmux) and root with a writable cgroup2 hierarchy; without them
+//! the test fails and says what is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::kernel::{child_of, is_root, join_cgroup, CgroupGuard, ChildGuard, KillOnDrop};
+use crate::other_nvml::build_library;
+use crate::sampling::gpulse_bin;
+
+const TMUX: &str = "/usr/bin/tmux";
+/// A Docker container id; the view shows its first 12 characters.
+const CONTAINER_ID: &str = "70b5c0ffee00d15ea5ed0123456789abcdef0123456789abcdef0123456789ab";
+
+/// The cgroup2 mount: `/sys/fs/cgroup` on a pure v2 host, `/sys/fs/cgroup/unified` on a hybrid
+/// one.
+fn cgroup2_root() -> PathBuf {
+    let pure = Path::new("/sys/fs/cgroup");
+    if pure.join("cgroup.controllers").exists() {
+        return pure.to_path_buf();
+    }
+    let hybrid = pure.join("unified");
+    assert!(
+        hybrid.join("cgroup.procs").exists(),
+        "no cgroup2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified: the test needs one to \
+         put a process in a Docker-style cgroup"
+    );
+    hybrid
+}
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new() -> Self {
+        assert!(
+            Path::new(TMUX).exists(),
+            "{TMUX} is missing: install Debian's tmux (apt-get install tmux)"
+        );
+        Self {
+            socket: format!("gpulse-top-test-{}", std::process::id()),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let output = Command::new(TMUX)
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run tmux");
+        assert!(
+            output.status.success(),
+            "tmux {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    /// Polls the screen until `done` holds; panics with the last screen after `timeout`.
+    fn wait_for(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new(TMUX)
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// The line of the process table that starts with `gpu` and `pid`.
+fn table_row(screen: &str, gpu: u32, pid: u32) -> Option<&str> {
+    let start = format!("│{gpu:<4}{pid} ");
+    screen.lines().find(|l| l.starts_with(&start))
+}
+
+fn row_index(screen: &str, pid: u32) -> usize {
+    let start = format!("│0   {pid} ");
+    screen
+        .lines()
+        .position(|l| l.starts_with(&start))
+        .unwrap_or_else(|| panic!("no table row for pid {pid}:\n{screen}"))
+}
+
+#[test]
+fn top_in_tmux_shows_gpus_processes_containers_and_findings_and_obeys_keys() {
+    assert!(
+        is_root(),
+        "this test moves a process into a Docker-style cgroup and needs root"
+    );
+    let lib_dir = tempfile::tempdir().expect("temp dir");
+    let lib = build_library(lib_dir.path());
+
+    // Declared before the processes, so their cgroup is removed after they are killed.
+    let mut cgroups = CgroupGuard::default();
+    let container = cgroups
+        .create(&cgroup2_root(), &format!("docker/{CONTAINER_ID}"))
+        .unwrap_or_else(|e| panic!("cannot create a cgroup under {:?}: {e}", cgroup2_root()));
+    // The "trainer": a shell whose child (the "DataLoader worker") sleeps.
+    let trainer = ChildGuard::spawn(Command::new("sh").args(["-c", "sleep 1000 & wait"]))
+        .expect("spawn the trainer");
+    let worker = child_of(trainer.pid()).expect("the trainer's child");
+    let _worker_guard = KillOnDrop(worker);
+    join_cgroup(&container, trainer.pid()).expect("move the trainer into the container cgroup");
+    let other = ChildGuard::spawn(Command::new("sleep").arg("1000")).expect("spawn a sleeper");
+    let (trainer_pid, other_pid) = (trainer.pid(), other.pid());
+
+    // Memory: the trainer 1 GiB, the other 3 GiB, so the GPU-memory sort puts the other first.
+    let command = format!(
+        "env OTHER_NVML_PIDS={trainer_pid}:1073741824,{other_pid}:3221225472 \
+         GPULSE_KUBELET_SOCKET=none GPULSE_LOG=warn {bin} top --nvml-lib {lib}; \
+         echo gpulse-exit=$?; stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo | tr '\\n' ' '; \
+         echo; exec sleep 600",
+        bin = gpulse_bin(),
+        lib = lib.display(),
+    );
+    let tmux = Tmux::new();
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "50",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    let short = &CONTAINER_ID[..12];
+    let screen = tmux.wait_for(
+        "both GPUs and both processes",
+        Duration::from_secs(30),
+        |s| table_row(s, 0, trainer_pid).is_some() && table_row(s, 0, other_pid).is_some(),
+    );
+    assert!(screen.contains("Other Board A"), "{screen}");
+    assert!(screen.contains("Other Board B"), "{screen}");
+    assert!(screen.contains("driver 999.12.34"), "{screen}");
+    let row = table_row(&screen, 0, trainer_pid).unwrap();
+    assert!(row.contains(short), "container short id: {row}");
+    assert!(
+        !row.contains(&CONTAINER_ID[..13]),
+        "only the short id: {row}"
+    );
+    assert!(row.contains("1024M"), "{row}");
+    assert!(table_row(&screen, 0, other_pid).unwrap().contains("3072M"));
+    assert!(screen.contains("Findings ("), "{screen}");
+    assert!(screen.contains("q quit"), "the key footer: {screen}");
+    // Sorted by GPU memory: the 3 GiB process first.
+    assert!(
+        row_index(&screen, other_pid) < row_index(&screen, trainer_pid),
+        "{screen}"
+    );
+
+    // Sort by PID: ascending.
+    tmux.keys(&["p"]);
+    let screen = tmux.wait_for("sort by PID", Duration::from_secs(5), |s| {
+        s.contains("sort: PID")
+    });
+    assert_eq!(
+        row_index(&screen, trainer_pid) < row_index(&screen, other_pid),
+        trainer_pid < other_pid,
+        "{screen}"
+    );
+
+    // Filter by the container short id: only the trainer is left.
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", short]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the filter", Duration::from_secs(5), |s| {
+        s.contains(&format!("filter: {short}")) && table_row(s, 0, other_pid).is_none()
+    });
+    assert!(table_row(&screen, 0, trainer_pid).is_some(), "{screen}");
+    tmux.keys(&["/", "Escape"]);
+    tmux.wait_for("the filter cleared", Duration::from_secs(5), |s| {
+        table_row(s, 0, other_pid).is_some() && !s.contains("filter:")
+    });
+
+    // Tree: the trainer's child under it.
+    tmux.keys(&["t"]);
+    let screen = tmux.wait_for("the tree", Duration::from_secs(5), |s| {
+        s.lines()
+            .any(|l| l.starts_with(&format!("│    {worker} ")) && l.contains("└ sleep"))
+    });
+    assert!(screen.contains("tree"), "{screen}");
+
+    // Enter on the trainer (first by PID when it is the lower one; select it explicitly).
+    let trainer_first = row_index(&screen, trainer_pid) < row_index(&screen, other_pid);
+    tmux.keys(&[if trainer_first { "g" } else { "G" }]);
+    if !trainer_first {
+        // In the tree the trainer's worker follows it: from the end, go up to the trainer.
+        tmux.keys(&["k"]);
+    }
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the detail pane", Duration::from_secs(5), |s| {
+        s.contains(&format!("pid {trainer_pid} (Enter or Esc closes)"))
+    });
+    assert!(
+        screen.contains(CONTAINER_ID),
+        "full container id in the detail: {screen}"
+    );
+    assert!(
+        screen.contains(&format!("{worker} sleep")),
+        "its child: {screen}"
+    );
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the detail closed", Duration::from_secs(5), |s| {
+        !s.contains("Enter or Esc closes")
+    });
+
+    // q: exits 0 within 2 s, and the shell after it has a sane terminal back.
+    let asked = Instant::now();
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(5), |s| {
+        s.contains("gpulse-exit=")
+    });
+    let took = asked.elapsed();
+    assert!(screen.contains("gpulse-exit=0"), "{screen}");
+    assert!(took < Duration::from_secs(2), "q took {took:?}");
+    let modes = tmux.wait_for("stty's answer", Duration::from_secs(5), |s| {
+        s.contains("icanon echo")
+    });
+    assert!(
+        !modes.contains("Other Board A"),
+        "the alternate screen was left: {modes}"
+    );
+}
+
+#[test]
+fn top_without_a_terminal_says_so_and_points_to_snapshot() {
+    let output = Command::new(gpulse_bin())
+        .args(["top", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run gpulse top");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(stderr.contains("standard output is not one"), "{stderr}");
+    assert!(stderr.contains("gpulse snapshot"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing drawn on a pipe");
+}
