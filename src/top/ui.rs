@@ -214,8 +214,14 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
         Some(u) => format!(" {u:>3.0}% "),
         None => "  n/a ".into(),
     }));
-    // SM and tensor activity come from GPM metrics, which the sampling model does not carry yet;
-    // when `DeviceWindow` gains them, they are drawn here as two more bars.
+    // SM and tensor activity (GPM, Hopper and newer) tell busy from efficient: GPU-Util counts
+    // any kernel running, these count the SMs and tensor pipes actually working.
+    if let Some(sm) = device.gpm.sm_activity {
+        spans.push(Span::raw(format!(" SM {:>3.0}%", sm.last * 100.0)));
+        if let Some(tensor) = device.gpm.tensor_activity {
+            spans.push(Span::raw(format!(" TC {:>3.0}%", tensor.last * 100.0)));
+        }
+    }
     let mem = match (device.memory_used_bytes, device.memory_total_bytes) {
         (Some(used), Some(total)) if total > 0 => Some((used, total)),
         _ => None,

@@ -33,39 +33,37 @@ fn dcgm_name(name: &str) -> PromName {
     }
 }
 
-/// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios, when GPM (Hopper and later) gives them.
-///
-/// The sampled model has no GPM metrics yet (`DeviceWindow` carries none), so every entry is
-/// `None` and no `DCGM_FI_PROF_*` series is emitted: a dashboard panel on them shows "no data",
-/// never a made-up 0. When sampling reads `nvmlGpmMetricsGet`, map its
-/// `NVML_GPM_METRIC_GRAPHICS_UTIL`, `SM_UTIL`, `SM_OCCUPANCY`, `ANY_TENSOR_UTIL` and
-/// `DRAM_BW_UTIL` (percent, divide by 100) here.
-pub fn profiling_ratios(_device: &DeviceWindow) -> [(&'static str, &'static str, Option<f64>); 5] {
+/// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios (the window's mean), from GPM (Hopper and
+/// later). A GPU without GPM gives `None` and no series: a dashboard panel on them shows
+/// "no data", never a made-up 0.
+pub fn profiling_ratios(device: &DeviceWindow) -> [(&'static str, &'static str, Option<f64>); 5] {
+    let gpm = &device.gpm;
+    let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
     [
         (
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             "Ratio of time the graphics engine is active.",
-            None,
+            mean(gpm.graphics_activity),
         ),
         (
             "DCGM_FI_PROF_SM_ACTIVE",
             "Ratio of cycles an SM has at least one warp assigned.",
-            None,
+            mean(gpm.sm_activity),
         ),
         (
             "DCGM_FI_PROF_SM_OCCUPANCY",
             "Ratio of warps resident on an SM to the maximum.",
-            None,
+            mean(gpm.sm_occupancy),
         ),
         (
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "Ratio of cycles the tensor pipes are active.",
-            None,
+            mean(gpm.tensor_activity),
         ),
         (
             "DCGM_FI_PROF_DRAM_ACTIVE",
             "Ratio of cycles the device memory interface is active.",
-            None,
+            mean(gpm.dram_activity),
         ),
     ]
 }
