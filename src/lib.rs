@@ -13,4 +13,7 @@ pub mod config;
 pub mod diagnosis;
 pub mod enrich;
 pub mod export;
+#[cfg(feature = "otel-sdk")]
+pub mod otel;
 pub mod sampling;
+pub mod telemetry;

@@ -8,6 +8,8 @@ mod enrich;
 mod export;
 mod findings;
 mod kernel;
+#[cfg(feature = "otel-sdk")]
+mod otel_sdk;
 mod other_nvml;
 mod reliability;
 mod run;
