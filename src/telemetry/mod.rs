@@ -72,9 +72,27 @@ impl SelfTelemetry {
         queue: QueueHandle,
         source: HealthSource,
     ) -> Self {
+        Self::start_with_sink(
+            node,
+            interval,
+            // What the push dropped is counted in the queue's stats and logged by the queue.
+            Box::new(move |signal, request| {
+                queue.push(signal, request);
+            }),
+            source,
+        )
+    }
+
+    /// [`SelfTelemetry::start`] with the queue's `push` given as a closure (tests give their own).
+    fn start_with_sink(
+        node: &NodeIdentity,
+        interval: Duration,
+        sink: Sink,
+        source: HealthSource,
+    ) -> Self {
         let collection = Arc::new(Collection::new(source));
         let exporter = QueueExporter {
-            queue,
+            sink,
             collection: Arc::clone(&collection),
         };
         let provider = SdkMeterProvider::builder()
@@ -305,9 +323,12 @@ fn saturating_i64(n: u64) -> i64 {
 /// opentelemetry-proto's own conversion and pushes the encoded request as `Signal::Metrics`. It
 /// never waits on the network; the queue's sender delivers and retries.
 struct QueueExporter {
-    queue: QueueHandle,
+    sink: Sink,
     collection: Arc<Collection>,
 }
+
+/// Where the exporter puts its requests: the delivery queue's `push`.
+type Sink = Box<dyn Fn(Signal, EncodedRequest) + Send + Sync>;
 
 impl PushMetricExporter for QueueExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
@@ -318,7 +339,7 @@ impl PushMetricExporter for QueueExporter {
         if points == 0 {
             return Ok(());
         }
-        self.queue.push(
+        (self.sink)(
             Signal::Metrics,
             EncodedRequest::from_message(&request, points),
         );
@@ -354,4 +375,230 @@ fn point_count(request: &ExportMetricsServiceRequest) -> u64 {
             None => 0,
         } as u64)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+    use opentelemetry_proto::tonic::common::v1::KeyValue as ProtoKeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::{number_data_point, Metric};
+    use prost::Message as _;
+
+    use super::*;
+
+    type Sent = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+
+    fn node() -> NodeIdentity {
+        NodeIdentity::resolve(
+            "gpulse".into(),
+            &[("k8s.cluster.name".into(), "prod".into())],
+            "node-1".into(),
+            "instance-1".into(),
+            Some("node-1".into()),
+        )
+    }
+
+    fn reading() -> HealthReading {
+        HealthReading {
+            queue_requests: 3,
+            queue_bytes: 4096,
+            dropped_requests_total: 2,
+            dropped_points_total: 40,
+            export_failures_total: [("timeout".to_string(), 5)].into(),
+            export_duration_last_seconds: Some(0.25),
+            sample_duration_mean_seconds: Some(0.002),
+            sample_duration_max_seconds: Some(0.004),
+            nvml_errors_total: [("gpu_lost".to_string(), 1)].into(),
+            stalled_ticks_total: 7,
+            findings_active: [
+                ("idle_holder".to_string(), 2),
+                ("throttling".to_string(), 0),
+            ]
+            .into(),
+        }
+    }
+
+    /// A provider whose reader never fires on its own: each `force_flush` is one collection.
+    fn started(source: HealthSource) -> (SelfTelemetry, Sent) {
+        let sent: Sent = Arc::new(Mutex::new(Vec::new()));
+        let sink_sent = Arc::clone(&sent);
+        let telemetry = SelfTelemetry::start_with_sink(
+            &node(),
+            Duration::from_secs(3600),
+            Box::new(move |signal, request| {
+                assert_eq!(signal, Signal::Metrics);
+                let decoded = ExportMetricsServiceRequest::decode(request.body().clone())
+                    .expect("a valid ExportMetricsServiceRequest");
+                assert_eq!(request.items(), point_count(&decoded));
+                sink_sent.lock().unwrap().push(decoded);
+            }),
+            source,
+        );
+        (telemetry, sent)
+    }
+
+    fn metric<'a>(request: &'a ExportMetricsServiceRequest, name: &str) -> &'a Metric {
+        request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn text(attributes: &[ProtoKeyValue]) -> Vec<String> {
+        attributes
+            .iter()
+            .map(
+                |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(AnyValue::StringValue(s)) => format!("{}={s}", kv.key),
+                    other => format!("{}={other:?}", kv.key),
+                },
+            )
+            .collect()
+    }
+
+    /// (value, attributes as key=value) of every point of `m`.
+    fn points(m: &Metric) -> Vec<(f64, Vec<String>)> {
+        let points = match m.data.as_ref().expect("data") {
+            Data::Gauge(g) => &g.data_points,
+            Data::Sum(s) => &s.data_points,
+            other => panic!("unexpected {other:?}"),
+        };
+        points
+            .iter()
+            .map(|p| {
+                let value = match p.value {
+                    Some(number_data_point::Value::AsDouble(v)) => v,
+                    Some(number_data_point::Value::AsInt(v)) => v as f64,
+                    None => f64::NAN,
+                };
+                (value, text(&p.attributes))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn health_is_exported_with_the_old_names_units_and_the_node_resource() {
+        let (telemetry, sent) = started(Box::new(reading));
+        telemetry
+            .provider
+            .force_flush()
+            .expect("collect and export");
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1);
+        let request = &sent[0];
+        assert_eq!(request.resource_metrics.len(), 1);
+        let rm = &request.resource_metrics[0];
+        let resource = text(&rm.resource.as_ref().expect("resource").attributes);
+        for want in [
+            "service.name=gpulse",
+            "service.instance.id=instance-1",
+            "host.name=node-1",
+            "telemetry.sdk.name=gpulse",
+            "k8s.cluster.name=prod",
+            "k8s.node.name=node-1",
+        ] {
+            assert!(
+                resource.iter().any(|a| a == want),
+                "{want} not in {resource:?}"
+            );
+        }
+        let scope = rm.scope_metrics[0].scope.as_ref().expect("scope");
+        assert_eq!(
+            (scope.name.as_str(), scope.version.as_str()),
+            (SCOPE_NAME, GPULSE_VERSION)
+        );
+
+        let none = Vec::<String>::new;
+        let cases: [(&str, &str, Vec<(f64, Vec<String>)>); 11] = [
+            ("gpulse.export.queue.size", "{request}", vec![(3.0, none())]),
+            ("gpulse.export.queue.bytes", "By", vec![(4096.0, none())]),
+            ("gpulse.export.dropped", "{request}", vec![(2.0, none())]),
+            (
+                "gpulse.export.data_points.dropped",
+                "{data_point}",
+                vec![(40.0, none())],
+            ),
+            (
+                "gpulse.export.failures",
+                "{request}",
+                vec![(5.0, vec!["error.type=timeout".into()])],
+            ),
+            ("gpulse.export.duration", "s", vec![(0.25, none())]),
+            ("gpulse.sample.duration", "s", vec![(0.002, none())]),
+            ("gpulse.sample.duration.max", "s", vec![(0.004, none())]),
+            (
+                "gpulse.nvml.errors",
+                "{error}",
+                vec![(1.0, vec!["error.type=gpu_lost".into()])],
+            ),
+            ("gpulse.sample.stalled", "{tick}", vec![(7.0, none())]),
+            (
+                "gpulse.diagnosis.active",
+                "{finding}",
+                vec![
+                    (2.0, vec!["gpulse.diagnosis.rule=idle_holder".into()]),
+                    (0.0, vec!["gpulse.diagnosis.rule=throttling".into()]),
+                ],
+            ),
+        ];
+        for (name, unit, want) in cases {
+            let m = metric(request, name);
+            assert_eq!(m.unit, unit, "{name}");
+            let mut got = points(m);
+            got.sort_by(|a, b| a.1.cmp(&b.1));
+            assert_eq!(got, want, "{name}");
+        }
+        // Counters are monotonic cumulative sums, levels non-monotonic ones, as before.
+        let Some(Data::Sum(dropped)) = &metric(request, "gpulse.export.dropped").data else {
+            panic!("gpulse.export.dropped is not a sum");
+        };
+        assert!(dropped.is_monotonic);
+        let Some(Data::Sum(size)) = &metric(request, "gpulse.export.queue.size").data else {
+            panic!("gpulse.export.queue.size is not a sum");
+        };
+        assert!(!size.is_monotonic);
+        assert!(matches!(
+            metric(request, "gpulse.sample.duration").data,
+            Some(Data::Gauge(_))
+        ));
+    }
+
+    #[test]
+    fn the_source_is_read_once_per_collection() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&reads);
+        let (telemetry, sent) = started(Box::new(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst) as f64;
+            // Each read drains its own durations: mean and max must come from the same read.
+            HealthReading {
+                sample_duration_mean_seconds: Some(n),
+                sample_duration_max_seconds: Some(n),
+                ..HealthReading::default()
+            }
+        }));
+        telemetry.provider.force_flush().expect("first collection");
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "eleven instruments, one read"
+        );
+        telemetry.provider.force_flush().expect("second collection");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        let sent = sent.lock().unwrap();
+        let last = sent.last().expect("exported");
+        assert_eq!(points(metric(last, "gpulse.sample.duration"))[0].0, 1.0);
+        assert_eq!(points(metric(last, "gpulse.sample.duration.max"))[0].0, 1.0);
+    }
+
+    #[test]
+    fn shutdown_exports_the_last_collection() {
+        let (telemetry, sent) = started(Box::new(reading));
+        telemetry.shutdown();
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "the collection at shutdown");
+        assert_eq!(points(metric(&sent[0], "gpulse.sample.stalled"))[0].0, 7.0);
+    }
 }
