@@ -389,6 +389,8 @@ mod tests {
     use super::*;
 
     type Sent = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+    /// A data point's value and its attributes as `key=value`.
+    type Point = (f64, Vec<String>);
 
     fn node() -> NodeIdentity {
         NodeIdentity::resolve(
@@ -460,7 +462,7 @@ mod tests {
     }
 
     /// (value, attributes as key=value) of every point of `m`.
-    fn points(m: &Metric) -> Vec<(f64, Vec<String>)> {
+    fn points(m: &Metric) -> Vec<Point> {
         let points = match m.data.as_ref().expect("data") {
             Data::Gauge(g) => &g.data_points,
             Data::Sum(s) => &s.data_points,
@@ -512,7 +514,7 @@ mod tests {
         );
 
         let none = Vec::<String>::new;
-        let cases: [(&str, &str, Vec<(f64, Vec<String>)>); 11] = [
+        let cases: [(&str, &str, Vec<Point>); 11] = [
             ("gpulse.export.queue.size", "{request}", vec![(3.0, none())]),
             ("gpulse.export.queue.bytes", "By", vec![(4096.0, none())]),
             ("gpulse.export.dropped", "{request}", vec![(2.0, none())]),
