@@ -13,5 +13,8 @@ pub mod config;
 pub mod diagnosis;
 pub mod enrich;
 pub mod export;
+#[cfg(feature = "otel-sdk")]
+pub mod otel;
 pub mod sampling;
+pub mod telemetry;
 pub mod top;

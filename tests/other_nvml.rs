@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{Receiver, ReceiverOptions};
-use crate::run::{attr_str, metrics_of, metrics_requests, points, process_resource, value};
+use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests};
 use crate::sampling::gpulse_bin;
 
 const SOURCE: &str = concat!(
@@ -166,7 +166,7 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
         .spawn()
         .expect("start gpulse run");
-    let requests = receiver.wait_for(|r| metrics_requests(r).len() >= 2, Duration::from_secs(30));
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(30));
     // SAFETY: kill has no memory-safety preconditions; both PIDs are our children.
     unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
     let status = gpulse.wait().expect("wait for gpulse");
@@ -178,7 +178,7 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         "gpulse run exited with {status}: {stderr}"
     );
 
-    let metrics = metrics_requests(&requests);
+    let metrics = window_requests(&requests);
     assert!(metrics.len() >= 2, "{} requests: {stderr}", metrics.len());
     let request = metrics[1];
     let node = &request["request"]["resourceMetrics"][0];

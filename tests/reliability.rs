@@ -17,7 +17,9 @@ use serde_json::Value;
 
 use crate::common::{Receiver, ReceiverOptions};
 use crate::kernel::ChildGuard;
-use crate::run::{attr_str, metrics_of, metrics_requests, points, value, Gpulse};
+use crate::run::{
+    attr_str, is_health_request, metrics_of, metrics_requests, points, value, Gpulse,
+};
 use crate::sampling::{gpulse_bin, sim_lib};
 
 const GPU0: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
@@ -364,7 +366,11 @@ fn a_permanent_refusal_is_dropped_counted_and_logged_with_the_servers_message() 
         .collect();
     assert_eq!(refused.len(), 2, "a 400 is never retried");
     let delivered = metrics_requests(&requests);
-    let last = delivered.last().expect("delivered after the refusals");
+    let last = delivered
+        .iter()
+        .rev()
+        .find(|r| is_health_request(r))
+        .expect("gpulse's health delivered after the refusals");
     assert!(node_total(last, "gpulse.export.data_points.dropped").unwrap_or(0.0) > 0.0);
     let failures = node_by(last, "gpulse.export.failures", "error.type");
     assert!(failures.values().sum::<f64>() >= 2.0, "{failures:?}");
@@ -404,11 +410,14 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     std::thread::sleep(Duration::from_secs(3));
     receiver.wait_for(|r| r.iter().any(|r| r["answer"] != "ok"), PATIENCE);
     std::fs::remove_file(&outage).expect("end the outage");
+    // Both kinds of request: gpulse's health (with the drops) and a surviving window.
     let requests = receiver.wait_for(
         |r| {
-            metrics_requests(r)
+            let delivered = metrics_requests(r);
+            delivered
                 .iter()
                 .any(|r| node_total(r, "gpulse.export.dropped").unwrap_or(0.0) >= 3.0)
+                && delivered.iter().any(|r| has_device_metrics(r))
         },
         Duration::from_secs(60),
     );
@@ -416,7 +425,11 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("queue is full"), "{stderr}");
     let delivered = metrics_requests(&requests);
-    let last = delivered.last().expect("delivered");
+    let last = delivered
+        .iter()
+        .rev()
+        .find(|r| is_health_request(r))
+        .expect("gpulse's health delivered");
     assert!(node_total(last, "gpulse.export.data_points.dropped").unwrap_or(0.0) > 0.0);
     // Oldest first: no window from the first second of the outage survived.
     let down_ns = down_since
@@ -704,14 +717,14 @@ fn readyz_is_503_while_nvml_is_down() {
 #[test]
 fn driver_gone_for_a_while_is_reopened_and_metrics_resume() {
     let gpulse = Sidecar::start(DRIVER_GONE, &FAST, &[]);
+    // A window without samples exports nothing of its own; gpulse's health goes on in its own
+    // requests, and one of them during the gap counts the NVML failures.
+    let failing = |r: &Value| {
+        is_health_request(r) && node_total(r, "gpulse.nvml.errors").unwrap_or(0.0) >= 1.0
+    };
     let requests = gpulse.wait_for("metrics, a gap, then metrics again", |r| {
         let first = r.iter().position(has_device_metrics);
-        let gap = first.and_then(|f| {
-            r[f..]
-                .iter()
-                .position(|r| !has_device_metrics(r))
-                .map(|g| f + g)
-        });
+        let gap = first.and_then(|f| r[f..].iter().position(failing).map(|g| f + g));
         gap.is_some_and(|g| r[g..].iter().any(has_device_metrics))
     });
     let (status, stderr) = gpulse.terminate();
@@ -720,7 +733,7 @@ fn driver_gone_for_a_while_is_reopened_and_metrics_resume() {
     let gap = requests
         .iter()
         .skip_while(|r| !has_device_metrics(r))
-        .find(|r| !has_device_metrics(r))
+        .find(|r| failing(r))
         .expect("gap");
     assert!(metric(node(gap), "gpulse.export.queue.size").is_some());
     let errors = last_total(&requests, "gpulse.nvml.errors");
@@ -762,7 +775,11 @@ fn a_lost_gpu_is_failed_while_the_other_continues_and_ok_after_it_returns() {
         .expect("back");
     assert_eq!(device_value(back, "hw.power", GPU1, None), Some(300.0));
     let errors = node_by(
-        requests.last().expect("last"),
+        requests
+            .iter()
+            .rev()
+            .find(|r| is_health_request(r))
+            .expect("gpulse's health"),
         "gpulse.nvml.errors",
         "error.type",
     );

@@ -148,6 +148,37 @@ pub fn metrics_requests(requests: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
+/// Whether a request is gpulse's own health alone (`src/telemetry`: its own request on the node
+/// resource, every export interval), not an export window's GPU metrics.
+pub fn is_health_request(request: &Value) -> bool {
+    const HEALTH: [&str; 4] = [
+        "gpulse.export.",
+        "gpulse.sample.",
+        "gpulse.nvml.",
+        "gpulse.diagnosis.",
+    ];
+    let body = request.get("request").unwrap_or(request);
+    let names: Vec<&str> = body["resourceMetrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(metrics_of)
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    !names.is_empty()
+        && names
+            .iter()
+            .all(|n| HEALTH.iter().any(|h| n.starts_with(h)))
+}
+
+/// The accepted metrics requests of export windows (gpulse's own health requests left out).
+pub fn window_requests(requests: &[Value]) -> Vec<&Value> {
+    metrics_requests(requests)
+        .into_iter()
+        .filter(|r| !is_health_request(r))
+        .collect()
+}
+
 pub fn attr<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
     attributes
         .as_array()?
@@ -306,14 +337,14 @@ fn end_to_end(protocol: &str) {
         ],
     );
     let started = Instant::now();
-    let requests = receiver.wait_for(|r| metrics_requests(r).len() >= 3, Duration::from_secs(30));
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 3, Duration::from_secs(30));
     let elapsed = started.elapsed();
     let (status, stderr) = gpulse.terminate();
     assert!(
         status.success(),
         "gpulse run exited with {status}: {stderr}"
     );
-    let metrics = metrics_requests(&requests);
+    let metrics = window_requests(&requests);
     assert!(
         metrics.len() >= 3,
         "{} metrics requests: {stderr}",
@@ -485,12 +516,32 @@ fn sigterm_flushes_the_partial_window_and_exits_zero() {
     std::thread::sleep(Duration::from_millis(1500));
     let (status, stderr) = gpulse.terminate();
     assert!(status.success(), "exit {status}: {stderr}");
-    let requests = receiver.wait_for(|r| !metrics_requests(r).is_empty(), Duration::from_secs(10));
-    let metrics = metrics_requests(&requests);
+    let requests = receiver.wait_for(
+        |r| {
+            !window_requests(r).is_empty()
+                && metrics_requests(r).iter().any(|r| is_health_request(r))
+        },
+        Duration::from_secs(10),
+    );
+    let metrics = window_requests(&requests);
     assert_eq!(
         metrics.len(),
         1,
         "the one partial window, flushed at SIGTERM"
+    );
+    // gpulse's own health, collected once more at SIGTERM (the 1 min interval never elapsed).
+    let health: Vec<&Value> = metrics_requests(&requests)
+        .into_iter()
+        .filter(|r| is_health_request(r))
+        .collect();
+    assert_eq!(health.len(), 1, "the health flushed at SIGTERM");
+    let health_names: BTreeSet<&str> = metrics_of(&health[0]["request"]["resourceMetrics"][0])
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert!(
+        health_names.contains("gpulse.export.queue.size"),
+        "{health_names:?}"
     );
     let names: BTreeSet<&str> = metrics_of(&metrics[0]["request"]["resourceMetrics"][0])
         .iter()

@@ -10,6 +10,8 @@ mod findings;
 mod framework;
 mod gpm;
 mod kernel;
+#[cfg(feature = "otel-sdk")]
+mod otel_sdk;
 mod other_nvml;
 mod prometheus;
 mod reliability;

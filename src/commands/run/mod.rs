@@ -15,12 +15,12 @@
 mod health;
 mod prometheus;
 pub mod sampler_thread;
+mod self_health;
 pub mod status;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -31,11 +31,12 @@ use crate::config::Config;
 use crate::diagnosis::{otlp::to_log_record, FindingEvent};
 use crate::export::batch::MetricsBatch;
 use crate::export::logs::{log_record_count, logs_request};
-use crate::export::metrics::{append_health, metrics_batch, HealthSnapshot};
+use crate::export::metrics::metrics_batch;
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
-use crate::sampling::{Gauge, SessionError, WindowAggregator};
+use crate::sampling::{SessionError, WindowAggregator};
+use crate::telemetry::SelfTelemetry;
 use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
@@ -129,9 +130,8 @@ struct Pipeline {
     node: NodeIdentity,
     queue: QueueHandle,
     sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
-    health: HealthSnapshot,
-    /// Start of the next window, for the health gauges of a window without samples.
-    window_start: SystemTime,
+    /// gpulse's own health metrics, on the OTel SDK, exported through `queue`.
+    telemetry: SelfTelemetry,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
     /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
@@ -225,6 +225,16 @@ impl Pipeline {
             None => None,
         };
         warn_if_no_processes_visible(&config.proc_root);
+        let telemetry = SelfTelemetry::start(
+            &node,
+            config.export_interval,
+            queue.clone(),
+            self_health::reader(
+                queue.clone(),
+                Arc::clone(&sampler_health),
+                analyzer.subscribe(),
+            ),
+        );
         Ok(Self {
             snapshots,
             aggregator: WindowAggregator::new(),
@@ -234,8 +244,7 @@ impl Pipeline {
             node,
             queue,
             sender,
-            health: HealthSnapshot::new(SystemTime::now()),
-            window_start: SystemTime::now(),
+            telemetry,
             stall_reported: false,
             _health_server: health_server,
             receivers,
@@ -264,7 +273,6 @@ impl Pipeline {
 
     /// Closes the window and queues its requests. Never waits on the network.
     fn export_window(&mut self) {
-        let now = SystemTime::now();
         let analysis = self.aggregator.take().map(|window| {
             let analysis = self.analyzer.analyze(window);
             if let Some(receivers) = &self.receivers {
@@ -275,8 +283,7 @@ impl Pipeline {
             }
             analysis
         });
-        self.refresh_health();
-        let mut batch = match &analysis {
+        let batch = match &analysis {
             Some(a) => metrics_batch(
                 &a.attributed.window,
                 &a.attributed.workloads,
@@ -285,16 +292,15 @@ impl Pipeline {
             ),
             None => MetricsBatch::default(),
         };
-        let start = analysis
-            .as_ref()
-            .map_or(self.window_start, |a| a.attributed.window.start);
-        append_health(&mut batch, &self.node, &self.health, start, now);
         let points = batch.point_count() as u64;
-        self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
+        // A window without samples has nothing to say; gpulse's own health goes out through
+        // `telemetry` on its own schedule either way.
+        if points > 0 {
+            self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
+        }
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
             self.export_findings(&analysis.events, &analysis.attributed.workloads);
         }
-        self.window_start = now;
     }
 
     fn export_findings(&mut self, events: &[FindingEvent], workloads: &HashMap<u32, Workload>) {
@@ -330,36 +336,6 @@ impl Pipeline {
         self.queue.push(signal, request);
     }
 
-    fn refresh_health(&mut self) {
-        let stats = self.queue.stats();
-        let h = &mut self.health;
-        h.queue_requests = stats.depth as u64;
-        h.queue_bytes = stats.bytes as u64;
-        h.dropped_requests_total = stats.dropped_overflow.requests
-            + stats.dropped_expired.requests
-            + stats.dropped_rejected.requests;
-        h.dropped_points_total = stats.dropped_overflow.points
-            + stats.dropped_expired.points
-            + stats.dropped_rejected.points;
-        h.export_failures_total = stats
-            .failures
-            .iter()
-            .map(|(reason, count)| (reason.to_string(), *count))
-            .collect();
-        h.export_duration_last_seconds = stats.last_export_latency.map(|d| d.as_secs_f64());
-        h.sample_duration = gauge_of(&self.sampler_health.take_durations());
-        h.nvml_errors_total = self.sampler_health.nvml_errors();
-        h.stalled_ticks_total = self.sampler_health.stalled_ticks.load(Ordering::Relaxed);
-        h.findings_active = self
-            .analyzer
-            .diagnoser()
-            .tracker()
-            .active_counts()
-            .into_iter()
-            .map(|(rule, count)| (rule.as_str().to_string(), count))
-            .collect();
-    }
-
     async fn shutdown(mut self) {
         if let Some(receivers) = &self.receivers {
             receivers.stop();
@@ -373,6 +349,7 @@ impl Pipeline {
             self.aggregator.add(&snapshot);
         }
         self.export_window();
+        self.telemetry.shutdown();
         let report = self.queue.flush(Instant::now() + SHUTDOWN_FLUSH).await;
         if report.undelivered.requests > 0 {
             tracing::warn!(
@@ -418,18 +395,6 @@ fn log_finding(event: &FindingEvent) {
         event.state.as_str(),
         f.summary
     );
-}
-
-fn gauge_of(values: &[f64]) -> Option<Gauge> {
-    let (&last, _) = values.split_last()?;
-    let sum: f64 = values.iter().sum();
-    Some(Gauge {
-        mean: sum / values.len() as f64,
-        min: values.iter().copied().fold(f64::INFINITY, f64::min),
-        max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        last,
-        count: values.len() as u32,
-    })
 }
 
 /// The node resource: the resolved service name and resource attributes, this host's name, a

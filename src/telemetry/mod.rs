@@ -1,0 +1,606 @@
+//! gpulse's own health (`gpulse.*` metrics) on the OpenTelemetry SDK: an `SdkMeterProvider` with
+//! the node's resource whose observable instruments read one [`HealthReading`] per collection,
+//! and a small `PushMetricExporter` ([`QueueExporter`]) that turns the SDK's `ResourceMetrics`
+//! into an OTLP request and pushes it into gpulse's own delivery queue, so self-telemetry shares
+//! the export path, its byte bound and its retries with the GPU metrics.
+//!
+//! This module owns the instrument names, units and attributes of the health metrics and when
+//! they are read; where the numbers come from is the caller's (`commands::run`), given as a
+//! closure, so this module depends on neither the sampler thread nor the analyzer.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::Resource;
+
+use crate::export::queue::QueueHandle;
+use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
+use crate::export::transport::{EncodedRequest, Signal};
+
+/// gpulse's health at one collection. Totals are since gpulse started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HealthReading {
+    /// Requests waiting in the delivery queue, and their encoded bytes.
+    pub queue_requests: u64,
+    pub queue_bytes: u64,
+    /// Requests (and their data points) dropped: over the byte bound, past the age bound, or
+    /// refused for good.
+    pub dropped_requests_total: u64,
+    pub dropped_points_total: u64,
+    /// Failed export attempts by reason (`error.type`).
+    pub export_failures_total: BTreeMap<String, u64>,
+    /// Duration of the last export attempt, when there was one.
+    pub export_duration_last_seconds: Option<f64>,
+    /// Mean and longest NVML sampling pass since the previous reading, when there was one.
+    pub sample_duration_mean_seconds: Option<f64>,
+    pub sample_duration_max_seconds: Option<f64>,
+    /// NVML call errors by kind.
+    pub nvml_errors_total: BTreeMap<String, u64>,
+    pub stalled_ticks_total: u64,
+    /// Active findings by rule, every rule present.
+    pub findings_active: BTreeMap<String, u64>,
+}
+
+/// Reads gpulse's health; called once per collection.
+pub type HealthSource = Box<dyn FnMut() -> HealthReading + Send>;
+
+/// The running self-telemetry: a `MeterProvider` whose reader exports every `interval`.
+pub struct SelfTelemetry {
+    provider: SdkMeterProvider,
+}
+
+impl std::fmt::Debug for SelfTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelfTelemetry").finish_non_exhaustive()
+    }
+}
+
+impl SelfTelemetry {
+    /// Starts exporting gpulse's health every `interval` into `queue`, under the node resource.
+    pub fn start(
+        node: &NodeIdentity,
+        interval: Duration,
+        queue: QueueHandle,
+        source: HealthSource,
+    ) -> Self {
+        Self::start_with_sink(
+            node,
+            interval,
+            // What the push dropped is counted in the queue's stats and logged by the queue.
+            Box::new(move |signal, request| {
+                queue.push(signal, request);
+            }),
+            source,
+        )
+    }
+
+    /// [`SelfTelemetry::start`] with the queue's `push` given as a closure (tests give their own).
+    fn start_with_sink(
+        node: &NodeIdentity,
+        interval: Duration,
+        sink: Sink,
+        source: HealthSource,
+    ) -> Self {
+        let collection = Arc::new(Collection::new(source));
+        let exporter = QueueExporter {
+            sink,
+            collection: Arc::clone(&collection),
+        };
+        let provider = SdkMeterProvider::builder()
+            .with_resource(node_resource(node))
+            .with_reader(
+                PeriodicReader::builder(exporter)
+                    .with_interval(interval)
+                    .build(),
+            )
+            .build();
+        let scope = InstrumentationScope::builder(SCOPE_NAME)
+            .with_version(GPULSE_VERSION)
+            .build();
+        register(&provider.meter_with_scope(scope), &collection);
+        Self { provider }
+    }
+
+    /// Collects and exports once more (into the queue), then stops the reader's thread. Call
+    /// before flushing the queue at shutdown.
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!("gpulse's own health metrics were not exported at shutdown: {e}");
+        }
+    }
+}
+
+/// The node resource, attribute for attribute as `export::resource::node_resource` writes it,
+/// so a backend sees the health metrics and the device metrics on one entity. Built empty: the
+/// SDK's default detectors would add `telemetry.sdk.name = opentelemetry` and read the
+/// environment again, which `config` already did.
+fn node_resource(node: &NodeIdentity) -> Resource {
+    let mut attrs = vec![
+        KeyValue::new("service.name", node.service_name.clone()),
+        KeyValue::new("service.instance.id", node.service_instance_id.clone()),
+        KeyValue::new("service.version", node.service_version.clone()),
+        KeyValue::new("host.name", node.host_name.clone()),
+        KeyValue::new("telemetry.sdk.name", "gpulse"),
+        KeyValue::new("telemetry.sdk.language", "rust"),
+        KeyValue::new("telemetry.sdk.version", GPULSE_VERSION),
+    ];
+    for (key, value) in &node.extra_attributes {
+        if !attrs.iter().any(|kv| kv.key.as_str() == key) {
+            attrs.push(KeyValue::new(key.clone(), value.clone()));
+        }
+    }
+    Resource::builder_empty().with_attributes(attrs).build()
+}
+
+/// One `HealthReading` per collection: the first callback of a collection reads the source, the
+/// others reuse it, and the exporter marks the collection finished. Reading once matters: the
+/// sample durations are drained by the read, and the mean and the max must see the same ones.
+struct Collection {
+    state: Mutex<CollectionState>,
+}
+
+struct CollectionState {
+    source: HealthSource,
+    /// The reading of the collection in progress; `None` between collections.
+    current: Option<Arc<HealthReading>>,
+}
+
+impl Collection {
+    fn new(source: HealthSource) -> Self {
+        Self {
+            state: Mutex::new(CollectionState {
+                source,
+                current: None,
+            }),
+        }
+    }
+
+    fn reading(&self) -> Arc<HealthReading> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reading) = &state.current {
+            return Arc::clone(reading);
+        }
+        let reading = Arc::new((state.source)());
+        state.current = Some(Arc::clone(&reading));
+        reading
+    }
+
+    fn finish(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).current = None;
+    }
+}
+
+type Observe<T> = fn(&HealthReading, &dyn AsyncInstrument<T>);
+
+/// The health instruments: the names, units and attributes of the hand-built health metrics
+/// they replace.
+fn register(meter: &Meter, collection: &Arc<Collection>) {
+    let up_down = |name: &'static str,
+                   unit: &'static str,
+                   description: &'static str,
+                   observe: Observe<i64>| {
+        meter
+            .i64_observable_up_down_counter(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(callback(collection, observe))
+            .build();
+    };
+    let counter = |name: &'static str,
+                   unit: &'static str,
+                   description: &'static str,
+                   observe: Observe<u64>| {
+        meter
+            .u64_observable_counter(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(callback(collection, observe))
+            .build();
+    };
+    let gauge = |name: &'static str, description: &'static str, observe: Observe<f64>| {
+        meter
+            .f64_observable_gauge(name)
+            .with_unit("s")
+            .with_description(description)
+            .with_callback(callback(collection, observe))
+            .build();
+    };
+
+    up_down(
+        "gpulse.export.queue.size",
+        "{request}",
+        "Requests waiting in the export queue.",
+        |h, out| out.observe(saturating_i64(h.queue_requests), &[]),
+    );
+    up_down(
+        "gpulse.export.queue.bytes",
+        "By",
+        "Encoded bytes waiting in the export queue.",
+        |h, out| out.observe(saturating_i64(h.queue_bytes), &[]),
+    );
+    counter(
+        "gpulse.export.dropped",
+        "{request}",
+        "Requests dropped: oldest first at the queue bound, expired past the age bound, or \
+         refused for good by the backend.",
+        |h, out| out.observe(h.dropped_requests_total, &[]),
+    );
+    counter(
+        "gpulse.export.data_points.dropped",
+        "{data_point}",
+        "Data points in the dropped requests.",
+        |h, out| out.observe(h.dropped_points_total, &[]),
+    );
+    counter(
+        "gpulse.export.failures",
+        "{request}",
+        "Failed export attempts, by reason.",
+        |h, out| by_key(out, "error.type", &h.export_failures_total),
+    );
+    gauge(
+        "gpulse.export.duration",
+        "Duration of the last export attempt.",
+        |h, out| {
+            if let Some(s) = h.export_duration_last_seconds {
+                out.observe(s, &[]);
+            }
+        },
+    );
+    gauge(
+        "gpulse.sample.duration",
+        "Mean duration of one NVML sampling pass since the previous export.",
+        |h, out| {
+            if let Some(s) = h.sample_duration_mean_seconds {
+                out.observe(s, &[]);
+            }
+        },
+    );
+    gauge(
+        "gpulse.sample.duration.max",
+        "Longest NVML sampling pass since the previous export.",
+        |h, out| {
+            if let Some(s) = h.sample_duration_max_seconds {
+                out.observe(s, &[]);
+            }
+        },
+    );
+    counter(
+        "gpulse.nvml.errors",
+        "{error}",
+        "NVML calls that failed, by kind.",
+        |h, out| by_key(out, "error.type", &h.nvml_errors_total),
+    );
+    counter(
+        "gpulse.sample.stalled",
+        "{tick}",
+        "Sampling ticks skipped because a pass overran.",
+        |h, out| out.observe(h.stalled_ticks_total, &[]),
+    );
+    up_down(
+        crate::diagnosis::tracker::ACTIVE_GAUGE_NAME,
+        "{finding}",
+        "Diagnosis findings active now, by rule.",
+        |h, out| {
+            for (rule, count) in &h.findings_active {
+                out.observe(
+                    saturating_i64(*count),
+                    &[KeyValue::new("gpulse.diagnosis.rule", rule.clone())],
+                );
+            }
+        },
+    );
+}
+
+/// An instrument's callback: `observe` on the reading of the collection in progress.
+fn callback<T: 'static>(
+    collection: &Arc<Collection>,
+    observe: Observe<T>,
+) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+    let collection = Arc::clone(collection);
+    move |out| observe(&collection.reading(), out)
+}
+
+fn by_key(out: &dyn AsyncInstrument<u64>, key: &'static str, values: &BTreeMap<String, u64>) {
+    for (value, count) in values {
+        out.observe(*count, &[KeyValue::new(key, value.clone())]);
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The SDK's exporter into gpulse's delivery queue: converts `ResourceMetrics` with
+/// opentelemetry-proto's own conversion and pushes the encoded request as `Signal::Metrics`. It
+/// never waits on the network; the queue's sender delivers and retries.
+struct QueueExporter {
+    sink: Sink,
+    collection: Arc<Collection>,
+}
+
+/// Where the exporter puts its requests: the delivery queue's `push`.
+type Sink = Box<dyn Fn(Signal, EncodedRequest) + Send + Sync>;
+
+impl PushMetricExporter for QueueExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        // The exporter runs right after each collection: the next callback reads afresh.
+        self.collection.finish();
+        let request = ExportMetricsServiceRequest::from(metrics);
+        let points = point_count(&request);
+        if points == 0 {
+            return Ok(());
+        }
+        (self.sink)(
+            Signal::Metrics,
+            EncodedRequest::from_message(&request, points),
+        );
+        Ok(())
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// Data points in a request, for the queue's drop accounting.
+fn point_count(request: &ExportMetricsServiceRequest) -> u64 {
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        } as u64)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+    use opentelemetry_proto::tonic::common::v1::KeyValue as ProtoKeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::{number_data_point, Metric};
+    use prost::Message as _;
+
+    use super::*;
+
+    type Sent = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+    /// A data point's value and its attributes as `key=value`.
+    type Point = (f64, Vec<String>);
+
+    fn node() -> NodeIdentity {
+        NodeIdentity::resolve(
+            "gpulse".into(),
+            &[("k8s.cluster.name".into(), "prod".into())],
+            "node-1".into(),
+            "instance-1".into(),
+            Some("node-1".into()),
+        )
+    }
+
+    fn reading() -> HealthReading {
+        HealthReading {
+            queue_requests: 3,
+            queue_bytes: 4096,
+            dropped_requests_total: 2,
+            dropped_points_total: 40,
+            export_failures_total: [("timeout".to_string(), 5)].into(),
+            export_duration_last_seconds: Some(0.25),
+            sample_duration_mean_seconds: Some(0.002),
+            sample_duration_max_seconds: Some(0.004),
+            nvml_errors_total: [("gpu_lost".to_string(), 1)].into(),
+            stalled_ticks_total: 7,
+            findings_active: [
+                ("idle_holder".to_string(), 2),
+                ("throttling".to_string(), 0),
+            ]
+            .into(),
+        }
+    }
+
+    /// A provider whose reader never fires on its own: each `force_flush` is one collection.
+    fn started(source: HealthSource) -> (SelfTelemetry, Sent) {
+        let sent: Sent = Arc::new(Mutex::new(Vec::new()));
+        let sink_sent = Arc::clone(&sent);
+        let telemetry = SelfTelemetry::start_with_sink(
+            &node(),
+            Duration::from_secs(3600),
+            Box::new(move |signal, request| {
+                assert_eq!(signal, Signal::Metrics);
+                let decoded = ExportMetricsServiceRequest::decode(request.body().clone())
+                    .expect("a valid ExportMetricsServiceRequest");
+                assert_eq!(request.items(), point_count(&decoded));
+                sink_sent.lock().unwrap().push(decoded);
+            }),
+            source,
+        );
+        (telemetry, sent)
+    }
+
+    fn metric<'a>(request: &'a ExportMetricsServiceRequest, name: &str) -> &'a Metric {
+        request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn text(attributes: &[ProtoKeyValue]) -> Vec<String> {
+        attributes
+            .iter()
+            .map(
+                |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(AnyValue::StringValue(s)) => format!("{}={s}", kv.key),
+                    other => format!("{}={other:?}", kv.key),
+                },
+            )
+            .collect()
+    }
+
+    /// (value, attributes as key=value) of every point of `m`.
+    fn points(m: &Metric) -> Vec<Point> {
+        let points = match m.data.as_ref().expect("data") {
+            Data::Gauge(g) => &g.data_points,
+            Data::Sum(s) => &s.data_points,
+            other => panic!("unexpected {other:?}"),
+        };
+        points
+            .iter()
+            .map(|p| {
+                let value = match p.value {
+                    Some(number_data_point::Value::AsDouble(v)) => v,
+                    Some(number_data_point::Value::AsInt(v)) => v as f64,
+                    None => f64::NAN,
+                };
+                (value, text(&p.attributes))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn health_is_exported_with_the_old_names_units_and_the_node_resource() {
+        let (telemetry, sent) = started(Box::new(reading));
+        telemetry
+            .provider
+            .force_flush()
+            .expect("collect and export");
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1);
+        let request = &sent[0];
+        assert_eq!(request.resource_metrics.len(), 1);
+        let rm = &request.resource_metrics[0];
+        let resource = text(&rm.resource.as_ref().expect("resource").attributes);
+        for want in [
+            "service.name=gpulse",
+            "service.instance.id=instance-1",
+            "host.name=node-1",
+            "telemetry.sdk.name=gpulse",
+            "k8s.cluster.name=prod",
+            "k8s.node.name=node-1",
+        ] {
+            assert!(
+                resource.iter().any(|a| a == want),
+                "{want} not in {resource:?}"
+            );
+        }
+        let scope = rm.scope_metrics[0].scope.as_ref().expect("scope");
+        assert_eq!(
+            (scope.name.as_str(), scope.version.as_str()),
+            (SCOPE_NAME, GPULSE_VERSION)
+        );
+
+        let none = Vec::<String>::new;
+        let cases: [(&str, &str, Vec<Point>); 11] = [
+            ("gpulse.export.queue.size", "{request}", vec![(3.0, none())]),
+            ("gpulse.export.queue.bytes", "By", vec![(4096.0, none())]),
+            ("gpulse.export.dropped", "{request}", vec![(2.0, none())]),
+            (
+                "gpulse.export.data_points.dropped",
+                "{data_point}",
+                vec![(40.0, none())],
+            ),
+            (
+                "gpulse.export.failures",
+                "{request}",
+                vec![(5.0, vec!["error.type=timeout".into()])],
+            ),
+            ("gpulse.export.duration", "s", vec![(0.25, none())]),
+            ("gpulse.sample.duration", "s", vec![(0.002, none())]),
+            ("gpulse.sample.duration.max", "s", vec![(0.004, none())]),
+            (
+                "gpulse.nvml.errors",
+                "{error}",
+                vec![(1.0, vec!["error.type=gpu_lost".into()])],
+            ),
+            ("gpulse.sample.stalled", "{tick}", vec![(7.0, none())]),
+            (
+                "gpulse.diagnosis.active",
+                "{finding}",
+                vec![
+                    (2.0, vec!["gpulse.diagnosis.rule=idle_holder".into()]),
+                    (0.0, vec!["gpulse.diagnosis.rule=throttling".into()]),
+                ],
+            ),
+        ];
+        for (name, unit, want) in cases {
+            let m = metric(request, name);
+            assert_eq!(m.unit, unit, "{name}");
+            let mut got = points(m);
+            got.sort_by(|a, b| a.1.cmp(&b.1));
+            assert_eq!(got, want, "{name}");
+        }
+        // Counters are monotonic cumulative sums, levels non-monotonic ones, as before.
+        let Some(Data::Sum(dropped)) = &metric(request, "gpulse.export.dropped").data else {
+            panic!("gpulse.export.dropped is not a sum");
+        };
+        assert!(dropped.is_monotonic);
+        let Some(Data::Sum(size)) = &metric(request, "gpulse.export.queue.size").data else {
+            panic!("gpulse.export.queue.size is not a sum");
+        };
+        assert!(!size.is_monotonic);
+        assert!(matches!(
+            metric(request, "gpulse.sample.duration").data,
+            Some(Data::Gauge(_))
+        ));
+    }
+
+    #[test]
+    fn the_source_is_read_once_per_collection() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&reads);
+        let (telemetry, sent) = started(Box::new(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst) as f64;
+            // Each read drains its own durations: mean and max must come from the same read.
+            HealthReading {
+                sample_duration_mean_seconds: Some(n),
+                sample_duration_max_seconds: Some(n),
+                ..HealthReading::default()
+            }
+        }));
+        telemetry.provider.force_flush().expect("first collection");
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "eleven instruments, one read"
+        );
+        telemetry.provider.force_flush().expect("second collection");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        let sent = sent.lock().unwrap();
+        let last = sent.last().expect("exported");
+        assert_eq!(points(metric(last, "gpulse.sample.duration"))[0].0, 1.0);
+        assert_eq!(points(metric(last, "gpulse.sample.duration.max"))[0].0, 1.0);
+    }
+
+    #[test]
+    fn shutdown_exports_the_last_collection() {
+        let (telemetry, sent) = started(Box::new(reading));
+        telemetry.shutdown();
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "the collection at shutdown");
+        assert_eq!(points(metric(&sent[0], "gpulse.sample.stalled"))[0].0, 7.0);
+    }
+}
