@@ -164,9 +164,13 @@ pub fn require_cgroups() -> CgroupLayout {
     require_root("create cgroups");
     let layout = CgroupLayout::detect(Path::new("/sys/fs/cgroup"))
         .unwrap_or_else(|e| panic!("this test needs a cgroup2 hierarchy: {e}"));
-    let probe = layout
-        .unified
-        .join(format!("gpulse-test-probe-{}", std::process::id()));
+    // Unique per call: tests of one process run in parallel threads and probe at the same time.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = layout.unified.join(format!(
+        "gpulse-test-probe-{}-{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir(&probe)
         .and_then(|()| std::fs::remove_dir(&probe))
         .unwrap_or_else(|e| {

@@ -46,6 +46,11 @@ memory_used_mib = 30000
 temperature_c = 58
 power_w = 420
 
+[device.gpm]
+sm_activity = 0.7
+tensor_activity = 0.25
+dram_activity = 0.4
+
 [[device.process]]
 pids_env = "GPULSE_TEST_PIDS"
 memory_used_mib = 10000
@@ -367,7 +372,7 @@ fn promtool_finds_the_exposition_clean() {
     );
     assert!(problems.is_empty(), "promtool check metrics:\n{said}");
     for line in said.lines().filter(|l| !l.trim().is_empty()) {
-        assert!(line.starts_with("DCGM_FI_DEV_"), "only dcgm names: {line}");
+        assert!(line.starts_with("DCGM_FI_"), "only dcgm names: {line}");
     }
     drop(gpulse);
 }
@@ -473,10 +478,15 @@ fn prometheus_answers_the_dcgm_dashboard_queries() {
         .collect();
     gpus.sort_unstable();
     assert_eq!(gpus, ["0", "1"]);
-    // The tensor-core panel: no data, because the model has no GPM fields yet (see
-    // export::prometheus::dcgm::profiling_ratios). Asserted so that it changes with them.
-    let tensor = query(web, &format!("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{sel}}}"));
-    assert_eq!(tensor, Some(vec![]));
+    // The tensor-core panel: GPM's tensor activity of GPU 0, as a 0–1 ratio.
+    let tensor =
+        query(web, &format!("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{sel}}}")).expect("answering");
+    assert_eq!(tensor.len(), 1, "{tensor:?}");
+    let value: f64 = tensor[0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a number");
+    assert!((value - 0.25).abs() < 1e-6, "{tensor:?}");
     // Per-process series reach Prometheus with their container.
     let per_process = query(
         web,
