@@ -264,6 +264,33 @@ fn has_device_metrics(request: &Value) -> bool {
     metric(node(request), "hw.gpu.utilization").is_some()
 }
 
+/// The latest `timeUnixNano` of any data point in a request (0 when it has none).
+fn latest_point_time(request: &Value) -> u64 {
+    fn walk(v: &Value, latest: &mut u64) {
+        match v {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    if key == "timeUnixNano" {
+                        let t = value
+                            .as_str()
+                            .and_then(|t| t.parse().ok())
+                            .or_else(|| value.as_u64())
+                            .unwrap_or(0);
+                        *latest = (*latest).max(t);
+                    } else {
+                        walk(value, latest);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, latest)),
+            _ => {}
+        }
+    }
+    let mut latest = 0;
+    walk(request, &mut latest);
+    latest
+}
+
 fn last_total(requests: &[Value], name: &str) -> f64 {
     requests
         .iter()
@@ -722,10 +749,16 @@ fn driver_gone_for_a_while_is_reopened_and_metrics_resume() {
     let failing = |r: &Value| {
         is_health_request(r) && node_total(r, "gpulse.nvml.errors").unwrap_or(0.0) >= 1.0
     };
+    // Health and windows travel in separate requests, so a window sampled before the gap may
+    // arrive after the gap's health request: "again" means device metrics sampled after it.
     let requests = gpulse.wait_for("metrics, a gap, then metrics again", |r| {
         let first = r.iter().position(has_device_metrics);
-        let gap = first.and_then(|f| r[f..].iter().position(failing).map(|g| f + g));
-        gap.is_some_and(|g| r[g..].iter().any(has_device_metrics))
+        let gap = first.and_then(|f| r[f..].iter().find(|r| failing(r)));
+        gap.is_some_and(|gap| {
+            let gap_at = latest_point_time(gap);
+            r.iter()
+                .any(|r| has_device_metrics(r) && latest_point_time(r) > gap_at)
+        })
     });
     let (status, stderr) = gpulse.terminate();
     assert!(status.success(), "exit {status}: {stderr}");
