@@ -40,6 +40,12 @@
 //!         let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
 //!         println!("{:?}", config.format);
 //!     }
+//!     // `top` reads the same settings as `snapshot`, with the default output format.
+//!     Command::Top(_) => {
+//!         let config =
+//!             InspectConfig::resolve(&cli.global, &Default::default(), &config::process_env)?;
+//!         println!("{}", config.proc_root.display());
+//!     }
 //! }
 //! # Ok::<(), config::ConfigError>(())
 //! ```
