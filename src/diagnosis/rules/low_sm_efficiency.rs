@@ -6,7 +6,7 @@
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::LowSmEfficiency;
 
-use super::{main_holders, process_device_ref, trailing_run, Inputs};
+use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
 
 const ADVICE: &str = "The GPU is busy but most SMs idle: kernels too small to fill it, or the \
 CPU launching them one by one. Raise the batch size if memory allows; fuse the small kernels \
@@ -18,26 +18,20 @@ torch.profiler whether the step is dominated by many short kernels.";
 /// SM activity.
 pub fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
     let mut out = Vec::new();
-    for p in main_holders(inputs) {
-        let Some(series) = inputs.history.series(p.pid, &p.device_uuid) else {
-            continue;
-        };
-        let run = trailing_run(series, |s| {
-            matches!(
-                (s.device_utilization_mean, s.device_sm_activity_mean),
-                (Some(util), Some(sm))
-                    if util >= t.gpu_utilization_at_least && sm < t.sm_activity_below
-            )
-        });
-        let Some((since, seconds)) = run else {
-            continue;
-        };
-        if seconds < t.min_duration.as_secs_f64() {
-            continue;
-        }
-        let Some(device) = inputs.device(&p.device_uuid) else {
-            continue;
-        };
+    let sustained = sustained_main_holders(inputs, t.min_duration, |s| {
+        matches!(
+            (s.device_utilization_mean, s.device_sm_activity_mean),
+            (Some(util), Some(sm))
+                if util >= t.gpu_utilization_at_least && sm < t.sm_activity_below
+        )
+    });
+    for SustainedHolder {
+        process: p,
+        device,
+        since,
+        seconds,
+    } in sustained
+    {
         let (Some(util), Some(sm)) = (device.utilization_gpu, device.gpm.sm_activity) else {
             continue;
         };

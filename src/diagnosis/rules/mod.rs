@@ -114,6 +114,40 @@ pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
 
 /// The trailing run of a series' windows in which `holds` is true: (start of the run, seconds
 /// from it to the end of the newest window). `None` when the newest window does not hold.
+/// A device's main holder whose history has met `holds` in every window for at least
+/// `min_duration`, with the device's current window and the run's start and length (seconds).
+pub(crate) struct SustainedHolder<'a> {
+    pub process: &'a ProcessWindow,
+    pub device: &'a DeviceWindow,
+    pub since: std::time::SystemTime,
+    pub seconds: f64,
+}
+
+/// The main holder of each device whose condition `holds` has lasted `min_duration`: what the
+/// GPM rules (`tensor_cores_idle`, `low_sm_efficiency`) report on.
+pub(crate) fn sustained_main_holders<'a>(
+    inputs: &Inputs<'a>,
+    min_duration: std::time::Duration,
+    holds: impl Fn(&WindowSummary) -> bool,
+) -> Vec<SustainedHolder<'a>> {
+    main_holders(inputs)
+        .into_iter()
+        .filter_map(|process| {
+            let series = inputs.history.series(process.pid, &process.device_uuid)?;
+            let (since, seconds) = trailing_run(series, &holds)?;
+            if seconds < min_duration.as_secs_f64() {
+                return None;
+            }
+            Some(SustainedHolder {
+                process,
+                device: inputs.device(&process.device_uuid)?,
+                since,
+                seconds,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn trailing_run(
     series: &Series,
     holds: impl Fn(&WindowSummary) -> bool,

@@ -6,7 +6,7 @@
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::TensorCoresIdle;
 
-use super::{main_holders, process_device_ref, trailing_run, Inputs};
+use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
 
 const ADVICE: &str = "The SMs work but the tensor cores do not: the math runs in FP32 on the \
 ordinary pipes. In PyTorch wrap the forward pass and loss in torch.autocast(\"cuda\", \
@@ -18,26 +18,20 @@ remains: torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allo
 /// tensor cores.
 pub fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding> {
     let mut out = Vec::new();
-    for p in main_holders(inputs) {
-        let Some(series) = inputs.history.series(p.pid, &p.device_uuid) else {
-            continue;
-        };
-        let run = trailing_run(series, |s| {
-            matches!(
-                (s.device_sm_activity_mean, s.device_tensor_activity_mean),
-                (Some(sm), Some(tensor))
-                    if sm >= t.sm_activity_at_least && tensor < t.tensor_activity_below
-            )
-        });
-        let Some((since, seconds)) = run else {
-            continue;
-        };
-        if seconds < t.min_duration.as_secs_f64() {
-            continue;
-        }
-        let Some(device) = inputs.device(&p.device_uuid) else {
-            continue;
-        };
+    let sustained = sustained_main_holders(inputs, t.min_duration, |s| {
+        matches!(
+            (s.device_sm_activity_mean, s.device_tensor_activity_mean),
+            (Some(sm), Some(tensor))
+                if sm >= t.sm_activity_at_least && tensor < t.tensor_activity_below
+        )
+    });
+    for SustainedHolder {
+        process: p,
+        device,
+        since,
+        seconds,
+    } in sustained
+    {
         let (Some(sm), Some(tensor)) = (device.gpm.sm_activity, device.gpm.tensor_activity) else {
             continue;
         };
