@@ -4,12 +4,11 @@
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use super::facts::{
     DeviceFacts, EccCounts, EccMode, Fact, HealthFacts, MemoryFacts, MigMode, ProcessHolding,
-    RemappedRows,
 };
 
 /// Reads everything `gpulse check` evaluates. `nvml` is the sampler's handle, or the reason it
@@ -102,7 +101,7 @@ fn device_facts(nvml: &Nvml, index: u32, d: &Device<'_>) -> DeviceFacts {
             reserved: m.reserved,
         }),
         retired_pages_pending: fact(d.are_pages_pending_retired()),
-        remapped_rows: match remapped_rows(nvml, d) {
+        remapped_rows: match crate::sampling::health::remapped_rows(nvml, d) {
             Err(NvmlError::FailedToLoadSymbol(_)) => Fact::Unavailable(
                 "the NVML library does not export nvmlDeviceGetRemappedRows (a driver older \
                  than R450, or another NVML implementation)"
@@ -144,24 +143,4 @@ fn processes(d: &Device<'_>) -> Fact<Vec<ProcessHolding>> {
     }
     out.sort_by_key(|h| h.pid);
     Fact::Known(out)
-}
-
-/// `nvmlDeviceGetRemappedRows`, which nvml-wrapper 0.13 does not wrap.
-fn remapped_rows(nvml: &Nvml, d: &Device<'_>) -> Result<RemappedRows, NvmlError> {
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetRemappedRows
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
-    // SAFETY: the handle comes from a live `Device` borrowed from `nvml`, and the four
-    // out-pointers are valid, aligned locals that outlive the call.
-    let code = unsafe { sym(d.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
-    nvml_try(code)?;
-    Ok(RemappedRows {
-        correctable: corr,
-        uncorrectable: unc,
-        pending: pending != 0,
-        failure: failure != 0,
-    })
 }

@@ -64,16 +64,9 @@ pub struct ProcessHolding {
     pub used_bytes: Option<u64>,
 }
 
-/// Row remapper state (`nvmlDeviceGetRemappedRows`, Ampere and newer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RemappedRows {
-    pub correctable: u32,
-    pub uncorrectable: u32,
-    /// A remapping waits for a GPU reset.
-    pub pending: bool,
-    /// A remapping failed: the memory cannot be repaired any more.
-    pub failure: bool,
-}
+/// Row remapper state (`nvmlDeviceGetRemappedRows`, Ampere and newer): the sampler's type, read
+/// by the sampler's one call site (`sampling::health::remapped_rows`).
+pub use crate::sampling::model::RemappedRows;
 
 /// ECC error counters (uncorrectable unless named).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
