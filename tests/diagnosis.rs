@@ -88,6 +88,9 @@ fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
         remapped_rows: None,
         pcie_replays_total: None,
         violation: None,
+        xid_by_code: Default::default(),
+        pcie_bytes_per_second: None,
+        nvlink: Vec::new(),
     }
 }
 

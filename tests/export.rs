@@ -113,6 +113,9 @@ mod request {
                     None,
                 ],
             }),
+            xid_by_code: [(79, 1)].into_iter().collect(),
+            pcie_bytes_per_second: None,
+            nvlink: Vec::new(),
         }
     }
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, RemappedRows, Snapshot,
-    ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, NvLinkSample, ProcessKind, RemappedRows,
+    Snapshot, ViolationTimes, XidEvent,
 };
-use super::window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
+use super::window::{DeviceWindow, Gauge, GpmWindow, NvLinkWindow, ProcessWindow, Window};
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
 /// such gaps count for at most this long.
@@ -78,6 +78,23 @@ struct DeviceCounters {
     ecc_uncorrected_total: Option<u64>,
     ecc_uncorrected_prev: Option<u64>,
     xid_total: u64,
+    xid_by_code: BTreeMap<u64, u64>,
+    /// Each link's previous traffic counters and when they were read, for the rates.
+    nvlink_prev: HashMap<u32, (SystemTime, Option<u64>, Option<u64>)>,
+}
+
+/// One link's traffic rates between the previous sample and this one, bytes/s.
+#[derive(Debug, Clone, Copy)]
+struct LinkRates {
+    tx: Option<f64>,
+    rx: Option<f64>,
+}
+
+/// The rate of a driver counter between two readings; `None` for the first reading, no time
+/// between them, or a counter that went back (reset).
+fn counter_rate(prev: Option<u64>, now: Option<u64>, dt: f64) -> Option<f64> {
+    let (prev, now) = (prev?, now?);
+    (dt > 0.0 && now >= prev).then(|| (now - prev) as f64 / dt)
 }
 
 impl DeviceCounters {
@@ -94,7 +111,29 @@ impl DeviceCounters {
             ecc_uncorrected_total: None,
             ecc_uncorrected_prev: None,
             xid_total: 0,
+            xid_by_code: BTreeMap::new(),
+            nvlink_prev: HashMap::new(),
         }
+    }
+
+    /// Each link's rates since its previous sample, in the order of `links`.
+    fn nvlink_rates(&mut self, at: SystemTime, links: &[NvLinkSample]) -> Vec<LinkRates> {
+        links
+            .iter()
+            .map(|l| {
+                let now = (at, l.tx_bytes_total, l.rx_bytes_total);
+                match self.nvlink_prev.insert(l.link, now) {
+                    Some((prev_at, tx, rx)) => {
+                        let dt = at.duration_since(prev_at).unwrap_or_default().as_secs_f64();
+                        LinkRates {
+                            tx: counter_rate(tx, l.tx_bytes_total, dt),
+                            rx: counter_rate(rx, l.rx_bytes_total, dt),
+                        }
+                    }
+                    None => LinkRates { tx: None, rx: None },
+                }
+            })
+            .collect()
     }
 
     fn add(&mut self, at: SystemTime, s: &DeviceSample) {
@@ -181,6 +220,9 @@ struct DeviceAcc {
     remapped_rows: Option<RemappedRows>,
     pcie_replays_total: Option<u64>,
     violation: Option<ViolationTimes>,
+    pcie_bytes_per_second: Option<GaugeAcc>,
+    /// Per link: the last sample and the running rate summaries.
+    nvlink: Vec<(NvLinkSample, Option<GaugeAcc>, Option<GaugeAcc>)>,
 }
 
 /// Running summaries of the GPM activity gauges.
@@ -262,6 +304,28 @@ impl DeviceAcc {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            pcie_bytes_per_second: None,
+            nvlink: Vec::new(),
+        }
+    }
+
+    /// Adds the links of one sample with their rates (see `DeviceCounters::nvlink_rates`).
+    fn add_nvlink(&mut self, links: &[NvLinkSample], rates: &[LinkRates]) {
+        for (l, r) in links.iter().zip(rates) {
+            let slot = match self.nvlink.iter_mut().find(|(s, ..)| s.link == l.link) {
+                Some(slot) => slot,
+                None => {
+                    self.nvlink.push((*l, None, None));
+                    self.nvlink.sort_by_key(|(s, ..)| s.link);
+                    self.nvlink
+                        .iter_mut()
+                        .find(|(s, ..)| s.link == l.link)
+                        .expect("just inserted")
+                }
+            };
+            slot.0 = *l;
+            GaugeAcc::add(&mut slot.1, r.tx);
+            GaugeAcc::add(&mut slot.2, r.rx);
         }
     }
 
@@ -291,6 +355,11 @@ impl DeviceAcc {
         self.remapped_rows = s.remapped_rows.or(self.remapped_rows);
         self.pcie_replays_total = s.pcie_replays_total.or(self.pcie_replays_total);
         self.violation = s.violation.or(self.violation);
+        let pcie = match (s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second) {
+            (None, None) => None,
+            (tx, rx) => Some(tx.unwrap_or(0.0) + rx.unwrap_or(0.0)),
+        };
+        GaugeAcc::add(&mut self.pcie_bytes_per_second, pcie);
         // Last values: a later sample without the field (lost device) keeps the last known.
         self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
         self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
@@ -349,6 +418,17 @@ impl DeviceAcc {
             remapped_rows: self.remapped_rows,
             pcie_replays_total: self.pcie_replays_total,
             violation: self.violation,
+            xid_by_code: counters.xid_by_code.clone(),
+            pcie_bytes_per_second: GaugeAcc::finish(self.pcie_bytes_per_second),
+            nvlink: self
+                .nvlink
+                .into_iter()
+                .map(|(last, tx, rx)| NvLinkWindow {
+                    last,
+                    tx_bytes_per_second: GaugeAcc::finish(tx),
+                    rx_bytes_per_second: GaugeAcc::finish(rx),
+                })
+                .collect(),
         }
     }
 }
@@ -405,18 +485,22 @@ impl WindowAggregator {
         }
         for device in &snapshot.devices {
             let uuid = &device.info.uuid;
-            self.counters
+            let counters = self
+                .counters
                 .entry(uuid.clone())
-                .or_insert_with(|| DeviceCounters::new(at))
-                .add(at, device);
-            match self.devices.iter_mut().find(|(u, _)| u == uuid) {
-                Some((_, acc)) => acc.add(device),
+                .or_insert_with(|| DeviceCounters::new(at));
+            counters.add(at, device);
+            let rates = counters.nvlink_rates(at, &device.nvlink);
+            let acc = match self.devices.iter_mut().position(|(u, _)| u == uuid) {
+                Some(i) => &mut self.devices[i].1,
                 None => {
-                    let mut acc = DeviceAcc::new(Arc::clone(&device.info));
-                    acc.add(device);
-                    self.devices.push((uuid.clone(), acc));
+                    self.devices
+                        .push((uuid.clone(), DeviceAcc::new(Arc::clone(&device.info))));
+                    &mut self.devices.last_mut().expect("just pushed").1
                 }
-            }
+            };
+            acc.add(device);
+            acc.add_nvlink(&device.nvlink, &rates);
         }
         for p in &snapshot.processes {
             let key = (p.pid, p.device_uuid.clone());
@@ -445,6 +529,7 @@ impl WindowAggregator {
         for event in &snapshot.events {
             if let Some(counters) = self.counters.get_mut(&event.device_uuid) {
                 counters.xid_total += 1;
+                *counters.xid_by_code.entry(event.xid).or_insert(0) += 1;
             }
             self.xid_events.push(event.clone());
         }

@@ -6,13 +6,14 @@ pub mod events;
 pub mod gpm;
 pub mod health;
 pub mod model;
+pub mod nvlink;
 pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
 pub use model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, ProcessSample, RemappedRows,
-    Snapshot, ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, NvLinkSample, ProcessKind, ProcessSample,
+    RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
 pub use window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};

@@ -100,6 +100,29 @@ pub struct DeviceSample {
     pub pcie_replays_total: Option<u64>,
     /// Time each performance policy held the clocks down since the driver loaded.
     pub violation: Option<ViolationTimes>,
+    /// NVLink links in link order; empty on a GPU without NVLink.
+    pub nvlink: Vec<NvLinkSample>,
+}
+
+/// One NVLink link in one pass. Counters are the driver's, since it loaded (or since the
+/// counters were last reset); `None` where the device does not give the field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NvLinkSample {
+    /// Link number, 0 to `NVML_NVLINK_MAX_LINKS - 1`.
+    pub link: u32,
+    /// `nvmlDeviceGetNvLinkState`: the link is up.
+    pub active: Option<bool>,
+    /// Data bytes sent and received (`NVLINK_THROUGHPUT_DATA_TX/RX`, KiB → bytes).
+    pub tx_bytes_total: Option<u64>,
+    pub rx_bytes_total: Option<u64>,
+    /// Flit CRC errors (`NVLINK_ERROR_DL_CRC`).
+    pub crc_flit_errors: Option<u64>,
+    /// Data CRC errors (`NVLINK_CRC_DATA_ERROR_COUNT_Ln`, links 0–11, pre-Hopper).
+    pub crc_data_errors: Option<u64>,
+    /// Replays after a CRC error (`NVLINK_ERROR_DL_REPLAY`).
+    pub replay_errors: Option<u64>,
+    /// Link recoveries (`NVLINK_ERROR_DL_RECOVERY`).
+    pub recovery_errors: Option<u64>,
 }
 
 /// Row remapper state (`nvmlDeviceGetRemappedRows`).
@@ -154,6 +177,7 @@ impl DeviceSample {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            nvlink: Vec::new(),
         }
     }
 }

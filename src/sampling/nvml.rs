@@ -165,6 +165,8 @@ pub struct Sampler {
     warned: HashSet<(u32, Field)>,
     /// GPM support, the previous GPM sample and the permission state of each device.
     gpm: GpmReader,
+    /// Each device's NVLink link count, learnt once.
+    nvlink: super::nvlink::NvLinkReader,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -208,6 +210,7 @@ impl Sampler {
             process_util_seen: HashMap::new(),
             error_counts: BTreeMap::new(),
             warned: HashSet::new(),
+            nvlink: Default::default(),
         })
     }
 
@@ -450,6 +453,14 @@ impl Sampler {
             }
             reader.lost |= gpm.lost;
             s.gpm = gpm.activity;
+        }
+        if !reader.lost {
+            let nvlink = reader.sampler.nvlink.read(&nvml_for_memory, index, device);
+            if let Some(kind) = nvlink.error {
+                reader.sampler.count_error(kind);
+            }
+            reader.lost |= nvlink.lost;
+            s.nvlink = nvlink.links;
         }
 
         let compute = reader

@@ -10,7 +10,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::model::{DeviceInfo, DeviceStatus, ProcessKind, RemappedRows, ViolationTimes, XidEvent};
+use super::model::{
+    DeviceInfo, DeviceStatus, NvLinkSample, ProcessKind, RemappedRows, ViolationTimes, XidEvent,
+};
 
 /// Summary of one gauge over the samples of a window in which it had a value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -90,6 +92,45 @@ pub struct DeviceWindow {
     pub pcie_replays_total: Option<u64>,
     /// The driver's violation times (since it loaded), last value.
     pub violation: Option<ViolationTimes>,
+    /// XID events since `counters_start`, by XID code (they add up to `xid_total`).
+    pub xid_by_code: BTreeMap<u64, u64>,
+    /// Combined PCIe throughput (transmit + receive) over the window's samples, bytes/s.
+    pub pcie_bytes_per_second: Option<Gauge>,
+    /// NVLink links in link order; empty on a GPU without NVLink.
+    pub nvlink: Vec<NvLinkWindow>,
+}
+
+/// One NVLink link over one window: its last sample (the driver's counters) and its traffic
+/// rates between consecutive samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct NvLinkWindow {
+    #[serde(flatten)]
+    pub last: NvLinkSample,
+    pub tx_bytes_per_second: Option<Gauge>,
+    pub rx_bytes_per_second: Option<Gauge>,
+}
+
+impl NvLinkWindow {
+    /// CRC errors of both kinds (flit and data) the link counted, when it gives either.
+    pub fn crc_errors_total(&self) -> Option<u64> {
+        match (self.last.crc_flit_errors, self.last.crc_data_errors) {
+            (None, None) => None,
+            (flit, data) => Some(flit.unwrap_or(0) + data.unwrap_or(0)),
+        }
+    }
+}
+
+impl DeviceWindow {
+    /// Mean NVLink traffic over the window, both directions of every link, bytes/s; `None`
+    /// when no link gave a rate.
+    pub fn nvlink_bytes_per_second(&self) -> Option<f64> {
+        self.nvlink
+            .iter()
+            .flat_map(|l| [l.tx_bytes_per_second, l.rx_bytes_per_second])
+            .flatten()
+            .map(|g| g.mean)
+            .reduce(|a, b| a + b)
+    }
 }
 
 /// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
@@ -145,6 +186,9 @@ impl DeviceWindow {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            xid_by_code: BTreeMap::new(),
+            pcie_bytes_per_second: None,
+            nvlink: Vec::new(),
         }
     }
 }

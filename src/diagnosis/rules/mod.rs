@@ -289,6 +289,9 @@ pub(crate) mod testkit {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            xid_by_code: Default::default(),
+            pcie_bytes_per_second: None,
+            nvlink: Vec::new(),
         }
     }
 
