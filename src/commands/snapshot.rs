@@ -158,6 +158,10 @@ pub struct DeviceReport<'a> {
     pub fp64_activity: Option<f64>,
     pub integer_activity: Option<f64>,
     pub graphics_activity: Option<f64>,
+    /// NVLink links (link, active, the driver's tx/rx byte and error totals); left out on a
+    /// GPU without NVLink.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nvlink: Vec<crate::sampling::NvLinkSample>,
 }
 
 #[derive(Debug, Serialize)]
@@ -244,6 +248,7 @@ impl<'a> DeviceReport<'a> {
             fp64_activity: d.gpm.fp64_activity,
             integer_activity: d.gpm.integer_activity,
             graphics_activity: d.gpm.graphics_activity,
+            nvlink: d.nvlink.clone(),
         }
     }
 }
@@ -376,6 +381,24 @@ pub fn render_table(report: &SnapshotReport) -> String {
                 pct(d.sm_occupancy),
                 pct(d.tensor_activity),
                 pct(d.dram_activity)
+            );
+        }
+        if !d.nvlink.is_empty() {
+            let down: Vec<String> = d
+                .nvlink
+                .iter()
+                .filter(|l| l.active == Some(false))
+                .map(|l| l.link.to_string())
+                .collect();
+            let _ = writeln!(
+                out,
+                "    nvlink: {} links, {}",
+                d.nvlink.len(),
+                if down.is_empty() {
+                    "none down".to_string()
+                } else {
+                    format!("down: {}", down.join(", "))
+                }
             );
         }
         if let Some(reasons) = &d.throttle_reasons {

@@ -131,6 +131,7 @@ fn device(d: &DeviceWindow) -> DeviceReport<'_> {
         fp64_activity: d.gpm.fp64_activity.map(|g| g.mean),
         integer_activity: d.gpm.integer_activity.map(|g| g.mean),
         graphics_activity: d.gpm.graphics_activity.map(|g| g.mean),
+        nvlink: d.nvlink.iter().map(|l| l.last).collect(),
     }
 }
 

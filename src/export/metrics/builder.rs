@@ -250,13 +250,13 @@ fn push_device(
     for (error_type, count) in [
         ("corrected", d.ecc_corrected_total),
         ("uncorrected", d.ecc_uncorrected_total),
-        ("xid", Some(d.xid_total)),
     ] {
         if let Some(count) = count {
             let attrs = with(base, "error.type", error_type);
             b.push(M::Errors, attrs, sum_span, int(count));
         }
     }
+    push_xid(b, batch, d, driver_version, sum_span);
 
     let failed = d.status == DeviceStatus::Lost;
     for (state, value) in [("ok", !failed), ("failed", failed)] {
@@ -303,6 +303,7 @@ fn push_device(
         let attrs = with(base, "error.type", "pcie_replay");
         b.push(M::Errors, attrs, sum_span, int(replays));
     }
+    push_nvlink(b, batch, d, driver_version, gauge_span, sum_span);
 
     if let Some(pstate) = d.performance_state {
         b.push(
@@ -311,6 +312,87 @@ fn push_device(
             gauge_span,
             Value::I64(i64::from(pstate)),
         );
+    }
+}
+
+/// `hw.errors{error.type=xid}`: one series per XID code seen since `counters_start`, with the
+/// code in `nvidia.gpu.xid`; while no XID has been seen, one point of 0 without a code, so the
+/// series exists (and an alert on its increase has a baseline) before the first XID.
+fn push_xid(
+    b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
+    d: &DeviceWindow,
+    driver_version: Option<&str>,
+    sum_span: Span,
+) {
+    if d.xid_by_code.is_empty() {
+        let mut attrs = device_attributes(d, driver_version);
+        attrs.push(kv_str("error.type", "xid"));
+        let set = batch.add_attribute_set(attrs);
+        b.push(
+            M::Errors,
+            PointAttributes::of(set),
+            sum_span,
+            int(d.xid_total),
+        );
+        return;
+    }
+    for (&code, &count) in &d.xid_by_code {
+        let mut attrs = device_attributes(d, driver_version);
+        attrs.push(kv_str("error.type", "xid"));
+        attrs.push(kv_int(
+            "nvidia.gpu.xid",
+            i64::try_from(code).unwrap_or(i64::MAX),
+        ));
+        let set = batch.add_attribute_set(attrs);
+        b.push(M::Errors, PointAttributes::of(set), sum_span, int(count));
+    }
+}
+
+/// Per NVLink link (`nvidia.gpu.nvlink.link`): traffic (`nvidia.gpu.nvlink.io`, the driver's
+/// totals), state (`nvidia.gpu.nvlink.state`, 1 active / 0 down) and error counters
+/// (`hw.errors{error.type=nvlink_crc|nvlink_replay|nvlink_recovery}`; CRC = flit + data CRC).
+/// A field the link does not give has no point; a GPU without NVLink has none at all.
+fn push_nvlink(
+    b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
+    d: &DeviceWindow,
+    driver_version: Option<&str>,
+    gauge_span: Span,
+    sum_span: Span,
+) {
+    for l in &d.nvlink {
+        let mut attrs = device_attributes(d, driver_version);
+        attrs.push(kv_int("nvidia.gpu.nvlink.link", i64::from(l.last.link)));
+        let set = batch.add_attribute_set(attrs);
+        for (direction, bytes) in [
+            ("transmit", l.last.tx_bytes_total),
+            ("receive", l.last.rx_bytes_total),
+        ] {
+            if let Some(bytes) = bytes {
+                let attrs = with(set, "network.io.direction", direction);
+                b.push(M::NvLinkIo, attrs, sum_span, int(bytes));
+            }
+        }
+        if let Some(active) = l.last.active {
+            let attrs = PointAttributes::of(set);
+            b.push(
+                M::NvLinkState,
+                attrs,
+                gauge_span,
+                Value::I64(i64::from(active)),
+            );
+        }
+        for (error_type, count) in [
+            ("nvlink_crc", l.crc_errors_total()),
+            ("nvlink_replay", l.last.replay_errors),
+            ("nvlink_recovery", l.last.recovery_errors),
+        ] {
+            if let Some(count) = count {
+                let attrs = with(set, "error.type", error_type);
+                b.push(M::Errors, attrs, sum_span, int(count));
+            }
+        }
     }
 }
 
