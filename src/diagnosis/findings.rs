@@ -25,11 +25,12 @@ pub enum RuleId {
     MemoryFragmentation,
     TensorCoresIdle,
     LowSmEfficiency,
+    InterconnectBound,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 10] = [
+    pub const ALL: [RuleId; 11] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -40,6 +41,7 @@ impl RuleId {
         RuleId::MemoryFragmentation,
         RuleId::TensorCoresIdle,
         RuleId::LowSmEfficiency,
+        RuleId::InterconnectBound,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -54,6 +56,7 @@ impl RuleId {
             RuleId::MemoryFragmentation => "memory_fragmentation",
             RuleId::TensorCoresIdle => "tensor_cores_idle",
             RuleId::LowSmEfficiency => "low_sm_efficiency",
+            RuleId::InterconnectBound => "interconnect_bound",
         }
     }
 }

@@ -30,6 +30,48 @@ pub struct WindowSummary {
     pub device_sm_activity_mean: Option<f64>,
     /// Its device's GPM tensor activity (any tensor pipe), window mean.
     pub device_tensor_activity_mean: Option<f64>,
+    /// Its device's interconnect traffic, window mean: NVLink where the device has it, else PCIe.
+    pub device_interconnect: Option<InterconnectTraffic>,
+}
+
+/// Which interconnect a device's traffic was measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interconnect {
+    NvLink,
+    Pcie,
+}
+
+impl Interconnect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interconnect::NvLink => "NVLink",
+            Interconnect::Pcie => "PCIe",
+        }
+    }
+}
+
+/// A device's interconnect traffic over one window, both directions summed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InterconnectTraffic {
+    pub interconnect: Interconnect,
+    pub bytes_per_second: f64,
+}
+
+impl InterconnectTraffic {
+    /// NVLink traffic (every link, both directions) where the device gives NVLink rates, else
+    /// PCIe throughput; `None` when it gives neither.
+    pub fn of(d: &crate::sampling::DeviceWindow) -> Option<Self> {
+        if let Some(bytes_per_second) = d.nvlink_bytes_per_second() {
+            return Some(Self {
+                interconnect: Interconnect::NvLink,
+                bytes_per_second,
+            });
+        }
+        d.pcie_bytes_per_second.map(|g| Self {
+            interconnect: Interconnect::Pcie,
+            bytes_per_second: g.mean,
+        })
+    }
 }
 
 /// The summaries of one (pid, device), oldest first.
@@ -109,6 +151,12 @@ impl History {
             })
             .collect();
 
+        let device_interconnect: HashMap<&str, Option<InterconnectTraffic>> = window
+            .devices
+            .iter()
+            .map(|d| (d.info.uuid.as_str(), InterconnectTraffic::of(d)))
+            .collect();
+
         let mut present: HashSet<(u32, &str)> = HashSet::new();
         for p in &window.processes {
             present.insert((p.pid, p.device_uuid.as_str()));
@@ -123,6 +171,10 @@ impl History {
                 device_tensor_activity_mean: device_gpm
                     .get(p.device_uuid.as_str())
                     .and_then(|g| g.1),
+                device_interconnect: device_interconnect
+                    .get(p.device_uuid.as_str())
+                    .copied()
+                    .flatten(),
             };
             let series = self
                 .series

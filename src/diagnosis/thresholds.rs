@@ -34,6 +34,7 @@ pub struct Thresholds {
     pub memory_fragmentation: MemoryFragmentation,
     pub tensor_cores_idle: TensorCoresIdle,
     pub low_sm_efficiency: LowSmEfficiency,
+    pub interconnect_bound: InterconnectBound,
 }
 
 impl Default for Thresholds {
@@ -52,6 +53,7 @@ impl Default for Thresholds {
             memory_fragmentation: MemoryFragmentation::default(),
             tensor_cores_idle: TensorCoresIdle::default(),
             low_sm_efficiency: LowSmEfficiency::default(),
+            interconnect_bound: InterconnectBound::default(),
         }
     }
 }
@@ -361,6 +363,38 @@ impl Default for LowSmEfficiency {
     }
 }
 
+/// `interconnect_bound`: a job on several GPUs whose NVLink (or PCIe, without NVLink) traffic
+/// stays near the highest it has reached while the SMs mostly wait (GPM): communication, not
+/// compute, sets its pace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InterconnectBound {
+    pub enabled: bool,
+    /// Traffic at or above this share of the peak window mean the job's history holds on that
+    /// GPU counts as near the peak. Default 0.8.
+    pub near_peak_ratio: f64,
+    /// Traffic (both directions, all links) below this many bytes per second is never "bound",
+    /// whatever its peak. Default 1 GiB/s.
+    pub min_bytes_per_second: f64,
+    /// While GPM SM activity is below this ratio. Default 0.3.
+    pub sm_activity_below: f64,
+    /// On every GPU of the job for at least this long. Default 5 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for InterconnectBound {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            near_peak_ratio: 0.8,
+            min_bytes_per_second: GIB as f64,
+            sm_activity_below: 0.3,
+            min_duration: Duration::from_secs(300),
+        }
+    }
+}
+
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
@@ -461,6 +495,14 @@ impl Thresholds {
                 "low_sm_efficiency.sm_activity_below",
                 self.low_sm_efficiency.sm_activity_below,
             ),
+            (
+                "interconnect_bound.near_peak_ratio",
+                self.interconnect_bound.near_peak_ratio,
+            ),
+            (
+                "interconnect_bound.sm_activity_below",
+                self.interconnect_bound.sm_activity_below,
+            ),
         ];
         for (key, value) in ratios {
             if !(0.0..=1.0).contains(&value) {
@@ -476,7 +518,7 @@ impl Thresholds {
                 high: mp.device_used_error_above,
             });
         }
-        let positive: [(&'static str, bool, String); 8] = [
+        let positive: [(&'static str, bool, String); 9] = [
             (
                 "input_bound.step_lookback",
                 !self.input_bound.step_lookback.is_zero(),
@@ -511,6 +553,11 @@ impl Thresholds {
                 "memory_growth.min_rate_bytes_per_second",
                 self.memory_growth.min_rate_bytes_per_second > 0.0,
                 self.memory_growth.min_rate_bytes_per_second.to_string(),
+            ),
+            (
+                "interconnect_bound.min_bytes_per_second",
+                self.interconnect_bound.min_bytes_per_second > 0.0,
+                self.interconnect_bound.min_bytes_per_second.to_string(),
             ),
             (
                 "memory_growth.min_windows",

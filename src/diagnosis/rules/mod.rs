@@ -6,6 +6,7 @@
 pub mod hardware_errors;
 pub mod idle_holder;
 pub mod input_bound;
+pub mod interconnect_bound;
 pub mod low_sm_efficiency;
 pub mod memory_fragmentation;
 pub mod memory_growth;
@@ -206,6 +207,9 @@ pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
     }
     if t.low_sm_efficiency.enabled {
         out.extend(low_sm_efficiency::evaluate(inputs, &t.low_sm_efficiency));
+    }
+    if t.interconnect_bound.enabled {
+        out.extend(interconnect_bound::evaluate(inputs, &t.interconnect_bound));
     }
     out
 }
