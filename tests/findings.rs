@@ -50,6 +50,12 @@ ignore_xids = [45]
 
 [diagnosis.tensor_cores_idle]
 min_duration = "2s"
+
+[diagnosis.low_sm_efficiency]
+min_duration = "2s"
+
+[diagnosis.interconnect_bound]
+min_duration = "2s"
 "#;
 
 /// Every condition of both scenarios ends by 8 s; clearing takes a few windows more. Generous for
@@ -839,6 +845,131 @@ fn tensor_cores_idle_stays_quiet_with_tensor_activity_0_4() {
     assert!(
         !found.iter().any(|r| r.rule() == "tensor_cores_idle"),
         "no tensor_cores_idle with the tensor cores at 40 %:\n{}",
+        listing(&found)
+    );
+}
+
+/// The `started` records of `rule`.
+fn starts<'a>(found: &'a [Record], rule: &str) -> Vec<&'a Record> {
+    found
+        .iter()
+        .filter(|r| r.rule() == rule && r.state() == "started")
+        .collect()
+}
+
+#[test]
+fn low_sm_efficiency_fires_on_the_trainer_at_util_95_with_sm_0_15() {
+    let (requests, pid) = run_gpm_windows("gpm-few-sms.toml", 6);
+    let (_, sm) = last_gpm(&requests);
+    assert!(
+        sm.is_some_and(|v| (v - 0.15).abs() < 1e-9),
+        "SM activity 0.15, got {sm:?}"
+    );
+    let found = records(&requests);
+    let hits = starts(&found, "low_sm_efficiency");
+    assert_eq!(
+        hits.len(),
+        1,
+        "one start of low_sm_efficiency:\n{}",
+        listing(&found)
+    );
+    assert_eq!(hits[0].pid(), Some(pid), "on the process holding the GPU");
+    assert_eq!(hits[0].gpu_index(), Some(0));
+    assert_workload_resource(hits[0], pid);
+}
+
+#[test]
+fn low_sm_efficiency_stays_quiet_at_util_95_with_sm_0_6() {
+    let (requests, _) = run_gpm_windows("gpm-many-sms.toml", 6);
+    let (_, sm) = last_gpm(&requests);
+    assert!(
+        sm.is_some_and(|v| (v - 0.6).abs() < 1e-9),
+        "SM activity 0.6, got {sm:?}"
+    );
+    let found = records(&requests);
+    assert!(
+        !found.iter().any(|r| r.rule() == "low_sm_efficiency"),
+        "no low_sm_efficiency with 60 % of the SMs active:\n{}",
+        listing(&found)
+    );
+}
+
+/// The newest `nvidia.gpu.nvlink.io` value of each (GPU index, link, direction).
+fn last_nvlink_io(requests: &[Value]) -> std::collections::BTreeMap<(i64, i64, String), f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for request in metrics_requests(requests) {
+        let node = &request["request"]["resourceMetrics"][0];
+        for m in metrics_of(node) {
+            if m["name"] != "nvidia.gpu.nvlink.io" {
+                continue;
+            }
+            for p in points(m) {
+                let int = |k: &str| {
+                    attr(&p["attributes"], k)
+                        .and_then(|v| v["intValue"].as_str()?.parse::<i64>().ok())
+                        .unwrap_or(-1)
+                };
+                let direction =
+                    attr_str(&p["attributes"], "network.io.direction").unwrap_or_default();
+                out.insert(
+                    (int("gpu.index"), int("nvidia.gpu.nvlink.link"), direction),
+                    value(p),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn interconnect_bound_fires_on_a_two_gpu_job_at_its_nvlink_peak_with_idle_sms() {
+    let (requests, pid) = run_gpm_windows("interconnect-bound.toml", 6);
+    let io = last_nvlink_io(&requests);
+    assert_eq!(
+        io.len(),
+        2 * 4 * 2,
+        "2 GPUs x 4 links x 2 directions: {io:?}"
+    );
+    assert!(io.values().all(|b| *b > 0.0), "{io:?}");
+    let found = records(&requests);
+    let hits = starts(&found, "interconnect_bound");
+    assert_eq!(
+        hits.len(),
+        1,
+        "one start of interconnect_bound for the job:\n{}",
+        listing(&found)
+    );
+    assert_eq!(hits[0].int_array("gpulse.diagnosis.pids"), [u64::from(pid)]);
+    assert_node_resource(hits[0]);
+    let body = hits[0].record["body"]["stringValue"].as_str().unwrap_or("");
+    assert!(body.contains("NVLink"), "{body}");
+    // 4 links x 20 GiB/s each way: 160 GiB/s per GPU, the value the finding carries.
+    let per_gpu = attr(
+        &hits[0].record["attributes"],
+        "gpulse.diagnosis.value.gpu_0_bytes_per_second",
+    )
+    .and_then(|v| v["doubleValue"].as_f64());
+    let expected = 160.0 * 1024.0 * 1024.0 * 1024.0;
+    assert!(
+        per_gpu.is_some_and(|v| (v - expected).abs() / expected < 0.05),
+        "GPU 0 traffic {per_gpu:?}, expected about {expected}: {}",
+        hits[0].describe()
+    );
+    assert!(
+        starts(&found, "low_sm_efficiency").is_empty(),
+        "GPU-Util is 60 %:\n{}",
+        listing(&found)
+    );
+}
+
+#[test]
+fn interconnect_bound_stays_quiet_when_the_sms_work() {
+    let (requests, _) = run_gpm_windows("interconnect-compute.toml", 6);
+    assert_eq!(last_nvlink_io(&requests).len(), 2 * 4 * 2);
+    let found = records(&requests);
+    assert!(
+        !found.iter().any(|r| r.rule() == "interconnect_bound"),
+        "no interconnect_bound with the SMs at 70 %:\n{}",
         listing(&found)
     );
 }
