@@ -106,8 +106,24 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
     for (key, want) in GPM_A {
         assert_eq!(a[key], Value::from(want), "GPU 0 {key}: {a}");
     }
+    // NVLink (GPU 0 only): every link as the library's header comment gives it, read with
+    // scopeId = link (through nvml-wrapper's own field call every link would read link 0).
+    let links: Vec<Value> = (0..4u64)
+        .map(|n| {
+            serde_json::json!({
+                "link": n, "active": true,
+                "tx_bytes_total": 1_000_000 * (n + 1) * 1024,
+                "rx_bytes_total": 500_000 * (n + 1) * 1024,
+                "crc_flit_errors": n, "crc_data_errors": 0,
+                "replay_errors": if n == 1 { 2 } else { 0 },
+                "recovery_errors": if n == 3 { 1 } else { 0 },
+            })
+        })
+        .collect();
+    assert_eq!(a["nvlink"], Value::from(links), "GPU 0 links: {a}");
     let b = &devices[1];
     assert_eq!(b["uuid"], UUID_B);
+    assert!(b.get("nvlink").is_none(), "GPU 1 has no NVLink: {b}");
     for (key, _) in GPM_A {
         assert_eq!(b[key], Value::Null, "GPU 1 has no GPM: {key} {b}");
     }
@@ -282,11 +298,78 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
     assert_eq!(throttle("thermal", UUID_B), Some(7.0));
     assert_eq!(throttle("sync_boost", UUID_B), Some(0.0));
 
+    // NVLink: per link of GPU 0 exactly the library's counters; nothing for GPU 1.
+    let link_value = |name: &str, link: i64, key: &str, val: Option<&str>, uuid: &str| {
+        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
+        points(metric)
+            .into_iter()
+            .find(|p| {
+                let a = &p["attributes"];
+                attr_str(a, "hw.id").as_deref() == Some(uuid)
+                    && attr_str(a, "nvidia.gpu.nvlink.link") == Some(link.to_string())
+                    && val.is_none_or(|v| attr_str(a, key).as_deref() == Some(v))
+            })
+            .map(value)
+    };
+    for n in 0..4i64 {
+        let io = |dir| {
+            link_value(
+                "nvidia.gpu.nvlink.io",
+                n,
+                "network.io.direction",
+                Some(dir),
+                UUID_A,
+            )
+        };
+        assert_eq!(
+            io("transmit"),
+            Some((1_000_000 * (n + 1) * 1024) as f64),
+            "link {n}"
+        );
+        assert_eq!(
+            io("receive"),
+            Some((500_000 * (n + 1) * 1024) as f64),
+            "link {n}"
+        );
+        assert_eq!(
+            link_value("nvidia.gpu.nvlink.state", n, "", None, UUID_A),
+            Some(1.0),
+            "link {n} active"
+        );
+        let errors = |t| link_value("hw.errors", n, "error.type", Some(t), UUID_A);
+        assert_eq!(errors("nvlink_crc"), Some(n as f64), "link {n}");
+        assert_eq!(
+            errors("nvlink_replay"),
+            Some(if n == 1 { 2.0 } else { 0.0 })
+        );
+        assert_eq!(
+            errors("nvlink_recovery"),
+            Some(if n == 3 { 1.0 } else { 0.0 })
+        );
+    }
+    assert_eq!(
+        link_value("nvidia.gpu.nvlink.io", 4, "", None, UUID_A),
+        None,
+        "GPU 0 has links 0-3 only"
+    );
+    for name in ["nvidia.gpu.nvlink.io", "nvidia.gpu.nvlink.state"] {
+        assert_eq!(
+            device_value(name, UUID_B),
+            None,
+            "GPU 1 has no NVLink: {name}"
+        );
+    }
     assert!(
         !stderr
             .lines()
             .any(|l| l.contains("GPM") && l.contains("WARN")),
         "GPM not supported on GPU 1 is no warning: {stderr}"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains("NVLink") && l.contains("WARN")),
+        "no NVLink on GPU 1 is no warning: {stderr}"
     );
 
     let resource = process_resource(request, pid)
