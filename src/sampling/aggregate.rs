@@ -750,5 +750,69 @@ mod tests {
         let w2 = agg.take().expect("window 2");
         assert!(w2.xid_events.is_empty());
         assert_eq!(w2.devices[0].xid_total, 1, "the counter is cumulative");
+        assert_eq!(w2.devices[0].xid_by_code, BTreeMap::from([(79, 1)]));
+    }
+
+    #[test]
+    fn xid_counts_by_code_add_up_to_the_total() {
+        let mut agg = WindowAggregator::new();
+        let mut s = snapshot(1, None, None, None);
+        let event = |xid| XidEvent {
+            at: s.at,
+            device_uuid: "GPU-a".into(),
+            device_index: 0,
+            xid,
+        };
+        s.events = vec![event(79), event(13), event(79)];
+        agg.add(&s);
+        let w = agg.take().expect("window");
+        assert_eq!(w.devices[0].xid_by_code, BTreeMap::from([(13, 1), (79, 2)]));
+        assert_eq!(w.devices[0].xid_total, 3);
+    }
+
+    /// A snapshot at `at_ms` whose link 0 has sent `tx` bytes and link 1 is down.
+    fn nvlink_snapshot(at_ms: u64, tx: Option<u64>) -> Snapshot {
+        let mut s = snapshot(0, None, None, None);
+        s.at = SystemTime::UNIX_EPOCH + Duration::from_millis(at_ms);
+        s.devices[0].nvlink = vec![
+            NvLinkSample {
+                link: 0,
+                active: Some(true),
+                tx_bytes_total: tx,
+                rx_bytes_total: tx.map(|b| b / 2),
+                ..Default::default()
+            },
+            NvLinkSample {
+                link: 1,
+                active: Some(false),
+                tx_bytes_total: Some(0),
+                rx_bytes_total: Some(0),
+                ..Default::default()
+            },
+        ];
+        s
+    }
+
+    #[test]
+    fn nvlink_rates_come_from_consecutive_samples_across_windows() {
+        let mut agg = WindowAggregator::new();
+        agg.add(&nvlink_snapshot(1000, Some(1_000)));
+        let w = agg.take().expect("window");
+        let l0 = &w.devices[0].nvlink[0];
+        assert_eq!(l0.last.tx_bytes_total, Some(1_000));
+        assert!(l0.tx_bytes_per_second.is_none(), "one sample gives no rate");
+        // 500 ms later 1000 more bytes: 2000 B/s; then a reset (counter back to 0): no rate.
+        agg.add(&nvlink_snapshot(1500, Some(2_000)));
+        agg.add(&nvlink_snapshot(2500, Some(5_000)));
+        agg.add(&nvlink_snapshot(3000, Some(0)));
+        let w = agg.take().expect("window 2");
+        let d = &w.devices[0];
+        let tx = d.nvlink[0].tx_bytes_per_second.expect("rates");
+        assert_eq!((tx.count, tx.min, tx.max), (2, 2000.0, 3000.0));
+        assert_eq!(d.nvlink[0].last.tx_bytes_total, Some(0), "the last value");
+        assert_eq!(d.nvlink[1].last.active, Some(false));
+        assert_eq!(d.nvlink[1].tx_bytes_per_second.map(|g| g.mean), Some(0.0));
+        // Both directions of both links: 2500 + 1250 mean on link 0, 0 on link 1.
+        assert_eq!(d.nvlink_bytes_per_second(), Some(2500.0 + 1250.0));
     }
 }

@@ -926,6 +926,102 @@ mod tests {
     }
 
     #[test]
+    fn xid_errors_are_one_series_per_code_and_a_zero_before_the_first() {
+        let int = |p: &NumberDataPoint, k: &str| match attr(p, k) {
+            Some(any_value::Value::IntValue(v)) => Some(*v),
+            _ => None,
+        };
+        let xid_points = |d: DeviceWindow| -> Vec<(Option<i64>, f64)> {
+            let req = build(&window(vec![d], Vec::new()));
+            points(&req.resource_metrics[0], "hw.errors")
+                .iter()
+                .filter(|p| attr(p, "error.type") == Some(&s("xid")))
+                .map(|p| (int(p, "nvidia.gpu.xid"), value(p)))
+                .collect()
+        };
+        assert_eq!(xid_points(bare_device(0)), [(None, 0.0)]);
+        let mut d = bare_device(0);
+        d.xid_total = 4;
+        d.xid_by_code = [(13, 1), (79, 3)].into_iter().collect();
+        assert_eq!(xid_points(d), [(Some(13), 1.0), (Some(79), 3.0)]);
+    }
+
+    #[test]
+    fn nvlink_points_per_link_with_state_traffic_and_errors() {
+        use crate::sampling::{NvLinkSample, NvLinkWindow};
+        let mut d = bare_device(0);
+        d.nvlink = vec![
+            NvLinkWindow {
+                last: NvLinkSample {
+                    link: 0,
+                    active: Some(true),
+                    tx_bytes_total: Some(2048),
+                    rx_bytes_total: Some(1024),
+                    crc_flit_errors: Some(2),
+                    crc_data_errors: Some(1),
+                    replay_errors: Some(5),
+                    recovery_errors: None,
+                },
+                tx_bytes_per_second: None,
+                rx_bytes_per_second: None,
+            },
+            NvLinkWindow {
+                last: NvLinkSample {
+                    link: 1,
+                    active: Some(false),
+                    ..Default::default()
+                },
+                tx_bytes_per_second: None,
+                rx_bytes_per_second: None,
+            },
+        ];
+        let req = build(&window(vec![d], Vec::new()));
+        let rm = &req.resource_metrics[0];
+        let link = |p: &NumberDataPoint| match attr(p, "nvidia.gpu.nvlink.link") {
+            Some(any_value::Value::IntValue(v)) => *v,
+            other => panic!("no link attribute: {other:?}"),
+        };
+        let io: Vec<(i64, f64)> = points(rm, "nvidia.gpu.nvlink.io")
+            .iter()
+            .map(|p| (link(p), value(p)))
+            .collect();
+        assert_eq!(io, [(0, 2048.0), (0, 1024.0)], "link 1 gives no traffic");
+        assert_eq!(
+            value(point_with(
+                rm,
+                "nvidia.gpu.nvlink.io",
+                "network.io.direction",
+                "receive"
+            )),
+            1024.0
+        );
+        let state: Vec<(i64, f64)> = points(rm, "nvidia.gpu.nvlink.state")
+            .iter()
+            .map(|p| (link(p), value(p)))
+            .collect();
+        assert_eq!(state, [(0, 1.0), (1, 0.0)]);
+        assert_eq!(
+            value(point_with(rm, "hw.errors", "error.type", "nvlink_crc")),
+            3.0,
+            "flit + data CRC"
+        );
+        assert_eq!(
+            value(point_with(rm, "hw.errors", "error.type", "nvlink_replay")),
+            5.0
+        );
+        assert!(
+            !points(rm, "hw.errors")
+                .iter()
+                .any(|p| attr(p, "error.type") == Some(&s("nvlink_recovery"))),
+            "a counter the link does not give has no point"
+        );
+        assert_eq!(
+            metric(rm, "nvidia.gpu.nvlink.io").map(|m| m.unit.as_str()),
+            Some("By")
+        );
+    }
+
+    #[test]
     fn timestamps_gauges_window_sums_counters_start() {
         let mut d = bare_device(0);
         d.utilization_gpu = Some(g(0.5, 0.5, 0.5, 0.5));
