@@ -254,6 +254,8 @@ fn decode(v: &nvmlFieldValue_t) -> Option<u64> {
                 (d.is_finite() && d >= 0.0).then_some(d as u64)
             }
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT => Some(u64::from(v.value.uiVal)),
+            // `c_ulong` is 64 bits on Linux but 32 on other targets.
+            #[allow(clippy::unnecessary_cast)]
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Some(v.value.ulVal as u64),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => Some(v.value.ullVal),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => {
