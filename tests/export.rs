@@ -114,7 +114,20 @@ mod request {
             }),
             xid_by_code: [(79, 1)].into_iter().collect(),
             pcie_bytes_per_second: None,
-            nvlink: Vec::new(),
+            nvlink: vec![gpulse::sampling::NvLinkWindow {
+                last: gpulse::sampling::NvLinkSample {
+                    link: 0,
+                    active: Some(true),
+                    tx_bytes_total: Some(1 << 30),
+                    rx_bytes_total: Some(1 << 29),
+                    crc_flit_errors: Some(1),
+                    crc_data_errors: None,
+                    replay_errors: Some(0),
+                    recovery_errors: Some(0),
+                },
+                tx_bytes_per_second: None,
+                rx_bytes_per_second: None,
+            }],
         }
     }
 
