@@ -328,3 +328,54 @@ fn snapshot_table_reads_like_nvidia_smi_with_processes() {
     assert!(table.contains("4242"), "{table}");
     assert!(table.contains("12288MiB"), "{table}");
 }
+
+/// NVLink through nvml-sim with time frozen at 10 s: each active link of GPU 0 has sent
+/// 20 GiB/s × 10 s and received half that, GPU 1's link 3 is down (state false, no traffic),
+/// every link of GPU 0 counts the scenario's one replay; a GPU without NVLink has no `nvlink`.
+#[test]
+fn snapshot_reports_nvlink_per_link_from_the_scoped_field_values() {
+    let scenario = r#"
+[clock]
+freeze_at_s = 10
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-00000000-0000-4000-8000-0000000000a0"
+[device.nvlink]
+links = 4
+tx_kibps = 20971520
+rx_kibps = 10485760
+replay = 1
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-00000000-0000-4000-8000-0000000000a1"
+[device.nvlink]
+links = 4
+down = [3]
+tx_kibps = 1024
+
+[[device]]
+name = "NVIDIA A10"
+uuid = "GPU-00000000-0000-4000-8000-0000000000a2"
+"#;
+    let s = snapshot_json(scenario);
+    let devices = s["devices"].as_array().expect("devices");
+    let links = |i: usize| devices[i]["nvlink"].as_array().cloned().unwrap_or_default();
+    let gib = 1024 * MIB;
+    let a = links(0);
+    assert_eq!(a.len(), 4, "{a:?}");
+    for (n, l) in a.iter().enumerate() {
+        assert_eq!(l["link"], n as u64);
+        assert_eq!(l["active"], true);
+        assert_eq!(l["tx_bytes_total"], 200 * gib, "link {n}");
+        assert_eq!(l["rx_bytes_total"], 100 * gib, "link {n}");
+        assert_eq!(l["replay_errors"], 1, "link {n}");
+        assert_eq!(l["recovery_errors"], 0, "link {n}");
+    }
+    let b = links(1);
+    assert_eq!(b[2]["tx_bytes_total"], 10 * 1024 * 1024, "10 s at 1 MiB/s");
+    assert_eq!(b[3]["active"], false, "link 3 is down");
+    assert_eq!(b[3]["tx_bytes_total"], 0);
+    assert!(devices[2].get("nvlink").is_none(), "{}", devices[2]);
+}
