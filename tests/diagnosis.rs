@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpulse::attribution::{ProcessUsage, Workload};
+use gpulse::attribution::{AttributedWindow, ProcessUsage, Workload};
 use gpulse::diagnosis::check::{
     self, CheckStatus, DeviceFacts, EccCounts, EccMode, Fact, HealthFacts, MemoryFacts, MigMode,
     RemappedRows,
@@ -141,8 +141,13 @@ impl Loop {
     }
 
     fn observe(&mut self, w: &Window) -> Vec<FindingEvent> {
-        self.diagnoser
-            .observe(w, &self.workloads, &self.usage, &self.parent_alive)
+        let attributed = AttributedWindow {
+            window: w.clone(),
+            workloads: self.workloads.clone(),
+            usage: self.usage.clone(),
+            parent_alive: self.parent_alive.clone(),
+        };
+        self.diagnoser.observe(&attributed)
     }
 }
 

@@ -7,7 +7,7 @@ mod request {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use gpulse::attribution::{AttributionMethod, ProcessUsage, Workload};
+    use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
     use gpulse::export::json::to_otlp_json_line;
     use gpulse::export::metrics::{
         metrics_batch, metrics_request, Instrument, MetricsBatch, METRICS,
@@ -179,6 +179,21 @@ mod request {
         }
     }
 
+    /// The window with the processes attribution resolved (`workloads`; one missing is known by
+    /// its PID) and the usage it measured.
+    fn attributed(
+        window: Window,
+        workloads: HashMap<u32, Workload>,
+        usage: HashMap<u32, ProcessUsage>,
+    ) -> AttributedWindow {
+        AttributedWindow {
+            window,
+            workloads,
+            usage,
+            parent_alive: HashMap::new(),
+        }
+    }
+
     /// A batch with every field of every input set.
     fn full_batch() -> MetricsBatch {
         let w = window(
@@ -198,7 +213,7 @@ mod request {
                 memory_rss_bytes: Some(3 << 30),
             },
         )]);
-        metrics_batch(&w, &workloads, &usage, &node())
+        metrics_batch(&attributed(w, workloads, usage), &node())
     }
 
     fn full_request() -> ExportMetricsServiceRequest {
@@ -306,7 +321,7 @@ mod request {
         process.decoder_utilization = None;
         let w = window(vec![empty_device(0)], vec![process]);
         let usage = HashMap::from([(7, ProcessUsage::default())]);
-        let req = metrics_request(&w, &HashMap::new(), &usage, &node());
+        let req = metrics_request(&attributed(w, HashMap::new(), usage), &node());
 
         let node_names: BTreeSet<&str> = req.resource_metrics[0].scope_metrics[0]
             .metrics
@@ -386,7 +401,7 @@ mod request {
             service_version: "v".into(),
             extra_attributes: Vec::new(),
         };
-        let req = metrics_request(&w, &HashMap::new(), &HashMap::new(), &node);
+        let req = metrics_request(&attributed(w, HashMap::new(), HashMap::new()), &node);
         let line = to_otlp_json_line(&req);
 
         let s = |k: &str, v: &str| format!(r#"{{"key":"{k}","value":{{"stringValue":"{v}"}}}}"#);
@@ -492,7 +507,7 @@ mod request {
             })
             .collect();
         let node = node();
-        let batch = metrics_batch(&w, &workloads, &usage, &node);
+        let batch = metrics_batch(&attributed(w, workloads, usage), &node);
         let bytes = batch.encode();
         let points = batch.point_count();
         let request = batch.into_request();

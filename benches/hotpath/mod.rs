@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
-use gpulse::attribution::{AttributionSettings, Attributor, GpuProcessRef, ProcessUsage};
+use gpulse::attribution::{
+    AttributedWindow, AttributionSettings, Attributor, GpuProcessRef, ProcessUsage,
+};
 use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
 use gpulse::sampling::{Sampler, Snapshot, Window, WindowAggregator};
@@ -153,19 +155,25 @@ pub fn run(label: &str, scenario: &str) {
             (pid, u)
         })
         .collect();
+    let attributed = AttributedWindow {
+        window: window.clone(),
+        workloads,
+        usage,
+        parent_alive: HashMap::new(),
+    };
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {
-        b.iter(|| black_box(metrics_batch(&window, &workloads, &usage, &node)))
+        b.iter(|| black_box(metrics_batch(&attributed, &node)))
     });
     group.bench_function("build_encode", |b| {
         b.iter(|| {
-            let batch = metrics_batch(&window, &workloads, &usage, &node);
+            let batch = metrics_batch(&attributed, &node);
             black_box(batch.encode())
         })
     });
     group.bench_function("prost_build_encode", |b| {
         b.iter(|| {
-            let request = metrics_request(&window, &workloads, &usage, &node);
+            let request = metrics_request(&attributed, &node);
             black_box(request.encode_to_vec())
         })
     });

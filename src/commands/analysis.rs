@@ -121,13 +121,9 @@ impl Analyzer {
             parent_alive,
         });
         let framework = self.framework_evidence(&attributed);
-        let events = self.diagnoser.observe_with_framework(
-            &attributed.window,
-            &attributed.workloads,
-            &attributed.usage,
-            &attributed.parent_alive,
-            &framework,
-        );
+        let events = self
+            .diagnoser
+            .observe_with_framework(&attributed, &framework);
         self.view.send_replace(Some(Arc::new(View {
             attributed: Arc::clone(&attributed),
             findings: self.diagnoser.tracker().active().cloned().collect(),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::attribution::{AttributionSettings, Attributor, Workload};
+use crate::attribution::{AttributedWindow, AttributionSettings, Attributor, Workload};
 use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::export::metrics::throttle_reason_names;
@@ -53,7 +53,14 @@ fn current_findings(
         return Vec::new();
     };
     let mut diagnoser = Diagnoser::new(config.diagnosis.clone());
-    diagnoser.observe(&window, workloads, &HashMap::new(), &HashMap::new());
+    // One sample: no CPU figures or parent liveness yet, only who each process is.
+    let attributed = AttributedWindow {
+        window,
+        workloads: workloads.clone(),
+        usage: HashMap::new(),
+        parent_alive: HashMap::new(),
+    };
+    diagnoser.observe(&attributed);
     diagnoser.tracker().active().cloned().collect()
 }
 

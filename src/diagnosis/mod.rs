@@ -18,10 +18,7 @@ pub mod thresholds;
 pub mod tracker;
 pub mod xid;
 
-use std::collections::HashMap;
-
-use crate::attribution::{ProcessUsage, Workload};
-use crate::sampling::Window;
+use crate::attribution::AttributedWindow;
 
 pub use findings::{DeviceRef, Finding, FindingKey, JobKey, RuleId, Severity, Subject, Value};
 pub use framework::{FrameworkEvidence, FrameworkHandle, Layer};
@@ -49,34 +46,26 @@ impl Diagnoser {
         }
     }
 
-    /// Records the window, runs the rules, and returns the findings that started or cleared.
-    /// `parent_alive`: by host PID, whether the process's parent is alive (missing: unknown).
-    pub fn observe(
-        &mut self,
-        window: &Window,
-        workloads: &HashMap<u32, Workload>,
-        usage: &HashMap<u32, ProcessUsage>,
-        parent_alive: &HashMap<u32, bool>,
-    ) -> Vec<FindingEvent> {
+    /// Records the window, runs the rules over it and its attributed processes (identity,
+    /// CPU/memory use, parent liveness), and returns the findings that started or cleared.
+    pub fn observe(&mut self, attributed: &AttributedWindow) -> Vec<FindingEvent> {
         let framework = FrameworkEvidence::default();
-        self.observe_with_framework(window, workloads, usage, parent_alive, &framework)
+        self.observe_with_framework(attributed, &framework)
     }
 
     /// [`Diagnoser::observe`] with what the training framework reported about the processes.
     pub fn observe_with_framework(
         &mut self,
-        window: &Window,
-        workloads: &HashMap<u32, Workload>,
-        usage: &HashMap<u32, ProcessUsage>,
-        parent_alive: &HashMap<u32, bool>,
+        attributed: &AttributedWindow,
         framework: &FrameworkEvidence,
     ) -> Vec<FindingEvent> {
+        let window = &attributed.window;
         self.history.record(window);
         let inputs = Inputs {
             window,
-            workloads,
-            usage,
-            parent_alive,
+            workloads: &attributed.workloads,
+            usage: &attributed.usage,
+            parent_alive: &attributed.parent_alive,
             history: &self.history,
             framework,
         };

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::attribution::Workload;
+use crate::attribution::{AttributedWindow, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{DeviceStatus, Snapshot};
 
@@ -434,9 +434,9 @@ impl HistoryHandle {
     }
 
     /// Takes the identities attribution resolved in an export window.
-    pub fn note_workloads<'a>(&self, workloads: impl IntoIterator<Item = &'a Workload>) {
+    pub fn note_window(&self, attributed: &AttributedWindow) {
         let mut history = self.write();
-        for workload in workloads {
+        for workload in attributed.workloads.values() {
             history.note_identity(workload.pid, ProcessIdentity::of_workload(workload));
         }
     }

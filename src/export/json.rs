@@ -5,6 +5,8 @@
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use serde::Serialize;
 
+/// The request as one line of OTLP/JSON (the OTLP file-exporter format), without the newline.
+///
 /// opentelemetry-proto's serde derive already follows the OTLP/JSON rules (lowerCamelCase
 /// names, 64-bit integers as decimal strings, enums as integers, trace and span ids as hex);
 /// it also writes every field at its default value, which OTLP/JSON allows but the collector

@@ -4,6 +4,8 @@
 //!
 //! Resources come from `export::resource`, shared with the metrics request: the node resource
 //! first, then one per workload, in the order given. A resource with no record is left out.
+//! [`findings_request`] places one window's finding events: a finding about a process of the
+//! attributed window under that process's resource, every other finding under the node's.
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
@@ -11,7 +13,11 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::json::otlp_json_line;
 use super::resource::{gpulse_scope, node_resource, process_resource, NodeIdentity};
-use crate::attribution::Workload;
+use std::collections::BTreeMap;
+
+use crate::attribution::{AttributedWindow, Workload};
+use crate::diagnosis::otlp::to_log_record;
+use crate::diagnosis::FindingEvent;
 
 fn resource_logs(resource: Resource, log_records: Vec<LogRecord>) -> ResourceLogs {
     ResourceLogs {
@@ -45,6 +51,34 @@ pub fn logs_request(
     ExportLogsServiceRequest {
         resource_logs: resource_logs_list,
     }
+}
+
+/// The logs request of one window's finding events (see the module documentation). Processes
+/// come in ascending host PID order.
+pub fn findings_request(
+    node: &NodeIdentity,
+    events: &[FindingEvent],
+    attributed: &AttributedWindow,
+) -> ExportLogsServiceRequest {
+    let mut node_records = Vec::new();
+    let mut by_pid: BTreeMap<u32, (&Workload, Vec<LogRecord>)> = BTreeMap::new();
+    for event in events {
+        let record = to_log_record(event);
+        let process = event
+            .finding
+            .subject
+            .pid()
+            .and_then(|pid| Some((pid, attributed.process(pid)?)));
+        match process {
+            Some((pid, p)) => by_pid
+                .entry(pid)
+                .or_insert_with(|| (p.workload, Vec::new()))
+                .1
+                .push(record),
+            None => node_records.push(record),
+        }
+    }
+    logs_request(node, node_records, by_pid.into_values().collect())
 }
 
 /// The number of log records in a request.
@@ -179,5 +213,70 @@ mod tests {
         assert!(line.contains(r#""severityNumber":13"#));
         let back: ExportLogsServiceRequest = serde_json::from_str(&line).expect("parses back");
         assert_eq!(back, req);
+    }
+
+    #[test]
+    fn findings_go_under_their_attributed_process_or_the_node() {
+        use crate::diagnosis::findings::{DeviceRef, Finding, RuleId, Severity, Subject};
+        use crate::diagnosis::rules::testkit::{process, window, GIB};
+        use crate::diagnosis::FindingState;
+
+        let mut attributed =
+            AttributedWindow::unattributed(window(60, vec![], vec![process(42, 0, GIB, None)]));
+        attributed
+            .workloads
+            .get_mut(&42)
+            .expect("listed")
+            .service_name = Some("trainer".into());
+        let about = |subject: Subject| FindingEvent {
+            state: FindingState::Started,
+            finding: Finding {
+                rule: RuleId::Throttling,
+                severity: Severity::Warning,
+                subject,
+                summary: "s".into(),
+                advice: String::new(),
+                values: vec![],
+                since: std::time::UNIX_EPOCH,
+                evidence: vec![],
+            },
+            at: std::time::UNIX_EPOCH,
+        };
+        let workload = |pid| Subject::Workload {
+            pid,
+            vpid: None,
+            device: None,
+            container_id: None,
+            pod_uid: None,
+            service_name: format!("process {pid}"),
+        };
+        let device = Subject::Device(DeviceRef {
+            uuid: "GPU-0".into(),
+            index: 0,
+        });
+        let events = [
+            about(workload(42)),
+            about(device),
+            about(workload(7)),
+            about(workload(42)),
+        ];
+        let req = findings_request(&node(), &events, &attributed);
+        assert_eq!(
+            req.resource_logs.len(),
+            2,
+            "node + the one attributed process"
+        );
+        let node_rl = &req.resource_logs[0];
+        assert_eq!(
+            node_rl.scope_logs[0].log_records.len(),
+            2,
+            "the device finding and the one about a PID the window does not list"
+        );
+        let trainer = &req.resource_logs[1];
+        assert_eq!(
+            resource_attr(trainer, "service.name"),
+            Some(&any_value::Value::StringValue("trainer".into()))
+        );
+        assert_eq!(trainer.scope_logs[0].log_records.len(), 2);
     }
 }

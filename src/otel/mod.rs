@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::metrics::{AsyncInstrument, Meter, ObservableGauge, ObservableUpDownCounter};
 use opentelemetry::KeyValue;
 
+use crate::export::metrics::catalogue::MetricId;
 use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot};
 
 /// An open NVML session, ready to register instruments on a `Meter`.
@@ -96,14 +97,14 @@ impl GpuMetrics {
         let mut gauges = Vec::new();
         let mut levels = Vec::new();
 
-        let gauge = |name: &'static str,
-                     unit: &'static str,
-                     description: &'static str,
-                     observe: ObserveF64| {
+        // Names and units are the sidecar's (its metric catalogue); descriptions are this API's,
+        // whose values are the last sample's, not a window's means.
+        let gauge = |id: MetricId, description: &'static str, observe: ObserveF64| {
+            let spec = id.spec();
             let source = Arc::clone(&source);
             meter
-                .f64_observable_gauge(name)
-                .with_unit(unit)
+                .f64_observable_gauge(spec.name)
+                .with_unit(spec.unit)
                 .with_description(description)
                 .with_callback(move |out| {
                     if let Some(snapshot) = source.current() {
@@ -113,8 +114,7 @@ impl GpuMetrics {
                 .build()
         };
         gauges.push(gauge(
-            "hw.gpu.utilization",
-            "1",
+            MetricId::GpuUtilization,
             "Ratio of the last sample period the GPU task was busy.",
             Box::new(|s, out| {
                 for d in ok_devices(s) {
@@ -131,27 +131,23 @@ impl GpuMetrics {
             }),
         ));
         gauges.push(gauge(
-            "hw.gpu.memory.utilization",
-            "1",
+            MetricId::GpuMemoryUtilization,
             "Ratio of the last sample period device memory was read or written.",
             device_f64(|d| d.utilization_memory),
         ));
         gauges.push(gauge(
-            "hw.power",
-            "W",
+            MetricId::Power,
             "Power draw.",
             device_f64(|d| d.power_watts),
         ));
         gauges.push(gauge(
-            "hw.temperature",
-            "Cel",
+            MetricId::Temperature,
             "GPU temperature.",
             device_f64(|d| d.temperature_celsius),
         ));
         let pids_util = Arc::clone(&pids);
         gauges.push(gauge(
-            "process.gpu.utilization",
-            "1",
+            MetricId::ProcessGpuUtilization,
             "Ratio of the last sample period this process kept the GPU task busy.",
             Box::new(move |s, out| {
                 for p in own_processes(s, &pids_util) {
@@ -169,8 +165,7 @@ impl GpuMetrics {
         ));
         let pids_mem_util = Arc::clone(&pids);
         gauges.push(gauge(
-            "process.gpu.memory.utilization",
-            "1",
+            MetricId::ProcessGpuMemoryUtilization,
             "Ratio of the last sample period this process read or wrote device memory.",
             Box::new(move |s, out| {
                 for p in own_processes(s, &pids_mem_util) {
@@ -181,11 +176,12 @@ impl GpuMetrics {
             }),
         ));
 
-        let level = |name: &'static str, description: &'static str, observe: ObserveI64| {
+        let level = |id: MetricId, description: &'static str, observe: ObserveI64| {
+            let spec = id.spec();
             let source = Arc::clone(&source);
             meter
-                .i64_observable_up_down_counter(name)
-                .with_unit("By")
+                .i64_observable_up_down_counter(spec.name)
+                .with_unit(spec.unit)
                 .with_description(description)
                 .with_callback(move |out| {
                     if let Some(snapshot) = source.current() {
@@ -195,23 +191,23 @@ impl GpuMetrics {
                 .build()
         };
         levels.push(level(
-            "hw.gpu.memory.usage",
+            MetricId::GpuMemoryUsage,
             "Device memory in use.",
             device_bytes(|d| d.memory_used_bytes),
         ));
         levels.push(level(
-            "hw.gpu.memory.limit",
+            MetricId::GpuMemoryLimit,
             "Total device memory.",
             device_bytes(|d| d.memory_total_bytes.or(d.info.memory_total_bytes)),
         ));
         levels.push(level(
-            "hw.gpu.memory.free",
+            MetricId::GpuMemoryFree,
             "Device memory free.",
             device_bytes(|d| d.memory_free_bytes),
         ));
         let pids_mem = Arc::clone(&pids);
         levels.push(level(
-            "process.gpu.memory.usage",
+            MetricId::ProcessGpuMemoryUsage,
             "Device memory this process holds on the device.",
             Box::new(move |s, out| {
                 for p in own_processes(s, &pids_mem) {

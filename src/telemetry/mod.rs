@@ -624,11 +624,10 @@ mod tests {
                 .split('|')
                 .map(str::trim)
                 .collect();
-            if in_health
-                && line.starts_with('|')
+            let is_metric_row = line.starts_with('|')
                 && cells.len() > 2
-                && ["gauge", "counter", "updowncounter"].contains(&cells[1])
-            {
+                && ["gauge", "counter", "updowncounter"].contains(&cells[1]);
+            if in_health && is_metric_row {
                 let unit = cells[2].trim_matches('`').to_string();
                 documented.insert(
                     cells[0].trim_matches('`').to_string(),

@@ -18,18 +18,17 @@ pub mod sampler_thread;
 mod self_health;
 pub mod status;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::attribution::Workload;
+use crate::attribution::AttributedWindow;
 use crate::commands::analysis::Analyzer;
 use crate::config::Config;
-use crate::diagnosis::{otlp::to_log_record, FindingEvent};
-use crate::export::logs::{log_record_count, logs_request};
+use crate::diagnosis::FindingEvent;
+use crate::export::logs::{findings_request, log_record_count};
 use crate::export::metrics::{metrics_batch, MetricsBatch};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::{host_name, NodeIdentity};
@@ -275,20 +274,12 @@ impl Pipeline {
         let analysis = self.aggregator.take().map(|window| {
             let analysis = self.analyzer.analyze(window);
             if let Some(receivers) = &self.receivers {
-                receivers
-                    .intake
-                    .history()
-                    .note_workloads(analysis.attributed.workloads.values());
+                receivers.intake.history().note_window(&analysis.attributed);
             }
             analysis
         });
         let batch = match &analysis {
-            Some(a) => metrics_batch(
-                &a.attributed.window,
-                &a.attributed.workloads,
-                &a.attributed.usage,
-                &self.node,
-            ),
+            Some(a) => metrics_batch(&a.attributed, &self.node),
             None => MetricsBatch::default(),
         };
         let points = batch.point_count() as u64;
@@ -298,31 +289,13 @@ impl Pipeline {
             self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
         }
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
-            self.export_findings(&analysis.events, &analysis.attributed.workloads);
+            self.export_findings(&analysis.events, &analysis.attributed);
         }
     }
 
-    fn export_findings(&mut self, events: &[FindingEvent], workloads: &HashMap<u32, Workload>) {
-        let mut node_records = Vec::new();
-        let mut by_pid: HashMap<u32, Vec<_>> = HashMap::new();
-        for event in events {
-            log_finding(event);
-            let record = to_log_record(event);
-            match event
-                .finding
-                .subject
-                .pid()
-                .filter(|pid| workloads.contains_key(pid))
-            {
-                Some(pid) => by_pid.entry(pid).or_default().push(record),
-                None => node_records.push(record),
-            }
-        }
-        let per_process = by_pid
-            .into_iter()
-            .filter_map(|(pid, records)| workloads.get(&pid).map(|w| (w, records)))
-            .collect();
-        let request = logs_request(&self.node, node_records, per_process);
+    fn export_findings(&mut self, events: &[FindingEvent], attributed: &AttributedWindow) {
+        events.iter().for_each(log_finding);
+        let request = findings_request(&self.node, events, attributed);
         let records = log_record_count(&request) as u64;
         self.push(
             Signal::Logs,

@@ -17,7 +17,7 @@
 //! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
 //! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -25,10 +25,10 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
 use super::catalogue::{throttle_reasons, MetricId};
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
-use crate::attribution::{ProcessUsage, Workload};
+use crate::attribution::{AttributedWindow, ProcessUsage, Workload};
 use crate::export::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
+use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessWindow};
 
 use MetricId as M;
 
@@ -547,17 +547,11 @@ fn push_process_usage(
     }
 }
 
-/// Builds the metrics of one export window.
-///
-/// `workloads` and `usage` are keyed by host PID; a process missing from `workloads` is
-/// exported as `Workload::unresolved` (its PID only), one missing from `usage` without CPU and
-/// RSS points. See the module documentation for the contract.
-pub fn metrics_batch(
-    window: &Window,
-    workloads: &HashMap<u32, Workload>,
-    usage: &HashMap<u32, ProcessUsage>,
-    node: &NodeIdentity,
-) -> MetricsBatch {
+/// Builds the metrics of one export window from its attributed processes: a process with no
+/// usage figures (its `/proc` entry not visible) gets no CPU and RSS points. See the module
+/// documentation for the contract.
+pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> MetricsBatch {
+    let window = &attributed.window;
     let gauge_span = Span {
         start: to_nanos(window.start),
         end: to_nanos(window.end),
@@ -588,7 +582,8 @@ pub fn metrics_batch(
         for p in &rows {
             push_process_device(&mut b, &mut batch, p, gauge_span);
         }
-        if let Some(u) = usage.get(&pid) {
+        let process = attributed.process(pid);
+        if let Some(u) = process.and_then(|p| p.usage) {
             let first_seen = rows
                 .iter()
                 .map(|p| to_nanos(p.first_seen))
@@ -596,8 +591,9 @@ pub fn metrics_batch(
                 .unwrap_or(gauge_span.start);
             push_process_usage(&mut b, u, gauge_span, first_seen);
         }
-        let resource = match workloads.get(&pid) {
-            Some(w) => process_resource(w, node),
+        // Attribution lists every process of its window; one it missed is known by its PID.
+        let resource = match process {
+            Some(p) => process_resource(p.workload, node),
             None => process_resource(&Workload::unresolved(pid), node),
         };
         batch.push_resource(resource, b.points);
@@ -607,16 +603,15 @@ pub fn metrics_batch(
 
 /// [`metrics_batch`] as a prost request: the reference form tests read.
 pub fn metrics_request(
-    window: &Window,
-    workloads: &HashMap<u32, Workload>,
-    usage: &HashMap<u32, ProcessUsage>,
+    attributed: &AttributedWindow,
     node: &NodeIdentity,
 ) -> ExportMetricsServiceRequest {
-    metrics_batch(window, workloads, usage, node).into_request()
+    metrics_batch(attributed, node).into_request()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::time::{Duration, UNIX_EPOCH};
 
@@ -634,7 +629,7 @@ mod tests {
     use crate::export::json::to_otlp_json_line;
     use crate::export::metrics::catalogue::Instrument;
     use crate::export::metrics::data_point_count;
-    use crate::sampling::{DeviceInfo, ProcessKind};
+    use crate::sampling::{DeviceInfo, ProcessKind, Window};
 
     fn t(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -709,7 +704,7 @@ mod tests {
     }
 
     fn build(w: &Window) -> ExportMetricsServiceRequest {
-        metrics_request(w, &HashMap::new(), &HashMap::new(), &node())
+        metrics_request(&AttributedWindow::unattributed(w.clone()), &node())
     }
 
     fn metric<'a>(rm: &'a ResourceMetrics, name: &str) -> Option<&'a Metric> {
@@ -1061,7 +1056,13 @@ mod tests {
                 memory_rss_bytes: Some(1 << 30),
             },
         )]);
-        let req = metrics_request(&w, &workloads, &usage, &node());
+        let attributed = AttributedWindow {
+            window: w,
+            workloads,
+            usage,
+            parent_alive: HashMap::new(),
+        };
+        let req = metrics_request(&attributed, &node());
         assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
         let pid_of = |rm: &ResourceMetrics| {
             rm.resource

@@ -104,6 +104,13 @@ pub(crate) enum MetricId {
     ProcessMemoryUsage,
 }
 
+impl MetricId {
+    /// This metric's row of [`METRICS`].
+    pub(crate) fn spec(self) -> &'static MetricSpec {
+        &METRICS[self as usize]
+    }
+}
+
 const METRIC_COUNT: usize = MetricId::ProcessMemoryUsage as usize + 1;
 
 const fn spec(

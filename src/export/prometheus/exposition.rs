@@ -232,12 +232,7 @@ pub fn build(
     max_series: usize,
     last_xid: &HashMap<String, u64>,
 ) -> Exposition {
-    let request = metrics_request(
-        &attributed.window,
-        &attributed.workloads,
-        &attributed.usage,
-        node,
-    );
+    let request = metrics_request(attributed, node);
     let mut b = Builder::new(max_series);
     let mut resources = request.resource_metrics.iter().map(|rm| {
         let labels = rm
