@@ -113,6 +113,7 @@ mod request {
                     None,
                 ],
             }),
+            mig_instances: Vec::new(),
         }
     }
 

@@ -68,6 +68,7 @@ fn snapshot(at: SystemTime) -> Snapshot {
         memory_utilization: None,
         encoder_utilization: None,
         decoder_utilization: None,
+        mig: None,
     };
     Snapshot {
         at,
