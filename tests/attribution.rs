@@ -240,15 +240,18 @@ fn environ_gives_service_name_and_keeps_no_secret() {
 
 #[test]
 fn usage_counts_a_busy_descendant() {
-    // The shell waits (idle) while its child spins: own CPU low, tree CPU high.
-    let parent = ChildGuard::spawn(Command::new("sh").args([
-        "-c",
-        "sh -c 'end=$(($(date +%s)+5)); while [ $(date +%s) -lt $end ]; do :; done' & wait",
-    ]))
+    // The shell waits (idle) while its child spins without forking: own CPU low, tree CPU high.
+    let parent = ChildGuard::spawn(
+        Command::new("sh").args(["-c", "timeout 10 sh -c 'while :; do :; done' & wait"]),
+    )
     .expect("spawn sh");
+    let timeout = child_of(parent.pid()).expect("the timeout process");
+    let spinner = child_of(timeout).expect("the spinning shell");
+    let _spinner_guard = KillOnDrop(spinner);
     let mut attributor = Attributor::new(settings(Path::new("/proc")));
-    std::thread::sleep(Duration::from_millis(200));
     let first = attributor.usage(&[parent.pid()]);
+    let spun_before = cpu_seconds(spinner);
+    let measured_from = Instant::now();
     assert_eq!(
         first[&parent.pid()].cpu_utilization,
         None,
@@ -256,12 +259,34 @@ fn usage_counts_a_busy_descendant() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     let second = attributor.usage(&[parent.pid()]);
+    // What the spinner really got: on a loaded machine that can be far below one core, so the
+    // tree's rate is compared with it rather than with a fixed share.
+    let spun = (cpu_seconds(spinner) - spun_before) / measured_from.elapsed().as_secs_f64();
     let usage = second[&parent.pid()];
     let own = usage.cpu_utilization.expect("own rate");
     let tree = usage.tree_cpu_utilization.expect("tree rate");
+    assert!(
+        spun > 0.02,
+        "the spinner never ran ({spun}); the machine is starved"
+    );
     assert!(own < 0.2, "the waiting shell is idle: {own}");
-    assert!(tree > 0.2, "its spinning child is busy: {tree}");
+    assert!(
+        tree > own && (tree - spun).abs() < 0.25 * spun + 0.05,
+        "the tree's rate {tree} is its spinning grandchild's {spun} (own {own})"
+    );
     assert!(usage.memory_rss_bytes.is_some_and(|rss| rss > 0));
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5); after "pid (comm) " the state is index 0, utime index 11.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -924,8 +924,14 @@ fn churn_of_hundreds_of_processes_exports_each_only_while_it_runs() {
     // No errors, and the missing PIDs (invisible to gpulse, as in a sidecar) are not one
     // warning each.
     assert!(!stderr.contains(" ERROR "), "{stderr}");
-    let warnings = stderr.lines().filter(|l| l.contains(" WARN ")).count();
+    let warnings = stderr.lines().filter(|l| is_warning_about_input(l)).count();
     assert!(warnings <= 3, "{warnings} warnings: {stderr}");
+}
+
+/// A warning line other than "skipped tick(s)": a loaded test machine can deschedule gpulse
+/// long enough for that one, which says nothing about the input under test.
+fn is_warning_about_input(line: &str) -> bool {
+    line.contains(" WARN ") && !line.contains("tick(s)")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1103,7 +1109,10 @@ fn an_empty_proc_root_and_a_missing_kubelet_socket_degrade_with_one_warning() {
     );
     // One warning about the proc root at start; missing /proc/<pid> entries after that are
     // ordinary churn (the process exited): not one warning per PID per window.
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(" WARN ")).collect();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| is_warning_about_input(l))
+        .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(warnings[0].contains(&proc_root), "{stderr}");
     assert!(!stderr.contains(" ERROR "), "{stderr}");

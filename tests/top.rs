@@ -45,8 +45,11 @@ impl Tmux {
             Path::new(TMUX).exists(),
             "{TMUX} is missing: install Debian's tmux (apt-get install tmux)"
         );
+        // Tests run in parallel: each server needs a socket of its own.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
-            socket: format!("gpulse-top-test-{}", std::process::id()),
+            socket: format!("gpulse-top-test-{}-{n}", std::process::id()),
         }
     }
 
@@ -272,4 +275,63 @@ fn top_without_a_terminal_says_so_and_points_to_snapshot() {
     assert!(stderr.contains("standard output is not one"), "{stderr}");
     assert!(stderr.contains("gpulse snapshot"), "{stderr}");
     assert!(output.stdout.is_empty(), "nothing drawn on a pipe");
+}
+
+#[test]
+fn top_restores_the_terminal_on_sigterm_and_sighup() {
+    let lib_dir = tempfile::tempdir().expect("temp dir");
+    let lib = build_library(lib_dir.path());
+    let sleeper = ChildGuard::spawn(Command::new("sleep").arg("1000")).expect("spawn a sleeper");
+    for signal in ["TERM", "HUP"] {
+        let pid_file = lib_dir.path().join(format!("top-{signal}.pid"));
+        // The inner shell writes its PID and becomes gpulse, in the foreground of the terminal.
+        let command = format!(
+            "sh -c 'echo $$ > {pid_file}; exec env OTHER_NVML_PIDS={pid}:1073741824 \
+             GPULSE_KUBELET_SOCKET=none GPULSE_LOG=warn {bin} top --nvml-lib {lib}'; \
+             echo gpulse-exit=$?; stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo | tr '\\n' ' '; \
+             echo; exec sleep 600",
+            pid_file = pid_file.display(),
+            pid = sleeper.pid(),
+            bin = gpulse_bin(),
+            lib = lib.display(),
+        );
+        let tmux = Tmux::new();
+        tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "sh",
+            "-c",
+            &command,
+        ]);
+        tmux.wait_for("the view", Duration::from_secs(20), |s| {
+            s.contains("Other Board A")
+        });
+        let gpulse: i32 = std::fs::read_to_string(&pid_file)
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &gpulse.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {gpulse}");
+        let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(5), |s| {
+            s.contains("gpulse-exit=")
+        });
+        assert!(screen.contains("gpulse-exit=0"), "SIG{signal}: {screen}");
+        let modes = tmux.wait_for("stty's answer", Duration::from_secs(5), |s| {
+            s.contains("icanon echo")
+        });
+        assert!(
+            !modes.contains("Other Board A"),
+            "SIG{signal} left the alternate screen: {modes}"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::attribution::{AttributionSettings, Attributor, Workload};
 use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
+use crate::export::metrics::throttle_reason_names;
 use crate::sampling::{
     DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Sampler, SessionError, Snapshot,
     WindowAggregator,
@@ -175,33 +176,6 @@ pub struct ProcessReport<'a> {
     /// `/status` only: CPU and memory of the process (and its tree) over the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<&'a crate::attribution::ProcessUsage>,
-}
-
-/// NVML clock throttle reason bits (`nvmlClocksThrottleReason*` in nvml.h) and their names.
-pub const THROTTLE_REASONS: [(u64, &str); 9] = [
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-];
-
-/// Names of the reasons set in `bits`; an unknown bit is named by its value.
-pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = THROTTLE_REASONS
-        .iter()
-        .filter(|(bit, _)| bits & bit != 0)
-        .map(|(_, name)| *name)
-        .collect();
-    let known: u64 = THROTTLE_REASONS.iter().map(|(bit, _)| bit).sum();
-    if bits & !known != 0 {
-        names.push("other");
-    }
-    names
 }
 
 impl<'a> SnapshotReport<'a> {

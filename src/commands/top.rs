@@ -46,6 +46,8 @@ enum Event {
     Key(crossterm::event::KeyEvent),
     Resize,
     InputClosed(std::io::Error),
+    /// SIGTERM, SIGHUP or SIGINT: leave as `q` does, so the terminal is restored.
+    Signal(&'static str),
 }
 
 /// Log lines go to memory while the view owns the terminal (see [`LogLines`]).
@@ -88,7 +90,7 @@ pub fn interval(args: &TopArgs) -> Result<Duration, TopError> {
     Ok(interval)
 }
 
-/// Runs the live view until `q` or Ctrl-C.
+/// Runs the live view until `q`, Ctrl-C, SIGTERM or SIGHUP.
 ///
 /// # Errors
 /// Not a terminal, a bad `--interval`, NVML cannot be opened, or the terminal fails.
@@ -135,6 +137,26 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
                 }
             }
         })?;
+
+    // Without this a `kill` or a closed SSH session would leave the terminal in raw mode.
+    let on_signal = events.clone();
+    runtime.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::warn!("could not listen for SIGTERM/SIGHUP; use q to leave the view");
+            return;
+        };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+            _ = int.recv() => "SIGINT",
+        };
+        let _ = on_signal.send(Event::Signal(name));
+    });
 
     let mut guard = TerminalGuard::enter()?;
     // Reading keys only once raw mode is on: before it, the terminal would echo them.
@@ -185,6 +207,10 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
             }
             Ok(Event::Resize) => {}
             Ok(Event::InputClosed(e)) => break Err(TopError::Terminal(e)),
+            Ok(Event::Signal(name)) => {
+                tracing::info!("{name} received: leaving the live view");
+                break Ok(());
+            }
             Err(_) => break Ok(()),
         }
     };

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::metrics::otlp_json_line;
+use super::json::otlp_json_line;
 use super::resource::{gpulse_scope, node_resource, process_resource, NodeIdentity};
 use crate::attribution::Workload;
 
@@ -58,7 +58,7 @@ pub fn log_record_count(request: &ExportLogsServiceRequest) -> usize {
 }
 
 /// The request as one line of OTLP/JSON (the file-exporter format), without the newline.
-/// Same encoding rules as `metrics::to_otlp_json_line`; trace and span ids are hex.
+/// Same encoding rules as `json::to_otlp_json_line`; trace and span ids are hex.
 pub fn logs_to_otlp_json_line(request: &ExportLogsServiceRequest) -> String {
     otlp_json_line(request)
 }

@@ -3,7 +3,7 @@
 //! retry queue between the two; and the same windows exposed for Prometheus to scrape
 //! (`prometheus`, `/metrics`).
 
-pub mod batch;
+pub mod json;
 pub mod logs;
 pub mod metrics;
 pub mod prometheus;

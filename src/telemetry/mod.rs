@@ -287,8 +287,8 @@ fn register(meter: &Meter, collection: &Arc<Collection>) {
     );
     up_down(
         crate::diagnosis::tracker::ACTIVE_GAUGE_NAME,
-        "{finding}",
-        "Diagnosis findings active now, by rule.",
+        crate::diagnosis::tracker::ACTIVE_GAUGE_UNIT,
+        crate::diagnosis::tracker::ACTIVE_GAUGE_DESCRIPTION,
         |h, out| {
             for (rule, count) in &h.findings_active {
                 out.observe(
@@ -602,5 +602,60 @@ mod tests {
         let sent = sent.lock().unwrap();
         assert_eq!(sent.len(), 1, "the collection at shutdown");
         assert_eq!(points(metric(&sent[0], "gpulse.sample.stalled"))[0].0, 7.0);
+    }
+
+    /// The health instruments are exactly the rows of docs/metrics.md's "Health metrics"
+    /// section, with the same instrument and unit (the request builder's metrics are checked
+    /// against the other sections by tests/export.rs).
+    #[test]
+    fn health_metrics_match_the_health_section_of_docs_metrics_md() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
+        let doc = std::fs::read_to_string(path).expect("docs/metrics.md must exist");
+        let mut documented = BTreeMap::new();
+        let mut in_health = false;
+        for line in doc.lines() {
+            if line.starts_with('#') {
+                in_health = line.trim_start_matches('#').trim() == "Health metrics (node resource)";
+                continue;
+            }
+            let cells: Vec<&str> = line
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            if in_health && line.starts_with('|') && cells.len() > 2 {
+                if ["gauge", "counter", "updowncounter"].contains(&cells[1]) {
+                    let unit = cells[2].trim_matches('`').to_string();
+                    documented.insert(
+                        cells[0].trim_matches('`').to_string(),
+                        (cells[1].to_string(), unit),
+                    );
+                }
+            }
+        }
+        assert!(documented.len() >= 10, "parsed only {documented:?}");
+
+        let (telemetry, sent) = started(Box::new(reading));
+        telemetry
+            .provider
+            .force_flush()
+            .expect("collect and export");
+        let sent = sent.lock().unwrap();
+        let exported: BTreeMap<String, (String, String)> = sent[0].resource_metrics[0]
+            .scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| {
+                let instrument = match &m.data {
+                    Some(Data::Gauge(_)) => "gauge",
+                    Some(Data::Sum(s)) if s.is_monotonic => "counter",
+                    Some(Data::Sum(_)) => "updowncounter",
+                    other => panic!("{}: unexpected {other:?}", m.name),
+                };
+                (m.name.clone(), (instrument.to_string(), m.unit.clone()))
+            })
+            .collect();
+        assert_eq!(exported, documented);
     }
 }

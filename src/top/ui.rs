@@ -19,7 +19,7 @@ use ratatui::Frame;
 
 use super::app::{App, Mode, Row, RowKind, Series};
 use crate::diagnosis::{Finding, Severity};
-use crate::export::metrics::THROTTLE_REASONS;
+use crate::export::metrics::catalogue;
 use crate::sampling::DeviceWindow;
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
@@ -303,7 +303,7 @@ fn throttle_reasons(device: &DeviceWindow) -> Vec<&'static str> {
     let Some(ratios) = &device.throttle_active_ratio else {
         return Vec::new();
     };
-    THROTTLE_REASONS
+    catalogue::throttle_reasons()
         .iter()
         .filter(|(bit, _)| ratios.get(bit).is_some_and(|r| *r > 0.0))
         .map(|(_, name)| *name)

@@ -291,11 +291,23 @@ fn tick_loop(
             health
                 .stalled_ticks
                 .fetch_add(u64::from(missed), Ordering::Relaxed);
-            tracing::warn!(
-                "a sample took {:.0?}, longer than the {:.0?} interval: skipped {missed} tick(s)",
-                started.elapsed(),
-                settings.interval
-            );
+            let took = started.elapsed();
+            if took > settings.interval {
+                tracing::warn!(
+                    "a sample took {took:.0?}, longer than the {:.0?} interval (a slow NVML \
+                     call): skipped {missed} tick(s)",
+                    settings.interval
+                );
+            } else {
+                // The sample itself was quick: the thread woke late (CPU contention, a
+                // throttled container quota, a suspended VM), so blaming NVML would mislead.
+                tracing::warn!(
+                    "gpulse ran {behind:.0?} late (the sample itself took {took:.0?}; the \
+                     process was not scheduled in time, e.g. CPU contention or a CPU quota): \
+                     skipped {missed} tick(s) of {:.0?}",
+                    settings.interval
+                );
+            }
             next += settings.interval * missed;
         }
         if !sleep_until(next, stop) {

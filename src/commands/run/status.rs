@@ -12,9 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use http::StatusCode;
 
 use crate::commands::analysis::View;
-use crate::commands::snapshot::{
-    throttle_reason_names, DeviceReport, ProcessReport, SnapshotReport, WindowReport,
-};
+use crate::commands::snapshot::{DeviceReport, ProcessReport, SnapshotReport, WindowReport};
+use crate::export::metrics::throttle_reason_names;
 use crate::sampling::{DeviceWindow, ProcessWindow};
 
 /// The status code and JSON body of a `/status` answer.

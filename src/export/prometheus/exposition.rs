@@ -18,8 +18,9 @@ use super::dcgm;
 use super::names::{label_name, metric_name, OtlpKind, PromName};
 use crate::attribution::AttributedWindow;
 use crate::config::PrometheusNames;
+use crate::diagnosis::tracker::{ACTIVE_GAUGE_DESCRIPTION, ACTIVE_GAUGE_NAME, ACTIVE_GAUGE_UNIT};
 use crate::diagnosis::{Finding, RuleId};
-use crate::export::metrics::{metrics_request, METRICS};
+use crate::export::metrics::metrics_request;
 use crate::export::resource::NodeIdentity;
 
 /// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
@@ -278,10 +279,11 @@ pub fn build(
 /// `gpulse.diagnosis.active` by rule, as the OTLP health metrics carry it: every rule, 0 when
 /// none of its findings is active (an alert can then tell "fine" from "not scraped").
 fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, String)]) {
-    let Some(spec) = METRICS.iter().find(|m| m.name == "gpulse.diagnosis.active") else {
-        return;
-    };
-    let Some(name) = metric_name(spec.name, spec.unit, OtlpKind::UpDownCounter) else {
+    let Some(name) = metric_name(
+        ACTIVE_GAUGE_NAME,
+        ACTIVE_GAUGE_UNIT,
+        OtlpKind::UpDownCounter,
+    ) else {
         return;
     };
     for rule in RuleId::ALL {
@@ -290,7 +292,7 @@ fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, 
         labels.push(("gpulse_diagnosis_rule".into(), rule.as_str().into()));
         b.push(
             &name,
-            spec.description,
+            ACTIVE_GAUGE_DESCRIPTION,
             FamilyKind::Gauge,
             labels,
             SampleValue::Int(count as i64),

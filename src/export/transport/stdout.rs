@@ -2,7 +2,7 @@
 //! Collector's file exporter, so `gpulse run --exporter stdout | otelcol --config file-receiver`
 //! or a plain `jq` works. The line is rendered by a pluggable function; the default decodes the
 //! request and renders it with the export model's OTLP/JSON writers
-//! (`metrics::to_otlp_json_line`, `logs::logs_to_otlp_json_line`, and the same writer for
+//! (`json::to_otlp_json_line`, `logs::logs_to_otlp_json_line`, and the same writer for
 //! forwarded traces), which prune proto3 defaults
 //! the collector's file receiver refuses.
 //!
@@ -18,8 +18,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
 
 use super::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
+use crate::export::json::{otlp_json_line, to_otlp_json_line};
 use crate::export::logs::logs_to_otlp_json_line;
-use crate::export::metrics::{otlp_json_line, to_otlp_json_line};
 
 /// Turns an encoded request into one line of OTLP JSON (no trailing newline).
 pub type RenderFn = fn(Signal, &[u8]) -> Result<String, String>;

@@ -1,236 +1,36 @@
-//! The OTLP metrics request: a `Window` and the workloads turned into one [`MetricsBatch`]
-//! (what the exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`.
+//! The request builder: a `Window` and the workloads turned into one [`MetricsBatch`] (what the
+//! exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`; one
+//! function per collector family (device, GPM, process-on-device, process usage), each pushing
+//! the data points of its part of the window, as Vector's `host_metrics` source does.
 //!
 //! ## Contract
-//! - One `ResourceMetrics` for the node (first, always present: device metrics and gpulse's own
-//!   health), then one per GPU process in ascending host PID order. A process on two GPUs is one
-//!   resource whose data points carry each device's `hw.id` and `gpu.index`.
-//! - Every metric name, instrument and unit comes from [`METRICS`], the table docs/metrics.md
-//!   documents (an integration test holds the two equal).
+//! - One `ResourceMetrics` for the node (first, always present: device metrics), then one per
+//!   GPU process in ascending host PID order. A process on two GPUs is one resource whose data
+//!   points carry each device's `hw.id` and `gpu.index`.
+//! - Every metric name, instrument and unit comes from the catalogue ([`super::METRICS`]).
 //! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
 //!   A metric with no data point is left out of the request.
 //! - Gauges: `time_unix_nano` = window end, `start_time_unix_nano` = window start, value = the
 //!   window mean (`.max`/`.min` companions carry the extremes). Sums are cumulative: start =
-//!   `counters_start` (devices), `first_seen` (processes) or gpulse's start (health).
+//!   `counters_start` (devices) or `first_seen` (processes).
 //!
-//! Pure functions, no I/O; also the OTLP/JSON encoding the stdout exporter writes.
+//! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
+//! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::SystemTime;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
-use serde::Serialize;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
-use super::batch::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
-use super::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
+use super::catalogue::{throttle_reasons, MetricId};
+use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{ProcessUsage, Workload};
+use crate::export::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
 
-/// The kind of OpenTelemetry instrument a metric stands for, as docs/metrics.md names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Instrument {
-    /// OTLP Gauge.
-    Gauge,
-    /// OTLP Sum, monotonic, cumulative.
-    Counter,
-    /// OTLP Sum, not monotonic, cumulative.
-    UpDownCounter,
-}
-
-impl Instrument {
-    /// The name docs/metrics.md uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Instrument::Gauge => "gauge",
-            Instrument::Counter => "counter",
-            Instrument::UpDownCounter => "updowncounter",
-        }
-    }
-}
-
-/// One row of the metric reference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetricSpec {
-    id: MetricId,
-    pub name: &'static str,
-    pub instrument: Instrument,
-    /// UCUM unit.
-    pub unit: &'static str,
-    pub description: &'static str,
-}
-
-/// Index of a metric in [`METRICS`]; the builders address metrics by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MetricId {
-    GpuUtilization,
-    GpuUtilizationMax,
-    GpuUtilizationMin,
-    GpuMemoryUtilization,
-    GpuMemoryUtilizationMax,
-    GpuMemoryUtilizationMin,
-    GpuMemoryUsage,
-    GpuMemoryLimit,
-    GpuMemoryFree,
-    GpuMemoryReserved,
-    Temperature,
-    TemperatureMax,
-    Power,
-    PowerMax,
-    PowerLimit,
-    Energy,
-    Clock,
-    FanSpeed,
-    GpuIo,
-    Throttle,
-    Errors,
-    Status,
-    PerformanceState,
-    SmActivity,
-    SmActivityMax,
-    SmActivityMin,
-    SmOccupancy,
-    SmOccupancyMax,
-    SmOccupancyMin,
-    DramActivity,
-    DramActivityMax,
-    DramActivityMin,
-    GraphicsActivity,
-    GraphicsActivityMax,
-    GraphicsActivityMin,
-    PipeActivity,
-    PipeActivityMax,
-    PipeActivityMin,
-    RemappedRows,
-    RemapPending,
-    RemapFailed,
-    ThrottleTime,
-    ProcessGpuMemoryUsage,
-    ProcessGpuUtilization,
-    ProcessGpuUtilizationMax,
-    ProcessGpuUtilizationMin,
-    ProcessGpuMemoryUtilization,
-    ProcessGpuMemoryUtilizationMax,
-    ProcessGpuMemoryUtilizationMin,
-    ProcessCpuUtilization,
-    ProcessTreeCpuUtilization,
-    ProcessMemoryUsage,
-    HealthQueueSize,
-    HealthQueueBytes,
-    HealthDropped,
-    HealthDroppedPoints,
-    HealthFailures,
-    HealthExportDuration,
-    HealthSampleDuration,
-    HealthSampleDurationMax,
-    HealthNvmlErrors,
-    HealthStalled,
-    HealthDiagnosisActive,
-}
-
-const METRIC_COUNT: usize = MetricId::HealthDiagnosisActive as usize + 1;
-
-const fn spec(
-    id: MetricId,
-    name: &'static str,
-    instrument: Instrument,
-    unit: &'static str,
-    description: &'static str,
-) -> MetricSpec {
-    MetricSpec {
-        id,
-        name,
-        instrument,
-        unit,
-        description,
-    }
-}
-
-use Instrument::{Counter, Gauge as G, UpDownCounter as UpDown};
 use MetricId as M;
-
-/// Every metric gpulse can emit, in the order they appear in a request.
-#[rustfmt::skip]
-pub static METRICS: [MetricSpec; METRIC_COUNT] = [
-    spec(M::GpuUtilization, "hw.gpu.utilization", G, "1", "Mean ratio of the window the GPU task was busy."),
-    spec(M::GpuUtilizationMax, "hw.gpu.utilization.max", G, "1", "Highest sampled hw.gpu.utilization in the window."),
-    spec(M::GpuUtilizationMin, "hw.gpu.utilization.min", G, "1", "Lowest sampled hw.gpu.utilization in the window."),
-    spec(M::GpuMemoryUtilization, "hw.gpu.memory.utilization", G, "1", "Mean ratio of the window device memory was read or written."),
-    spec(M::GpuMemoryUtilizationMax, "hw.gpu.memory.utilization.max", G, "1", "Highest sampled hw.gpu.memory.utilization in the window."),
-    spec(M::GpuMemoryUtilizationMin, "hw.gpu.memory.utilization.min", G, "1", "Lowest sampled hw.gpu.memory.utilization in the window."),
-    spec(M::GpuMemoryUsage, "hw.gpu.memory.usage", UpDown, "By", "Device memory in use."),
-    spec(M::GpuMemoryLimit, "hw.gpu.memory.limit", UpDown, "By", "Total device memory."),
-    spec(M::GpuMemoryFree, "hw.gpu.memory.free", UpDown, "By", "Device memory free."),
-    spec(M::GpuMemoryReserved, "hw.gpu.memory.reserved", UpDown, "By", "Device memory the driver reserves."),
-    spec(M::Temperature, "hw.temperature", G, "Cel", "Mean GPU temperature over the window."),
-    spec(M::TemperatureMax, "hw.temperature.max", G, "Cel", "Highest sampled GPU temperature in the window."),
-    spec(M::Power, "hw.power", G, "W", "Mean power draw over the window."),
-    spec(M::PowerMax, "hw.power.max", G, "W", "Highest sampled power draw in the window."),
-    spec(M::PowerLimit, "nvidia.gpu.power.limit", G, "W", "Enforced power limit."),
-    spec(M::Energy, "hw.energy", Counter, "J", "Energy used since the start time."),
-    spec(M::Clock, "nvidia.gpu.clock", G, "MHz", "Mean clock frequency over the window."),
-    spec(M::FanSpeed, "nvidia.gpu.fan.speed", G, "1", "Mean fan speed, ratio of the maximum."),
-    spec(M::GpuIo, "hw.gpu.io", Counter, "By", "PCIe bytes transferred since the start time."),
-    spec(M::Throttle, "nvidia.gpu.throttle", G, "1", "Ratio of the window the clock throttle reason was active."),
-    spec(M::Errors, "hw.errors", Counter, "{error}", "Errors since the start time."),
-    spec(M::Status, "hw.status", UpDown, "1", "1 for the device's current state, 0 for the other."),
-    spec(M::PerformanceState, "nvidia.gpu.performance_state", G, "1", "Performance state, 0 (max) to 15 (min)."),
-    spec(M::SmActivity, "nvidia.gpu.sm.activity", G, "1", "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE)."),
-    spec(M::SmActivityMax, "nvidia.gpu.sm.activity.max", G, "1", "Highest nvidia.gpu.sm.activity between two GPM samples in the window."),
-    spec(M::SmActivityMin, "nvidia.gpu.sm.activity.min", G, "1", "Lowest nvidia.gpu.sm.activity between two GPM samples in the window."),
-    spec(M::SmOccupancy, "nvidia.gpu.sm.occupancy", G, "1", "Mean ratio of resident warps to the maximum the SMs hold (GPM SM_OCCUPANCY)."),
-    spec(M::SmOccupancyMax, "nvidia.gpu.sm.occupancy.max", G, "1", "Highest nvidia.gpu.sm.occupancy between two GPM samples in the window."),
-    spec(M::SmOccupancyMin, "nvidia.gpu.sm.occupancy.min", G, "1", "Lowest nvidia.gpu.sm.occupancy between two GPM samples in the window."),
-    spec(M::DramActivity, "nvidia.gpu.dram.activity", G, "1", "Mean ratio of DRAM bandwidth used to its peak (GPM DRAM_BW_UTIL)."),
-    spec(M::DramActivityMax, "nvidia.gpu.dram.activity.max", G, "1", "Highest nvidia.gpu.dram.activity between two GPM samples in the window."),
-    spec(M::DramActivityMin, "nvidia.gpu.dram.activity.min", G, "1", "Lowest nvidia.gpu.dram.activity between two GPM samples in the window."),
-    spec(M::GraphicsActivity, "nvidia.gpu.graphics.activity", G, "1", "Mean ratio of time the graphics engine was active (GPM GRAPHICS_UTIL)."),
-    spec(M::GraphicsActivityMax, "nvidia.gpu.graphics.activity.max", G, "1", "Highest nvidia.gpu.graphics.activity between two GPM samples in the window."),
-    spec(M::GraphicsActivityMin, "nvidia.gpu.graphics.activity.min", G, "1", "Lowest nvidia.gpu.graphics.activity between two GPM samples in the window."),
-    spec(M::PipeActivity, "nvidia.gpu.pipe.activity", G, "1", "Mean ratio of time the pipe was active (GPM *_UTIL)."),
-    spec(M::PipeActivityMax, "nvidia.gpu.pipe.activity.max", G, "1", "Highest nvidia.gpu.pipe.activity between two GPM samples in the window."),
-    spec(M::PipeActivityMin, "nvidia.gpu.pipe.activity.min", G, "1", "Lowest nvidia.gpu.pipe.activity between two GPM samples in the window."),
-    spec(M::RemappedRows, "nvidia.gpu.memory.remapped_rows", UpDown, "{row}", "Rows the row remapper replaced, by the kind of error that caused it."),
-    spec(M::RemapPending, "nvidia.gpu.memory.remap.pending", G, "1", "1 when a row remapping waits for a GPU reset."),
-    spec(M::RemapFailed, "nvidia.gpu.memory.remap.failed", G, "1", "1 when a row remapping failed: the memory cannot be repaired."),
-    spec(M::ThrottleTime, "nvidia.gpu.throttle.time", Counter, "s", "Time the performance policy held the clocks down, since the driver loaded."),
-    spec(M::ProcessGpuMemoryUsage, "process.gpu.memory.usage", UpDown, "By", "Device memory the process holds on the device."),
-    spec(M::ProcessGpuUtilization, "process.gpu.utilization", G, "1", "Mean ratio of the window the process kept the GPU task busy."),
-    spec(M::ProcessGpuUtilizationMax, "process.gpu.utilization.max", G, "1", "Highest sampled process.gpu.utilization in the window."),
-    spec(M::ProcessGpuUtilizationMin, "process.gpu.utilization.min", G, "1", "Lowest sampled process.gpu.utilization in the window."),
-    spec(M::ProcessGpuMemoryUtilization, "process.gpu.memory.utilization", G, "1", "Mean ratio of the window the process read or wrote device memory."),
-    spec(M::ProcessGpuMemoryUtilizationMax, "process.gpu.memory.utilization.max", G, "1", "Highest sampled process.gpu.memory.utilization in the window."),
-    spec(M::ProcessGpuMemoryUtilizationMin, "process.gpu.memory.utilization.min", G, "1", "Lowest sampled process.gpu.memory.utilization in the window."),
-    spec(M::ProcessCpuUtilization, "process.cpu.utilization", G, "1", "CPU time of the process alone over the window, ratio of one core."),
-    spec(M::ProcessTreeCpuUtilization, "gpulse.process.tree.cpu.utilization", G, "1", "CPU time of the process and its descendants over the window, ratio of one core."),
-    spec(M::ProcessMemoryUsage, "process.memory.usage", UpDown, "By", "Resident set size of the process."),
-    spec(M::HealthQueueSize, "gpulse.export.queue.size", UpDown, "{request}", "Requests waiting in the export queue."),
-    spec(M::HealthQueueBytes, "gpulse.export.queue.bytes", UpDown, "By", "Encoded bytes waiting in the export queue."),
-    spec(M::HealthDropped, "gpulse.export.dropped", Counter, "{request}", "Requests dropped: oldest first at the queue bound, expired past the age bound, or refused for good by the backend."),
-    spec(M::HealthDroppedPoints, "gpulse.export.data_points.dropped", Counter, "{data_point}", "Data points in the dropped requests."),
-    spec(M::HealthFailures, "gpulse.export.failures", Counter, "{request}", "Failed export attempts, by reason."),
-    spec(M::HealthExportDuration, "gpulse.export.duration", G, "s", "Duration of the last export attempt."),
-    spec(M::HealthSampleDuration, "gpulse.sample.duration", G, "s", "Mean duration of one NVML sampling pass over the window."),
-    spec(M::HealthSampleDurationMax, "gpulse.sample.duration.max", G, "s", "Longest NVML sampling pass in the window."),
-    spec(M::HealthNvmlErrors, "gpulse.nvml.errors", Counter, "{error}", "NVML calls that failed, by kind."),
-    spec(M::HealthStalled, "gpulse.sample.stalled", Counter, "{tick}", "Sampling ticks skipped because a pass overran."),
-    spec(M::HealthDiagnosisActive, "gpulse.diagnosis.active", UpDown, "{finding}", "Diagnosis findings active now, by rule."),
-];
-
-/// NVML clock throttle (clock event) reasons, with the bit values of `nvml.h`.
-pub const THROTTLE_REASONS: [(u64, &str); 9] = [
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-];
 
 /// Collects the data points of one resource, in any metric order (the batch sorts them); a
 /// metric with no point never reaches the request.
@@ -429,14 +229,14 @@ fn push_device(
     }
 
     if let Some(active) = &d.throttle_active_ratio {
-        for (bit, reason) in THROTTLE_REASONS {
+        for &(bit, reason) in throttle_reasons() {
             let ratio = active.get(&bit).copied().unwrap_or(0.0);
             let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
             b.push(M::Throttle, attrs, gauge_span, Value::F64(ratio));
         }
         // A bit newer than this build's table is still worth seeing, under its number.
         for (bit, ratio) in active {
-            if !THROTTLE_REASONS.iter().any(|(known, _)| known == bit) {
+            if !throttle_reasons().iter().any(|(known, _)| known == bit) {
                 let attrs = PointAttributes::with(
                     Some(base),
                     "nvidia.gpu.throttle.reason",
@@ -733,233 +533,6 @@ pub fn metrics_request(
     metrics_batch(window, workloads, usage, node).into_request()
 }
 
-/// gpulse's own health, exported as `gpulse.*` metrics on the node resource.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HealthSnapshot {
-    /// When gpulse started: the start time of the cumulative counters below.
-    pub started: SystemTime,
-    /// Requests waiting in the export queue now.
-    pub queue_requests: u64,
-    /// Their encoded size.
-    pub queue_bytes: u64,
-    /// Requests dropped (oldest first) because the queue was full, since start.
-    pub dropped_requests_total: u64,
-    /// Data points in those requests.
-    pub dropped_points_total: u64,
-    /// Failed export attempts since start, by reason (`timeout`, `unavailable`, `http_503`...).
-    pub export_failures_total: BTreeMap<String, u64>,
-    /// Duration of the last export attempt, successful or not.
-    pub export_duration_last_seconds: Option<f64>,
-    /// Duration of the sampling passes of this window, seconds.
-    pub sample_duration: Option<Gauge>,
-    /// Failed NVML calls since start, by kind (`not_supported`, `gpu_lost`, `timeout`...).
-    pub nvml_errors_total: BTreeMap<String, u64>,
-    /// Sampling ticks skipped because a pass overran, since start.
-    pub stalled_ticks_total: u64,
-    /// Diagnosis findings active now, by rule id.
-    pub findings_active: BTreeMap<String, u64>,
-}
-
-impl HealthSnapshot {
-    /// A snapshot with every counter at zero and nothing measured yet.
-    pub fn new(started: SystemTime) -> Self {
-        Self {
-            started,
-            queue_requests: 0,
-            queue_bytes: 0,
-            dropped_requests_total: 0,
-            dropped_points_total: 0,
-            export_failures_total: BTreeMap::new(),
-            export_duration_last_seconds: None,
-            sample_duration: None,
-            nvml_errors_total: BTreeMap::new(),
-            stalled_ticks_total: 0,
-            findings_active: BTreeMap::new(),
-        }
-    }
-}
-
-fn health_points(
-    health: &HealthSnapshot,
-    window_start: SystemTime,
-    at: SystemTime,
-) -> Vec<BatchPoint> {
-    let end = to_nanos(at);
-    let gauge_span = Span {
-        start: to_nanos(window_start),
-        end,
-    };
-    let sum_span = Span {
-        start: to_nanos(health.started),
-        end,
-    };
-    let mut b = MetricsBuilder::new(1);
-    b.push(
-        M::HealthQueueSize,
-        PointAttributes::NONE,
-        sum_span,
-        int(health.queue_requests),
-    );
-    b.push(
-        M::HealthQueueBytes,
-        PointAttributes::NONE,
-        sum_span,
-        int(health.queue_bytes),
-    );
-    b.push(
-        M::HealthDropped,
-        PointAttributes::NONE,
-        sum_span,
-        int(health.dropped_requests_total),
-    );
-    b.push(
-        M::HealthDroppedPoints,
-        PointAttributes::NONE,
-        sum_span,
-        int(health.dropped_points_total),
-    );
-    for (reason, count) in &health.export_failures_total {
-        let attrs = PointAttributes::with(
-            None,
-            "error.type",
-            ExtraValue::Owned(reason.as_str().into()),
-        );
-        b.push(M::HealthFailures, attrs, sum_span, int(*count));
-    }
-    if let Some(seconds) = health.export_duration_last_seconds {
-        b.push(
-            M::HealthExportDuration,
-            PointAttributes::NONE,
-            gauge_span,
-            Value::F64(seconds),
-        );
-    }
-    if let Some(g) = &health.sample_duration {
-        let fam = family(
-            M::HealthSampleDuration,
-            Some(M::HealthSampleDurationMax),
-            None,
-        );
-        push_gauge(&mut b, fam, PointAttributes::NONE, gauge_span, g);
-    }
-    for (kind, count) in &health.nvml_errors_total {
-        let attrs =
-            PointAttributes::with(None, "error.type", ExtraValue::Owned(kind.as_str().into()));
-        b.push(M::HealthNvmlErrors, attrs, sum_span, int(*count));
-    }
-    b.push(
-        M::HealthStalled,
-        PointAttributes::NONE,
-        sum_span,
-        int(health.stalled_ticks_total),
-    );
-    for (rule, count) in &health.findings_active {
-        let attrs = PointAttributes::with(
-            None,
-            "gpulse.diagnosis.rule",
-            ExtraValue::Owned(rule.as_str().into()),
-        );
-        b.push(M::HealthDiagnosisActive, attrs, sum_span, int(*count));
-    }
-    b.points
-}
-
-/// Appends the health metrics to the node resource of `batch` (the first resource, as
-/// `metrics_batch` builds it). A batch with no resource at all gets the node resource first, so
-/// the health of a node without GPUs is still exported.
-pub fn append_health(
-    batch: &mut MetricsBatch,
-    node: &NodeIdentity,
-    health: &HealthSnapshot,
-    window_start: SystemTime,
-    at: SystemTime,
-) {
-    let points = health_points(health, window_start, at);
-    if batch.is_empty() {
-        batch.push_resource(node_resource(node), points);
-    } else {
-        batch.extend_first(points);
-    }
-}
-
-/// The number of data points in a request: what the export queue counts when it drops one.
-pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
-    request
-        .resource_metrics
-        .iter()
-        .flat_map(|rm| &rm.scope_metrics)
-        .flat_map(|sm| &sm.metrics)
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(s)) => s.data_points.len(),
-            Some(Data::Histogram(h)) => h.data_points.len(),
-            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-            Some(Data::Summary(s)) => s.data_points.len(),
-            None => 0,
-        })
-        .sum()
-}
-
-/// The request as one line of OTLP/JSON (the OTLP file-exporter format), without the newline.
-///
-/// opentelemetry-proto's serde derive already follows the OTLP/JSON rules (lowerCamelCase
-/// names, 64-bit integers as decimal strings, enums as integers, trace and span ids as hex);
-/// it also writes every field at its default value, which OTLP/JSON allows but the collector
-/// does not, so those are pruned (see [`otlp_json_line`]).
-pub fn to_otlp_json_line(request: &ExportMetricsServiceRequest) -> String {
-    otlp_json_line(request)
-}
-
-/// Members of protobuf `oneof`s: a default value there is still a chosen value (`asDouble: 0`,
-/// `stringValue: ""`), so it must not be pruned.
-const ONEOF_KEYS: [&str; 13] = [
-    "asDouble",
-    "asInt",
-    "stringValue",
-    "boolValue",
-    "intValue",
-    "doubleValue",
-    "arrayValue",
-    "kvlistValue",
-    "bytesValue",
-    "gauge",
-    "sum",
-    "histogram",
-    "summary",
-];
-
-/// Serialises an opentelemetry-proto message as one OTLP/JSON line, leaving out fields at
-/// their proto3 default (`""`, `0`, `false`, `[]`) except oneof members.
-pub(crate) fn otlp_json_line<T: Serialize>(message: &T) -> String {
-    // Cannot fail: the messages have string keys only and plain derived Serialize impls.
-    let mut value = serde_json::to_value(message)
-        .expect("opentelemetry-proto messages always serialise to JSON");
-    prune_defaults(&mut value);
-    value.to_string()
-}
-
-fn prune_defaults(value: &mut serde_json::Value) {
-    use serde_json::Value as J;
-    match value {
-        J::Object(map) => {
-            map.retain(|key, v| {
-                prune_defaults(v);
-                let is_default = match v {
-                    J::Null => true,
-                    J::Bool(b) => !*b,
-                    J::Number(n) => n.as_f64() == Some(0.0),
-                    J::String(s) => s.is_empty(),
-                    J::Array(a) => a.is_empty(),
-                    J::Object(_) => false,
-                };
-                !is_default || ONEOF_KEYS.contains(&key.as_str())
-            });
-        }
-        J::Array(items) => items.iter_mut().for_each(prune_defaults),
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -970,8 +543,15 @@ mod tests {
         AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics,
     };
 
+    use std::time::SystemTime;
+
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
     use super::*;
     use crate::attribution::AttributionMethod;
+    use crate::export::json::to_otlp_json_line;
+    use crate::export::metrics::catalogue::Instrument;
+    use crate::export::metrics::data_point_count;
     use crate::sampling::{DeviceInfo, ProcessKind};
 
     fn t(secs: u64) -> SystemTime {
@@ -1092,17 +672,6 @@ mod tests {
             .iter()
             .find(|p| attr(p, key) == Some(&s(val)))
             .unwrap_or_else(|| panic!("no {name} point with {key}={val}"))
-    }
-
-    #[test]
-    fn metric_table_ids_match_positions_and_names_are_unique() {
-        for (i, spec) in METRICS.iter().enumerate() {
-            assert_eq!(spec.id as usize, i, "{} is out of place", spec.name);
-        }
-        let mut names: Vec<&str> = METRICS.iter().map(|s| s.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), METRICS.len());
     }
 
     #[test]
@@ -1250,14 +819,14 @@ mod tests {
         }
         assert_eq!(
             points(rm, "nvidia.gpu.throttle").len(),
-            THROTTLE_REASONS.len() + 1
+            throttle_reasons().len() + 1
         );
 
         let mut none_active = bare_device(0);
         none_active.throttle_active_ratio = Some(BTreeMap::new());
         let req = build(&window(vec![none_active], Vec::new()));
         let pts = points(&req.resource_metrics[0], "nvidia.gpu.throttle");
-        assert_eq!(pts.len(), THROTTLE_REASONS.len());
+        assert_eq!(pts.len(), throttle_reasons().len());
         assert!(pts.iter().all(|p| value(p) == 0.0));
     }
 
@@ -1370,50 +939,6 @@ mod tests {
         let req = build(&window(Vec::new(), Vec::new()));
         assert_eq!(req.resource_metrics.len(), 1);
         assert!(req.resource_metrics[0].scope_metrics[0].metrics.is_empty());
-    }
-
-    #[test]
-    fn health_metrics_values_and_attributes() {
-        let mut h = HealthSnapshot::new(t(5));
-        h.queue_requests = 2;
-        h.export_failures_total.insert("timeout".into(), 4);
-        h.sample_duration = Some(g(0.01, 0.005, 0.2, 0.01));
-        h.findings_active.insert("throttling".into(), 1);
-        let mut batch = metrics_batch(
-            &window(Vec::new(), Vec::new()),
-            &HashMap::new(),
-            &HashMap::new(),
-            &node(),
-        );
-        append_health(&mut batch, &node(), &h, t(1000), t(1010));
-        let req = batch.into_request();
-        let rm = &req.resource_metrics[0];
-        assert_eq!(value(&points(rm, "gpulse.export.queue.size")[0]), 2.0);
-        let failures = point_with(rm, "gpulse.export.failures", "error.type", "timeout");
-        assert_eq!(value(failures), 4.0);
-        assert_eq!(failures.start_time_unix_nano, 5 * 1_000_000_000);
-        assert_eq!(value(&points(rm, "gpulse.sample.duration.max")[0]), 0.2);
-        let active = point_with(
-            rm,
-            "gpulse.diagnosis.active",
-            "gpulse.diagnosis.rule",
-            "throttling",
-        );
-        assert_eq!(value(active), 1.0);
-        assert!(
-            metric(rm, "gpulse.export.duration").is_none(),
-            "not measured yet"
-        );
-        assert!(
-            metric(rm, "gpulse.nvml.errors").is_none(),
-            "no error kind yet"
-        );
-
-        let mut empty = MetricsBatch::default();
-        append_health(&mut empty, &node(), &h, t(1000), t(1010));
-        let empty = empty.into_request();
-        assert_eq!(empty.resource_metrics.len(), 1);
-        assert!(metric(&empty.resource_metrics[0], "gpulse.sample.stalled").is_some());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! One export window's metrics between the request builder and the wire: the shape of an
-//! `ExportMetricsServiceRequest` without its per-point allocations, and its protobuf encoding.
+//! The wire encoding: one export window's metrics between the request builder and the wire, the
+//! shape of an `ExportMetricsServiceRequest` without its per-point allocations, and its protobuf
+//! encoding. Depends only on the catalogue (a point names its metric by [`MetricId`]).
 //!
 //! A prost request of 64 GPUs × 1024 processes is ~300k heap objects: every metric owns its
 //! name, description and unit, every data point its own copy of the device's attributes. Here a
@@ -18,8 +19,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, message, WireType};
 
-use super::metrics::{Instrument, MetricId, METRICS};
-use super::resource::{gpulse_scope, kv_str};
+use super::catalogue::{Instrument, MetricId, METRICS};
+use crate::export::resource::{gpulse_scope, kv_str};
 
 /// Index of a shared attribute list in its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,13 +118,6 @@ impl MetricsBatch {
     /// Whether the batch has no resource yet.
     pub fn is_empty(&self) -> bool {
         self.resources.is_empty()
-    }
-
-    /// Adds `points` to the first resource (the node's), keeping metric order.
-    pub(crate) fn extend_first(&mut self, points: Vec<BatchPoint>) {
-        let first = &mut self.resources[0].points;
-        first.extend(points);
-        sort_by_metric(first);
     }
 
     /// The number of data points: what the export queue counts when it drops the request.
@@ -224,6 +218,26 @@ impl MetricsBatch {
         out
     }
 }
+
+/// The number of data points in a request: what the export queue counts when it drops one.
+pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum()
+}
+
+/// The request as one line of OTLP/JSON (the OTLP file-exporter format), without the newline.
 
 /// Stable, so points of one metric keep the order they were pushed in.
 fn sort_by_metric(points: &mut [BatchPoint]) {
@@ -529,22 +543,5 @@ mod tests {
             g.data_points[1].attributes[5],
             kv_str("hw.gpu.task", "general")
         );
-    }
-
-    #[test]
-    fn health_appended_to_the_first_resource_stays_in_metric_order() {
-        let mut batch = tricky_batch();
-        batch.extend_first(vec![point(
-            MetricId::GpuUtilizationMax,
-            PointAttributes::NONE,
-            1,
-            0.5,
-        )]);
-        assert_eq!(batch.point_count(), 8);
-        let bytes = batch.encode();
-        let request = batch.into_request();
-        assert_eq!(bytes, request.encode_to_vec());
-        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
-        assert_eq!(metrics[1].name, "hw.gpu.utilization.max");
     }
 }

@@ -1,0 +1,128 @@
+"""scripts/device-check, fields only, on a machine without a GPU: gpulse reads the independent
+NVML (tests/fixtures/other-nvml) while NVIDIA's binding and a stand-in nvidia-smi read the same
+library, so every compared value is real; then a mismatch must fail the check."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, _find_cdylib
+
+OTHER_NVML = REPO / "tests" / "fixtures" / "other-nvml" / "other_nvml.c"
+STANDIN = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+
+def _gpulse() -> Path:
+    target = os.environ.get("GPULSE_TARGET_DIR")
+    candidates = ([Path(target) / "debug" / "gpulse"] if target else []) + [REPO / "target/debug/gpulse"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    pytest.fail(f"gpulse not built (looked in {candidates}); run `cargo build` first", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def other_nvml(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("other-nvml")
+    lib = d / "libnvidia-ml.so.1"
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(OTHER_NVML)], check=True)
+    return lib
+
+
+@pytest.fixture
+def holder():
+    """A real process listed on GPU 0, so the PID comparison has something to compare."""
+    p = subprocess.Popen(["sleep", "60"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def _device_check(lib: Path, gpulse_lib: Path, out: Path, pid: int) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=str(lib.parent),
+        OTHER_NVML_PIDS=f"{pid}:1048576",
+        # the stand-in is a Python script that needs this interpreter's pynvml
+        PATH=f"{STANDIN}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        PYTHON=sys.executable,
+    )
+    return subprocess.run(
+        [str(REPO / "scripts/device-check"), "--gpulse", str(_gpulse()), "--nvml-lib", str(gpulse_lib),
+         "--no-workload", "--gpm-seconds", "0.2", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def _rows(out: Path) -> dict:
+    summary = json.loads((out / "summary.json").read_text())
+    return summary, {(r["device"], r["name"], r["source"]): r for r in summary["rows"]}
+
+
+def test_fields_agree_on_the_independent_nvml(other_nvml, holder, tmp_path):
+    out = tmp_path / "check"
+    proc = _device_check(other_nvml, other_nvml, out, holder)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary, rows = _rows(out)
+    assert summary["passed"] and summary["failed"] == 0
+    gpu0 = "GPU GPU-0ther000-1111-2222-3333-444444444444"
+    # Values other_nvml.c documents, seen by both sides.
+    assert rows[(gpu0, "sm_activity", "pynvml GPM")]["gpulse"] == pytest.approx(0.62)
+    assert rows[(gpu0, "sm_activity", "pynvml GPM")]["ok"] is True
+    assert rows[(gpu0, "tensor_activity", "pynvml GPM")]["reference"] == pytest.approx(0.125)
+    assert rows[(gpu0, "temperature_celsius", "nvidia-smi")]["ok"] is True
+    assert rows[(gpu0, "compute PIDs", "pynvml")]["gpulse"] == [holder]
+    compared = sum(1 for r in summary["rows"] if r["ok"] is True)
+    assert compared >= 60, f"only {compared} values compared"
+    # A device run returns at most 8 files from its output folder.
+    assert len(list(out.iterdir())) <= 8
+    assert "| sm_activity | 0.62 | 0.62 |" in (out / "report.md").read_text()
+
+
+def test_a_disagreeing_gpulse_fails_the_check(other_nvml, holder, tmp_path):
+    # gpulse reads the simulator's default node while the references read other-nvml.
+    sim = tmp_path / "sim"
+    sim.mkdir()
+    shutil.copy(_find_cdylib(), sim / "libnvidia_ml.so")
+    out = tmp_path / "check"
+    env_scenario = REPO / "nvml-sim" / "scenarios" / "default.toml"
+    os.environ["NVML_SIM_SCENARIO"] = str(env_scenario)
+    try:
+        proc = _device_check(other_nvml, sim / "libnvidia_ml.so", out, holder)
+    finally:
+        del os.environ["NVML_SIM_SCENARIO"]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary, _ = _rows(out)
+    assert not summary["passed"]
+    assert any("missing from gpulse" in r["note"] for r in summary["rows"]), summary["rows"][:5]
+    assert "FAIL" in proc.stdout
+
+
+def _gauge_line(name, points, attrs=()):
+    return {"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": name, "gauge": {"dataPoints": [
+        {"startTimeUnixNano": str(s), "timeUnixNano": str(e), "asDouble": v,
+         "attributes": [{"key": "hw.id", "value": {"stringValue": "GPU-x"}}]
+         + [{"key": k, "value": {"stringValue": val}} for k, val in attrs]}
+        for s, e, v in points]}}]}]}]}
+
+
+def test_activity_must_rise_while_the_matmul_runs():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import device_check
+
+    idle = [(0, 10, 0.01), (10, 20, 0.02)]
+    busy = [(30, 40, 0.9), (40, 50, 0.85)]
+    flat = [(30, 40, 0.05), (40, 50, 0.04)]
+    for points, tensor, expected in ((busy, busy, [True, True]), (flat, busy, [False, True]),
+                                     (busy, [], [True, False])):
+        lines = [_gauge_line("nvidia.gpu.sm.activity", idle + points),
+                 _gauge_line("nvidia.gpu.pipe.activity", idle + tensor, [("nvidia.gpu.pipe", "tensor")])]
+        report = device_check.Report()
+        device_check.activity_checks(report, lines, 25, 55)
+        assert [r.ok for r in report.rows] == expected, [r.__dict__ for r in report.rows]
