@@ -16,4 +16,4 @@ pub use model::{
     ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
-pub use window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
+pub use window::{DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow, Window};
