@@ -1014,12 +1014,12 @@ mod tests {
             Some(&any_value::Value::IntValue(0))
         );
         assert_eq!(value(of("MIG-b")), f64::from(2u32 << 30));
-        assert_eq!(
-            attr(of("GPU-0000"), "hw.parent"),
-            None,
-            "a GPU has no parent"
-        );
         let limit = points(node, "hw.gpu.memory.limit");
+        let gpu_limit = limit
+            .iter()
+            .find(|p| attr(p, "hw.id") == Some(&s("GPU-0000")))
+            .expect("the GPU's own limit point");
+        assert_eq!(attr(gpu_limit, "hw.parent"), None, "a GPU has no parent");
         assert!(limit
             .iter()
             .any(|p| attr(p, "hw.id") == Some(&s("MIG-b")) && value(p) == 42_144_366_592.0));
