@@ -455,3 +455,145 @@ fn process_mig(info: &MigInstanceInfo) -> ProcessMig {
         compute_instance_id: info.compute_instance_id,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::GpmActivity;
+
+    fn gpu() -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            uuid: "GPU-a".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:10:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: None,
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: Some("9.0".into()),
+            fan_count: None,
+        }
+    }
+
+    fn instance(gi: u32, ci: u32, uuid: &str) -> Arc<MigInstanceInfo> {
+        Arc::new(MigInstanceInfo {
+            uuid: uuid.into(),
+            name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".into(),
+            parent_uuid: "GPU-a".into(),
+            parent_index: 0,
+            mig_index: gi,
+            gpu_instance_id: gi,
+            compute_instance_id: ci,
+        })
+    }
+
+    fn reading(instances: &[Arc<MigInstanceInfo>], listed: &[(usize, u32, u64)]) -> MigReading {
+        MigReading {
+            instances: instances
+                .iter()
+                .map(|info| MigInstanceSample {
+                    info: Arc::clone(info),
+                    memory_used_bytes: None,
+                    memory_free_bytes: None,
+                    memory_total_bytes: None,
+                    gpm: GpmActivity::default(),
+                })
+                .collect(),
+            listed: instances
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    let pids = listed
+                        .iter()
+                        .filter(|(at, _, _)| *at == i)
+                        .map(|(_, pid, bytes)| (*pid, Some(*bytes)))
+                        .collect();
+                    (Arc::clone(info), pids)
+                })
+                .collect(),
+            errors: Vec::new(),
+            lost: false,
+        }
+    }
+
+    fn listed_by_parent(pid: u32) -> ProcessSample {
+        ProcessSample {
+            pid,
+            device_index: 0,
+            device_uuid: "GPU-a".into(),
+            kind: ProcessKind::Compute,
+            gpu_memory_bytes: Some(1),
+            sm_utilization: None,
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+            mig: None,
+        }
+    }
+
+    #[test]
+    fn a_process_goes_to_the_instance_its_ids_name_before_any_handle_list() {
+        // Two compute instances in GPU instance 1: only the compute instance id tells them apart.
+        let a = instance(1, 0, "MIG-a");
+        let b = instance(1, 1, "MIG-b");
+        // The MIG handles' lists disagree with the ids (a race between calls): the ids win.
+        let r = reading(&[a, b], &[(0, 20, 5)]);
+        let ids = HashMap::from([(10, (Some(1), Some(1))), (20, (Some(1), Some(1)))]);
+        let mut processes = vec![listed_by_parent(10), listed_by_parent(20)];
+        attribute_processes(&gpu(), &r, &ids, &mut processes, 0);
+        assert_eq!(processes.len(), 2);
+        for p in &processes {
+            let mig = p.mig.as_ref().expect("attributed");
+            assert_eq!(
+                (
+                    mig.uuid.as_str(),
+                    mig.gpu_instance_id,
+                    mig.compute_instance_id
+                ),
+                ("MIG-b", 1, 1),
+                "PID {}",
+                p.pid
+            );
+        }
+    }
+
+    #[test]
+    fn without_ids_the_mig_handles_own_lists_place_and_add_processes() {
+        let a = instance(1, 0, "MIG-a");
+        let b = instance(2, 0, "MIG-b");
+        // The parent listed PID 10 without ids; PID 30 only a MIG handle listed (the parent's
+        // aggregate list needs privileges in MIG mode).
+        let r = reading(&[a, b], &[(0, 10, 7), (1, 30, 4096)]);
+        let ids = HashMap::from([(10, (None, None))]);
+        let mut processes = vec![listed_by_parent(99), listed_by_parent(10)];
+        // PID 99 belongs to another GPU listed earlier: untouched.
+        processes[0].device_uuid = "GPU-other".into();
+        attribute_processes(&gpu(), &r, &ids, &mut processes, 1);
+        assert_eq!(processes.len(), 3);
+        assert!(processes[0].mig.is_none(), "another GPU's process");
+        assert_eq!(
+            processes[1].mig.as_ref().map(|m| m.uuid.as_str()),
+            Some("MIG-a")
+        );
+        assert_eq!(
+            processes[1].gpu_memory_bytes,
+            Some(1),
+            "the parent's figure stays"
+        );
+        let added = &processes[2];
+        assert_eq!(added.pid, 30);
+        assert_eq!(added.device_uuid, "GPU-a");
+        assert_eq!(added.gpu_memory_bytes, Some(4096));
+        assert_eq!(added.mig.as_ref().map(|m| m.gpu_instance_id), Some(2));
+    }
+
+    #[test]
+    fn a_gpu_without_instances_leaves_its_processes_alone() {
+        let r = MigReading::default();
+        let mut processes = vec![listed_by_parent(10)];
+        attribute_processes(&gpu(), &r, &HashMap::new(), &mut processes, 0);
+        assert!(processes[0].mig.is_none());
+    }
+}
