@@ -143,7 +143,7 @@ fn scenario_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios/mig-2-instances.toml")
 }
 
-fn process<'a>(snapshot: &'a Value, pid: u32) -> &'a Value {
+fn process(snapshot: &Value, pid: u32) -> &Value {
     snapshot["processes"]
         .as_array()
         .expect("processes")

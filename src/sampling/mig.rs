@@ -50,13 +50,15 @@ struct ModeState {
     checked: Instant,
 }
 
+/// PIDs with their GPU memory (`None`: NVML gave it as not available).
+type ListedProcesses = Vec<(u32, Option<u64>)>;
+
 /// What one pass over a GPU's MIG devices found.
 #[derive(Debug, Default)]
 pub struct MigReading {
     pub instances: Vec<MigInstanceSample>,
-    /// PIDs each MIG device's own compute process list named, with their memory, by instance
-    /// UUID (for [`attribute_processes`]).
-    listed: Vec<(Arc<MigInstanceInfo>, Vec<(u32, Option<u64>)>)>,
+    /// What each MIG device's own compute process list named (for [`attribute_processes`]).
+    listed: Vec<(Arc<MigInstanceInfo>, ListedProcesses)>,
     /// NVML error kinds of failed calls, for the sampler's error counts.
     pub errors: Vec<&'static str>,
     /// A call said the GPU is lost.

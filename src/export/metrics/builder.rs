@@ -1027,7 +1027,7 @@ mod tests {
         let sm_of = |id: &str| {
             sm.iter()
                 .find(|p| attr(p, "hw.id") == Some(&s(id)))
-                .map(|p| value(p))
+                .map(value)
         };
         assert_eq!(sm_of("MIG-a"), Some(0.85));
         assert_eq!(sm_of("MIG-b"), Some(0.05));
