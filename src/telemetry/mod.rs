@@ -624,14 +624,16 @@ mod tests {
                 .split('|')
                 .map(str::trim)
                 .collect();
-            if in_health && line.starts_with('|') && cells.len() > 2 {
-                if ["gauge", "counter", "updowncounter"].contains(&cells[1]) {
-                    let unit = cells[2].trim_matches('`').to_string();
-                    documented.insert(
-                        cells[0].trim_matches('`').to_string(),
-                        (cells[1].to_string(), unit),
-                    );
-                }
+            if in_health
+                && line.starts_with('|')
+                && cells.len() > 2
+                && ["gauge", "counter", "updowncounter"].contains(&cells[1])
+            {
+                let unit = cells[2].trim_matches('`').to_string();
+                documented.insert(
+                    cells[0].trim_matches('`').to_string(),
+                    (cells[1].to_string(), unit),
+                );
             }
         }
         assert!(documented.len() >= 10, "parsed only {documented:?}");

@@ -237,8 +237,6 @@ pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
         .sum()
 }
 
-/// The request as one line of OTLP/JSON (the OTLP file-exporter format), without the newline.
-
 /// Stable, so points of one metric keep the order they were pushed in.
 fn sort_by_metric(points: &mut [BatchPoint]) {
     points.sort_by_key(|p| p.metric as usize);
