@@ -419,11 +419,11 @@ fn mig_devices_are_listed_under_their_gpu() {
             .expect("GPU 0");
         let first = lines
             .iter()
-            .position(|l| l.contains("MIG 3g.40gb GI 1 CI 0"))
+            .position(|l| l.contains("└ MIG 3g.40gb") && l.contains("GI 1 CI 0"))
             .unwrap_or_else(|| panic!("instance 1 missing at {width}x{height}:\n{screen}"));
         let second = lines
             .iter()
-            .position(|l| l.contains("MIG 3g.40gb GI 2 CI 0"))
+            .position(|l| l.contains("└ MIG 3g.40gb") && l.contains("GI 2 CI 0"))
             .expect("instance 2");
         let gpu1 = lines
             .iter()
