@@ -63,6 +63,9 @@ pub struct MigReading {
     pub errors: Vec<&'static str>,
     /// A call said the GPU is lost.
     pub lost: bool,
+    /// The GPU entered or left MIG mode since the previous check: what it said it does not give
+    /// (utilisation, in MIG mode) is worth asking again.
+    pub mode_changed: bool,
 }
 
 /// The MIG state of every GPU of one NVML session.
@@ -217,11 +220,16 @@ impl MigReader {
             }) => Mode::Unsupported,
             Some(state) if fresh => state.mode,
             _ => {
-                let mode = self.ask_mode(index, parent, reading);
+                // A failed check keeps what was known (a transient error is no mode change).
+                let mode = self
+                    .ask_mode(index, parent, reading)
+                    .or(known.map(|s| s.mode))
+                    .unwrap_or(Mode::Off);
                 let was = known.map(|s| s.mode);
                 if mode != was.unwrap_or(Mode::Off) || was.is_none() {
                     say_mode(index, was, mode);
                 }
+                reading.mode_changed = was.is_some_and(|was| was != mode);
                 self.modes.insert(index, ModeState { mode, checked: now });
                 mode
             }
@@ -232,23 +240,24 @@ impl MigReader {
         }
     }
 
-    fn ask_mode(&mut self, index: u32, parent: &Device, reading: &mut MigReading) -> Mode {
+    /// The GPU's MIG mode, `None` when NVML failed to say.
+    fn ask_mode(&mut self, index: u32, parent: &Device, reading: &mut MigReading) -> Option<Mode> {
         let current = match parent.mig_mode() {
             Ok(mode) => mode.current,
-            Err(e) if no_such_feature(&e) => return Mode::Unsupported,
+            Err(e) if no_such_feature(&e) => return Some(Mode::Unsupported),
             Err(e) => {
                 self.failed(index, "read the MIG mode", e, reading);
-                return Mode::Off;
+                return None;
             }
         };
         if current != MIG_ENABLE {
-            return Mode::Off;
+            return Some(Mode::Off);
         }
         match parent.mig_device_count() {
-            Ok(max_devices) => Mode::On { max_devices },
+            Ok(max_devices) => Some(Mode::On { max_devices }),
             Err(e) => {
                 self.failed(index, "read the maximum MIG device count", e, reading);
-                Mode::Off
+                None
             }
         }
     }
@@ -517,6 +526,7 @@ mod tests {
                 .collect(),
             errors: Vec::new(),
             lost: false,
+            mode_changed: false,
         }
     }
 

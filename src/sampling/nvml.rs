@@ -474,6 +474,12 @@ impl Sampler {
                 reader.sampler.count_error(kind);
             }
             reader.lost |= reading.lost;
+            if reading.mode_changed {
+                // NVML answers utilisation "not supported" only while in MIG mode.
+                for field in [Field::Utilization, Field::ProcessUtilization] {
+                    reader.sampler.unsupported.remove(&(index, field));
+                }
+            }
             reading
         };
 
