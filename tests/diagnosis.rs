@@ -88,6 +88,7 @@ fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
         remapped_rows: None,
         pcie_replays_total: None,
         violation: None,
+        mig_instances: Vec::new(),
     }
 }
 

@@ -112,6 +112,7 @@ mod request {
                     None,
                 ],
             }),
+            mig_instances: Vec::new(),
         }
     }
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, RemappedRows, Snapshot,
-    ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
+    ProcessKind, RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
-use super::window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
+use super::window::{DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow, Window};
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
 /// such gaps count for at most this long.
@@ -181,6 +181,40 @@ struct DeviceAcc {
     remapped_rows: Option<RemappedRows>,
     pcie_replays_total: Option<u64>,
     violation: Option<ViolationTimes>,
+    /// MIG devices seen in the window, by MIG UUID, in the order first seen.
+    mig: Vec<MigAcc>,
+}
+
+/// The accumulating state of one MIG device in the open window.
+#[derive(Debug)]
+struct MigAcc {
+    info: Arc<MigInstanceInfo>,
+    memory_used_bytes: Option<u64>,
+    memory_free_bytes: Option<u64>,
+    memory_total_bytes: Option<u64>,
+    gpm: GpmAcc,
+    pids: std::collections::BTreeSet<u32>,
+}
+
+impl MigAcc {
+    fn add(&mut self, s: &MigInstanceSample) {
+        self.info = Arc::clone(&s.info);
+        self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
+        self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
+        self.memory_total_bytes = s.memory_total_bytes.or(self.memory_total_bytes);
+        self.gpm.add(&s.gpm);
+    }
+
+    fn finish(self) -> MigInstanceWindow {
+        MigInstanceWindow {
+            info: self.info,
+            memory_used_bytes: self.memory_used_bytes,
+            memory_free_bytes: self.memory_free_bytes,
+            memory_total_bytes: self.memory_total_bytes,
+            gpm: self.gpm.finish(),
+            pids: self.pids.into_iter().collect(),
+        }
+    }
 }
 
 /// Running summaries of the GPM activity gauges.
@@ -262,10 +296,32 @@ impl DeviceAcc {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            mig: Vec::new(),
         }
     }
 
     fn add(&mut self, s: &DeviceSample) {
+        for instance in &s.mig_instances {
+            match self
+                .mig
+                .iter_mut()
+                .find(|m| m.info.uuid == instance.info.uuid)
+            {
+                Some(acc) => acc.add(instance),
+                None => {
+                    let mut acc = MigAcc {
+                        info: Arc::clone(&instance.info),
+                        memory_used_bytes: None,
+                        memory_free_bytes: None,
+                        memory_total_bytes: None,
+                        gpm: GpmAcc::default(),
+                        pids: Default::default(),
+                    };
+                    acc.add(instance);
+                    self.mig.push(acc);
+                }
+            }
+        }
         self.info = Arc::clone(&s.info);
         self.status = s.status;
         if s.status == DeviceStatus::Lost {
@@ -349,6 +405,7 @@ impl DeviceAcc {
             remapped_rows: self.remapped_rows,
             pcie_replays_total: self.pcie_replays_total,
             violation: self.violation,
+            mig_instances: self.mig.into_iter().map(MigAcc::finish).collect(),
         }
     }
 }
@@ -419,6 +476,17 @@ impl WindowAggregator {
             }
         }
         for p in &snapshot.processes {
+            if let Some(mig) = &p.mig {
+                let instance = self
+                    .devices
+                    .iter_mut()
+                    .filter(|(uuid, _)| *uuid == p.device_uuid)
+                    .flat_map(|(_, acc)| acc.mig.iter_mut())
+                    .find(|m| m.info.uuid == mig.uuid);
+                if let Some(instance) = instance {
+                    instance.pids.insert(p.pid);
+                }
+            }
             let key = (p.pid, p.device_uuid.clone());
             self.first_seen.entry(key.clone()).or_insert(at);
             let acc = self.processes.entry(key).or_insert_with(|| ProcessAcc {
@@ -617,6 +685,7 @@ mod tests {
             memory_utilization: None,
             encoder_utilization: None,
             decoder_utilization: None,
+            mig: None,
         };
         let mut agg = WindowAggregator::new();
         let mut s = snapshot(1, None, None, None);

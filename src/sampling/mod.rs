@@ -5,14 +5,15 @@ pub mod aggregate;
 pub mod events;
 pub mod gpm;
 pub mod health;
+pub mod mig;
 pub mod model;
 pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
 pub use model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, ProcessKind, ProcessSample, RemappedRows,
-    Snapshot, ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
+    ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
-pub use window::{DeviceWindow, Gauge, GpmWindow, ProcessWindow, Window};
+pub use window::{DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow, Window};

@@ -10,7 +10,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::model::{DeviceInfo, DeviceStatus, ProcessKind, RemappedRows, ViolationTimes, XidEvent};
+use super::model::{
+    DeviceInfo, DeviceStatus, MigInstanceInfo, ProcessKind, RemappedRows, ViolationTimes, XidEvent,
+};
 
 /// Summary of one gauge over the samples of a window in which it had a value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -90,6 +92,22 @@ pub struct DeviceWindow {
     pub pcie_replays_total: Option<u64>,
     /// The driver's violation times (since it loaded), last value.
     pub violation: Option<ViolationTimes>,
+    /// The MIG devices seen in the window (GPU in MIG mode), in MIG index order.
+    pub mig_instances: Vec<MigInstanceWindow>,
+}
+
+/// One MIG device over one window.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigInstanceWindow {
+    pub info: Arc<MigInstanceInfo>,
+    /// Last values of the instance's memory slice.
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// GPM activity of the instance's GPU instance.
+    pub gpm: GpmWindow,
+    /// Host PIDs seen running in this instance during the window, ascending.
+    pub pids: Vec<u32>,
 }
 
 /// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
@@ -145,7 +163,20 @@ impl DeviceWindow {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            mig_instances: Vec::new(),
         }
+    }
+}
+
+impl Window {
+    /// The MIG device process `pid` ran in on the GPU `device_uuid` during the window, if its
+    /// GPU is in MIG mode and NVML named the instance.
+    pub fn mig_instance_of(&self, pid: u32, device_uuid: &str) -> Option<&MigInstanceWindow> {
+        self.devices
+            .iter()
+            .filter(|d| d.info.uuid == device_uuid)
+            .flat_map(|d| &d.mig_instances)
+            .find(|m| m.pids.binary_search(&pid).is_ok())
     }
 }
 

@@ -289,6 +289,7 @@ pub(crate) mod testkit {
             remapped_rows: None,
             pcie_replays_total: None,
             violation: None,
+            mig_instances: Vec::new(),
         }
     }
 
