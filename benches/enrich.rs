@@ -79,6 +79,7 @@ fn snapshot(infos: &[Arc<DeviceInfo>], at: SystemTime, tick: u64) -> Snapshot {
                 memory_utilization: None,
                 encoder_utilization: None,
                 decoder_utilization: None,
+                mig: None,
             }
         })
         .collect();

@@ -91,6 +91,7 @@ fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
         xid_by_code: Default::default(),
         pcie_bytes_per_second: None,
         nvlink: Vec::new(),
+        mig_instances: Vec::new(),
     }
 }
 

@@ -128,6 +128,7 @@ mod request {
                 tx_bytes_per_second: None,
                 rx_bytes_per_second: None,
             }],
+            mig_instances: Vec::new(),
         }
     }
 

@@ -385,8 +385,14 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         .expect("process.gpu.memory.usage");
     let point = points(memory)[0];
     assert_eq!(value(point), 2147483648.0);
+    // GPU 0 is in MIG mode and the library runs its first process in GI 3: the point is on that
+    // MIG device, under GPU 0.
     assert_eq!(
         attr_str(&point["attributes"], "hw.id").as_deref(),
+        Some("MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd01")
+    );
+    assert_eq!(
+        attr_str(&point["attributes"], "hw.parent").as_deref(),
         Some(UUID_A)
     );
 }

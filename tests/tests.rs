@@ -10,6 +10,7 @@ mod findings;
 mod framework;
 mod gpm;
 mod kernel;
+mod mig;
 #[cfg(feature = "otel-sdk")]
 mod otel_sdk;
 mod other_nvml;

@@ -13,8 +13,8 @@ use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::export::metrics::throttle_reason_names;
 use crate::sampling::{
-    DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Sampler, SessionError, Snapshot,
-    WindowAggregator,
+    DeviceSample, DeviceStatus, GpmActivity, GpmWindow, MigInstanceSample, MigInstanceWindow,
+    ProcessKind, ProcessMig, ProcessSample, Sampler, SessionError, Snapshot, WindowAggregator,
 };
 
 /// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
@@ -169,6 +169,108 @@ pub struct DeviceReport<'a> {
     /// GPU without NVLink.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nvlink: Vec<crate::sampling::NvLinkSample>,
+    /// The MIG devices of a GPU in MIG mode, each a device of its own; empty otherwise.
+    pub mig_instances: Vec<MigInstanceReport<'a>>,
+}
+
+/// One MIG device: its identity, its memory slice and its GPU instance's GPM activity.
+#[derive(Debug, Serialize)]
+pub struct MigInstanceReport<'a> {
+    /// `MIG-…` UUID (the instance's `hw.id`).
+    pub uuid: &'a str,
+    /// What NVML names the MIG device, with its profile (e.g. `… MIG 3g.40gb`).
+    pub name: &'a str,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    #[serde(flatten)]
+    pub activity: GpmReport,
+}
+
+/// GPM activity ratios under the keys a device report uses, `null` where NVML gave none.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GpmReport {
+    pub sm_activity: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub tensor_activity: Option<f64>,
+    pub tensor_hmma_activity: Option<f64>,
+    pub tensor_imma_activity: Option<f64>,
+    pub tensor_dfma_activity: Option<f64>,
+    pub dram_activity: Option<f64>,
+    pub fp16_activity: Option<f64>,
+    pub fp32_activity: Option<f64>,
+    pub fp64_activity: Option<f64>,
+    pub integer_activity: Option<f64>,
+    pub graphics_activity: Option<f64>,
+}
+
+impl GpmReport {
+    fn of_sample(a: &GpmActivity) -> Self {
+        Self {
+            sm_activity: a.sm_activity,
+            sm_occupancy: a.sm_occupancy,
+            tensor_activity: a.tensor_activity,
+            tensor_hmma_activity: a.tensor_hmma_activity,
+            tensor_imma_activity: a.tensor_imma_activity,
+            tensor_dfma_activity: a.tensor_dfma_activity,
+            dram_activity: a.dram_activity,
+            fp16_activity: a.fp16_activity,
+            fp32_activity: a.fp32_activity,
+            fp64_activity: a.fp64_activity,
+            integer_activity: a.integer_activity,
+            graphics_activity: a.graphics_activity,
+        }
+    }
+
+    /// The window means.
+    pub fn of_window(w: &GpmWindow) -> Self {
+        let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
+        Self {
+            sm_activity: mean(w.sm_activity),
+            sm_occupancy: mean(w.sm_occupancy),
+            tensor_activity: mean(w.tensor_activity),
+            tensor_hmma_activity: mean(w.tensor_hmma_activity),
+            tensor_imma_activity: mean(w.tensor_imma_activity),
+            tensor_dfma_activity: mean(w.tensor_dfma_activity),
+            dram_activity: mean(w.dram_activity),
+            fp16_activity: mean(w.fp16_activity),
+            fp32_activity: mean(w.fp32_activity),
+            fp64_activity: mean(w.fp64_activity),
+            integer_activity: mean(w.integer_activity),
+            graphics_activity: mean(w.graphics_activity),
+        }
+    }
+}
+
+impl<'a> MigInstanceReport<'a> {
+    fn of_sample(m: &'a MigInstanceSample) -> Self {
+        Self {
+            uuid: &m.info.uuid,
+            name: &m.info.name,
+            gpu_instance_id: m.info.gpu_instance_id,
+            compute_instance_id: m.info.compute_instance_id,
+            memory_total_bytes: m.memory_total_bytes,
+            memory_used_bytes: m.memory_used_bytes,
+            memory_free_bytes: m.memory_free_bytes,
+            activity: GpmReport::of_sample(&m.gpm),
+        }
+    }
+
+    /// A window's MIG device (`/status`): last memory values, mean activity.
+    pub fn of_window(m: &'a MigInstanceWindow) -> Self {
+        Self {
+            uuid: &m.info.uuid,
+            name: &m.info.name,
+            gpu_instance_id: m.info.gpu_instance_id,
+            compute_instance_id: m.info.compute_instance_id,
+            memory_total_bytes: m.memory_total_bytes,
+            memory_used_bytes: m.memory_used_bytes,
+            memory_free_bytes: m.memory_free_bytes,
+            activity: GpmReport::of_window(&m.gpm),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -182,6 +284,9 @@ pub struct ProcessReport<'a> {
     pub memory_utilization: Option<f64>,
     pub encoder_utilization: Option<f64>,
     pub decoder_utilization: Option<f64>,
+    /// The MIG device the process runs in (`uuid`, `gpu_instance_id`, `compute_instance_id`),
+    /// `null` on a GPU not in MIG mode.
+    pub mig_instance: Option<ProcessMig>,
     /// Who the process is (container, pod, namespaced PID), as `run` exports it.
     pub workload: Option<&'a Workload>,
     /// `/status` only: CPU and memory of the process (and its tree) over the window.
@@ -256,6 +361,11 @@ impl<'a> DeviceReport<'a> {
             integer_activity: d.gpm.integer_activity,
             graphics_activity: d.gpm.graphics_activity,
             nvlink: d.nvlink.clone(),
+            mig_instances: d
+                .mig_instances
+                .iter()
+                .map(MigInstanceReport::of_sample)
+                .collect(),
         }
     }
 }
@@ -272,6 +382,7 @@ impl<'a> ProcessReport<'a> {
             memory_utilization: p.memory_utilization,
             encoder_utilization: p.encoder_utilization,
             decoder_utilization: p.decoder_utilization,
+            mig_instance: p.mig.clone(),
             workload,
             usage: None,
         }
@@ -406,6 +517,24 @@ pub fn render_table(report: &SnapshotReport) -> String {
                 } else {
                     format!("down: {}", down.join(", "))
                 }
+            );
+        }
+        for m in &d.mig_instances {
+            // A MIG device under its GPU: identity, memory slice, its GPU instance's activity.
+            // NVML names a MIG device "<GPU name> MIG <profile>": the profile is what tells
+            // instances apart here.
+            let profile = m.name.rsplit_once("MIG ").map_or(m.name, |(_, p)| p);
+            let _ = writeln!(
+                out,
+                "    MIG GI {} CI {}  {:<10} {:<40} {:>19}  SM {}  tensor {}  DRAM {}",
+                m.gpu_instance_id,
+                m.compute_instance_id,
+                truncate(profile, 10),
+                m.uuid,
+                format!("{}/{}", mib(m.memory_used_bytes), mib(m.memory_total_bytes)),
+                pct(m.activity.sm_activity),
+                pct(m.activity.tensor_activity),
+                pct(m.activity.dram_activity)
             );
         }
         if let Some(reasons) = &d.throttle_reasons {

@@ -501,6 +501,7 @@ pub(crate) mod tests {
             memory_utilization: None,
             encoder_utilization: None,
             decoder_utilization: None,
+            mig: None,
         }
     }
 

@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, NvLinkSample, ProcessKind, RemappedRows,
-    Snapshot, ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
+    NvLinkSample, ProcessKind, RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
-use super::window::{DeviceWindow, Gauge, GpmWindow, NvLinkWindow, ProcessWindow, Window};
+use super::window::{
+    DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow, Window,
+};
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
 /// such gaps count for at most this long.
@@ -223,6 +225,40 @@ struct DeviceAcc {
     pcie_bytes_per_second: Option<GaugeAcc>,
     /// Per link: the last sample and the running rate summaries.
     nvlink: Vec<(NvLinkSample, Option<GaugeAcc>, Option<GaugeAcc>)>,
+    /// MIG devices seen in the window, by MIG UUID, in the order first seen.
+    mig: Vec<MigAcc>,
+}
+
+/// The accumulating state of one MIG device in the open window.
+#[derive(Debug)]
+struct MigAcc {
+    info: Arc<MigInstanceInfo>,
+    memory_used_bytes: Option<u64>,
+    memory_free_bytes: Option<u64>,
+    memory_total_bytes: Option<u64>,
+    gpm: GpmAcc,
+    pids: std::collections::BTreeSet<u32>,
+}
+
+impl MigAcc {
+    fn add(&mut self, s: &MigInstanceSample) {
+        self.info = Arc::clone(&s.info);
+        self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
+        self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
+        self.memory_total_bytes = s.memory_total_bytes.or(self.memory_total_bytes);
+        self.gpm.add(&s.gpm);
+    }
+
+    fn finish(self) -> MigInstanceWindow {
+        MigInstanceWindow {
+            info: self.info,
+            memory_used_bytes: self.memory_used_bytes,
+            memory_free_bytes: self.memory_free_bytes,
+            memory_total_bytes: self.memory_total_bytes,
+            gpm: self.gpm.finish(),
+            pids: self.pids.into_iter().collect(),
+        }
+    }
 }
 
 /// Running summaries of the GPM activity gauges.
@@ -306,6 +342,7 @@ impl DeviceAcc {
             violation: None,
             pcie_bytes_per_second: None,
             nvlink: Vec::new(),
+            mig: Vec::new(),
         }
     }
 
@@ -330,6 +367,27 @@ impl DeviceAcc {
     }
 
     fn add(&mut self, s: &DeviceSample) {
+        for instance in &s.mig_instances {
+            match self
+                .mig
+                .iter_mut()
+                .find(|m| m.info.uuid == instance.info.uuid)
+            {
+                Some(acc) => acc.add(instance),
+                None => {
+                    let mut acc = MigAcc {
+                        info: Arc::clone(&instance.info),
+                        memory_used_bytes: None,
+                        memory_free_bytes: None,
+                        memory_total_bytes: None,
+                        gpm: GpmAcc::default(),
+                        pids: Default::default(),
+                    };
+                    acc.add(instance);
+                    self.mig.push(acc);
+                }
+            }
+        }
         self.info = Arc::clone(&s.info);
         self.status = s.status;
         if s.status == DeviceStatus::Lost {
@@ -429,6 +487,7 @@ impl DeviceAcc {
                     rx_bytes_per_second: GaugeAcc::finish(rx),
                 })
                 .collect(),
+            mig_instances: self.mig.into_iter().map(MigAcc::finish).collect(),
         }
     }
 }
@@ -503,6 +562,17 @@ impl WindowAggregator {
             acc.add_nvlink(&device.nvlink, &rates);
         }
         for p in &snapshot.processes {
+            if let Some(mig) = &p.mig {
+                let instance = self
+                    .devices
+                    .iter_mut()
+                    .filter(|(uuid, _)| *uuid == p.device_uuid)
+                    .flat_map(|(_, acc)| acc.mig.iter_mut())
+                    .find(|m| m.info.uuid == mig.uuid);
+                if let Some(instance) = instance {
+                    instance.pids.insert(p.pid);
+                }
+            }
             let key = (p.pid, p.device_uuid.clone());
             self.first_seen.entry(key.clone()).or_insert(at);
             let acc = self.processes.entry(key).or_insert_with(|| ProcessAcc {
@@ -702,6 +772,7 @@ mod tests {
             memory_utilization: None,
             encoder_utilization: None,
             decoder_utilization: None,
+            mig: None,
         };
         let mut agg = WindowAggregator::new();
         let mut s = snapshot(1, None, None, None);

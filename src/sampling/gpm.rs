@@ -8,6 +8,9 @@
 //! and the `NO_PERMISSION` state, which the driver's `RmProfilingAdminOnly` setting can raise at
 //! any time: it is warned about once per session, GPM is left out while it lasts, and asked
 //! again every [`PERMISSION_RETRY`] so it comes back on its own once an admin lifts it.
+//!
+//! The same state is kept per GPU instance of a GPU in MIG mode ([`GpmReader::read_instance`],
+//! `nvmlGpmMigSampleGet` on the parent), where GPM is the only activity source NVML has.
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -82,6 +85,22 @@ enum Support {
     Unsupported,
 }
 
+/// What a GPM sample is taken of: a whole GPU, or one GPU instance of a GPU in MIG mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Source {
+    gpu: u32,
+    gpu_instance: Option<u32>,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.gpu_instance {
+            None => write!(f, "GPU {}", self.gpu),
+            Some(gi) => write!(f, "GPU {} GPU instance {gi}", self.gpu),
+        }
+    }
+}
+
 #[derive(Default)]
 struct DeviceGpm {
     support: Option<Support>,
@@ -93,11 +112,11 @@ struct DeviceGpm {
 /// GPM state of every device of one NVML session.
 pub struct GpmReader {
     nvml: Arc<Nvml>,
-    devices: HashMap<u32, DeviceGpm>,
+    devices: HashMap<Source, DeviceGpm>,
     /// The one permission warning of the session has been given.
     warned_permission: bool,
-    /// Unexpected errors already warned about, per device.
-    warned_error: std::collections::HashSet<u32>,
+    /// Unexpected errors already warned about, per device or GPU instance.
+    warned_error: std::collections::HashSet<Source>,
 }
 
 impl std::fmt::Debug for GpmReader {
@@ -117,6 +136,25 @@ pub struct GpmOutcome {
     pub lost: bool,
 }
 
+impl Source {
+    fn gpu(index: u32) -> Self {
+        Self {
+            gpu: index,
+            gpu_instance: None,
+        }
+    }
+}
+
+impl GpmOutcome {
+    fn empty() -> Self {
+        Self {
+            activity: GpmActivity::default(),
+            error: None,
+            lost: false,
+        }
+    }
+}
+
 impl GpmReader {
     pub fn new(nvml: Arc<Nvml>) -> Self {
         Self {
@@ -132,20 +170,74 @@ impl GpmReader {
     pub fn prime(&mut self, index: u32, device: &Device) -> bool {
         self.read(index, device, Instant::now());
         self.devices
-            .get(&index)
+            .get(&Source::gpu(index))
             .is_some_and(|s| s.previous.is_some())
+    }
+
+    /// Whether a GPM sample of GPU instance `gpu_instance_id` of GPU `index` is kept for the
+    /// next pair (after [`read_instance`](Self::read_instance) primed it).
+    pub fn has_instance_sample(&self, index: u32, gpu_instance_id: u32) -> bool {
+        let source = Source {
+            gpu: index,
+            gpu_instance: Some(gpu_instance_id),
+        };
+        self.devices
+            .get(&source)
+            .is_some_and(|s| s.previous.is_some())
+    }
+
+    /// As [`read`](Self::read), for the GPU instance `gpu_instance_id` of the GPU `parent` (in
+    /// MIG mode): `nvmlGpmMigSampleGet` on the parent. Nothing is asked when the parent is known
+    /// to have no GPM.
+    pub fn read_instance(
+        &mut self,
+        index: u32,
+        gpu_instance_id: u32,
+        parent: &Device,
+        now: Instant,
+    ) -> GpmOutcome {
+        let parent_unsupported = self
+            .devices
+            .get(&Source::gpu(index))
+            .is_some_and(|s| s.support == Some(Support::Unsupported));
+        if parent_unsupported {
+            return GpmOutcome::empty();
+        }
+        let source = Source {
+            gpu: index,
+            gpu_instance: Some(gpu_instance_id),
+        };
+        self.read_source(source, parent, now)
+    }
+
+    /// Frees the kept samples of the GPU instances of GPU `index` not in `live` (destroyed
+    /// instances), so a re-created instance with the same id starts a fresh pair.
+    pub fn retain_instances(&mut self, index: u32, live: &[u32]) {
+        let gone: Vec<Source> = self
+            .devices
+            .keys()
+            .filter(|s| s.gpu == index && s.gpu_instance.is_some_and(|gi| !live.contains(&gi)))
+            .copied()
+            .collect();
+        for source in gone {
+            if let Some(mut state) = self.devices.remove(&source) {
+                let previous = state.previous.take();
+                self.free(previous);
+            }
+            self.warned_error.remove(&source);
+        }
     }
 
     /// Reads the GPM activity of one device since its previous sample, keeping the new sample
     /// for the next call. Empty when the device has no GPM, the driver refuses it, or no
     /// earlier sample at least [`MIN_PAIR_INTERVAL`] old exists yet.
     pub fn read(&mut self, index: u32, device: &Device, now: Instant) -> GpmOutcome {
-        let mut outcome = GpmOutcome {
-            activity: GpmActivity::default(),
-            error: None,
-            lost: false,
-        };
-        let state = self.devices.entry(index).or_default();
+        self.read_source(Source::gpu(index), device, now)
+    }
+
+    fn read_source(&mut self, source: Source, device: &Device, now: Instant) -> GpmOutcome {
+        let mut outcome = GpmOutcome::empty();
+        let state = self.devices.entry(source).or_default();
         if state.support == Some(Support::Unsupported) {
             return outcome;
         }
@@ -156,21 +248,25 @@ impl GpmReader {
             match device.gpm_support() {
                 Ok(true) => state.support = Some(Support::Supported),
                 Ok(false) => {
-                    self.mark_unsupported(index, "the GPU does not support GPM".into());
+                    self.mark_unsupported(source, "the GPU does not support GPM".into());
                     return outcome;
                 }
-                Err(e) => return self.fail(index, e, outcome),
+                Err(e) => return self.fail(source, e, outcome),
             }
         }
-        let sample = match device.gpm_sample() {
-            Ok(sample) => sample,
-            Err(e) => return self.fail(index, e, outcome),
+        let sampled = match source.gpu_instance {
+            None => device.gpm_sample(),
+            Some(gi) => device.gpm_mig_sample(gi),
         };
-        let state = self.devices.entry(index).or_default();
+        let sample = match sampled {
+            Ok(sample) => sample,
+            Err(e) => return self.fail(source, e, outcome),
+        };
+        let state = self.devices.entry(source).or_default();
         if state.denied_until.take().is_some() {
             tracing::info!(
-                gpu.index = index,
-                "GPM is readable again on GPU {index}: SM, tensor and DRAM activity are back"
+                gpu.index = source.gpu,
+                "GPM is readable again on {source}: SM, tensor and DRAM activity are back"
             );
         }
         let Some(previous) = state.previous.take() else {
@@ -191,7 +287,7 @@ impl GpmReader {
             ManuallyDrop::new(unsafe { GpmSample::from_handle(&self.nvml, previous.handle) });
         let result = gpm_metrics_get(&self.nvml, &first, &sample, &METRICS);
         self.free(Some(previous));
-        let state = self.devices.entry(index).or_default();
+        let state = self.devices.entry(source).or_default();
         state.previous = Some(HeldSample {
             handle: sample.into_handle(),
             at: now,
@@ -207,27 +303,28 @@ impl GpmReader {
                 }
                 outcome
             }
-            Err(e) => self.fail(index, e, outcome),
+            Err(e) => self.fail(source, e, outcome),
         }
     }
 
-    fn fail(&mut self, index: u32, error: NvmlError, mut outcome: GpmOutcome) -> GpmOutcome {
+    fn fail(&mut self, source: Source, error: NvmlError, mut outcome: GpmOutcome) -> GpmOutcome {
+        let index = source.gpu;
         outcome.error = Some(super::nvml::error_kind(&error));
         match error {
             NvmlError::NotSupported
             | NvmlError::FailedToLoadSymbol(_)
             | NvmlError::FunctionNotFound => {
-                self.mark_unsupported(index, error.to_string());
+                self.mark_unsupported(source, error.to_string());
             }
             NvmlError::NoPermission => {
-                let state = self.devices.entry(index).or_default();
+                let state = self.devices.entry(source).or_default();
                 state.denied_until = Some(Instant::now() + PERMISSION_RETRY);
                 let previous = state.previous.take();
                 self.free(previous);
                 if !std::mem::replace(&mut self.warned_permission, true) {
                     tracing::warn!(
                         gpu.index = index,
-                        "NVML refused GPM profiling on GPU {index} (no permission): SM, tensor \
+                        "NVML refused GPM profiling on {source} (no permission): SM, tensor \
                          and DRAM activity are left out, every other metric keeps flowing. The \
                          driver restricts profiling to administrators: set the NVIDIA kernel \
                          module option NVreg_RestrictProfilingToAdminUsers=0 \
@@ -237,15 +334,15 @@ impl GpmReader {
                         PERMISSION_RETRY.as_secs()
                     );
                 } else {
-                    tracing::debug!(gpu.index = index, "GPM still refused on GPU {index}");
+                    tracing::debug!(gpu.index = index, "GPM still refused on {source}");
                 }
             }
             NvmlError::GpuLost => outcome.lost = true,
             e => {
-                if self.warned_error.insert(index) {
+                if self.warned_error.insert(source) {
                     tracing::warn!(
                         gpu.index = index,
-                        "NVML failed to read GPM on GPU {index}: {e}; SM, tensor and DRAM \
+                        "NVML failed to read GPM on {source}: {e}; SM, tensor and DRAM \
                          activity are missing while it fails, gpulse keeps sampling and will \
                          not repeat this warning"
                     );
@@ -255,14 +352,14 @@ impl GpmReader {
         outcome
     }
 
-    fn mark_unsupported(&mut self, index: u32, why: String) {
-        let state = self.devices.entry(index).or_default();
+    fn mark_unsupported(&mut self, source: Source, why: String) {
+        let state = self.devices.entry(source).or_default();
         state.support = Some(Support::Unsupported);
         let previous = state.previous.take();
         self.free(previous);
         tracing::info!(
-            gpu.index = index,
-            "GPU {index} gives no GPM metrics ({why}; GPM needs Hopper or newer): SM, tensor and \
+            gpu.index = source.gpu,
+            "{source} gives no GPM metrics ({why}; GPM needs Hopper or newer): SM, tensor and \
              DRAM activity are left out"
         );
     }

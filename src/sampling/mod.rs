@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod events;
 pub mod gpm;
 pub mod health;
+pub mod mig;
 pub mod model;
 pub mod nvlink;
 pub mod nvml;
@@ -12,8 +13,11 @@ pub mod window;
 
 pub use aggregate::WindowAggregator;
 pub use model::{
-    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, NvLinkSample, ProcessKind, ProcessSample,
-    RemappedRows, Snapshot, ViolationTimes, XidEvent,
+    DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
+    NvLinkSample, ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes,
+    XidEvent,
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
-pub use window::{DeviceWindow, Gauge, GpmWindow, NvLinkWindow, ProcessWindow, Window};
+pub use window::{
+    DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow, Window,
+};

@@ -102,6 +102,8 @@ pub struct DeviceSample {
     pub violation: Option<ViolationTimes>,
     /// NVLink links in link order; empty on a GPU without NVLink.
     pub nvlink: Vec<NvLinkSample>,
+    /// The MIG devices of a GPU in MIG mode, in NVML's MIG index order; empty otherwise.
+    pub mig_instances: Vec<MigInstanceSample>,
 }
 
 /// One NVLink link in one pass. Counters are the driver's, since it loaded (or since the
@@ -123,6 +125,49 @@ pub struct NvLinkSample {
     pub replay_errors: Option<u64>,
     /// Link recoveries (`NVLINK_ERROR_DL_RECOVERY`).
     pub recovery_errors: Option<u64>,
+}
+
+/// Facts about a MIG device (one compute instance inside one GPU instance) that do not change
+/// while the instance exists; read once per instance and cached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigInstanceInfo {
+    /// `MIG-…` UUID; the instance's `hw.id`.
+    pub uuid: String,
+    /// What NVML's name call returns on the MIG handle, e.g. `NVIDIA H100 80GB HBM3 MIG 3g.40gb`.
+    pub name: String,
+    /// The parent GPU's `GPU-…` UUID (`hw.parent`).
+    pub parent_uuid: String,
+    /// The parent GPU's NVML index.
+    pub parent_index: u32,
+    /// Position in the parent's MIG device list (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    pub mig_index: u32,
+    /// `nvmlDeviceGetGpuInstanceId`.
+    pub gpu_instance_id: u32,
+    /// `nvmlDeviceGetComputeInstanceId`.
+    pub compute_instance_id: u32,
+}
+
+/// One MIG device in one pass. NVML gives a MIG handle no utilisation, clocks, power or
+/// temperature (those belong to the parent GPU): memory and GPM are what it has of its own.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigInstanceSample {
+    pub info: Arc<MigInstanceInfo>,
+    /// The instance's memory slice, as the memory call on the MIG handle reports it.
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// GPM activity of the instance's GPU instance (`nvmlGpmMigSampleGet` on the parent); two
+    /// compute instances of one GPU instance show the same activity.
+    pub gpm: GpmActivity,
+}
+
+/// The MIG device a process runs in, from the instance ids NVML's process list gives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ProcessMig {
+    /// The `MIG-…` UUID of the MIG device with these ids; the `hw.id` of the process's points.
+    pub uuid: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
 }
 
 /// Row remapper state (`nvmlDeviceGetRemappedRows`).
@@ -178,6 +223,7 @@ impl DeviceSample {
             pcie_replays_total: None,
             violation: None,
             nvlink: Vec::new(),
+            mig_instances: Vec::new(),
         }
     }
 }
@@ -240,6 +286,9 @@ pub struct ProcessSample {
     pub memory_utilization: Option<f64>,
     pub encoder_utilization: Option<f64>,
     pub decoder_utilization: Option<f64>,
+    /// The MIG device the process runs in, when its GPU is in MIG mode and NVML names the
+    /// instance; `device_uuid` stays the parent GPU's.
+    pub mig: Option<ProcessMig>,
 }
 
 /// An XID error the driver reported through an NVML event set.

@@ -27,6 +27,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::GpmReader;
+use super::mig::MigReader;
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
 
 /// The library name gpulse loads by default. nvml-wrapper's own default, `libnvidia-ml.so`, only
@@ -167,6 +168,8 @@ pub struct Sampler {
     gpm: GpmReader,
     /// Each device's NVLink link count, learnt once.
     nvlink: super::nvlink::NvLinkReader,
+    /// MIG mode and the MIG devices of each GPU.
+    mig: MigReader,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -200,6 +203,7 @@ impl Sampler {
         let nvml = Arc::new(nvml);
         Ok(Self {
             gpm: GpmReader::new(Arc::clone(&nvml)),
+            mig: MigReader::new(),
             nvml,
             lib_path: lib_path.to_path_buf(),
             driver_version,
@@ -240,9 +244,19 @@ impl Sampler {
     pub fn prime_gpm(&mut self) -> bool {
         let count = self.nvml.device_count().unwrap_or(0);
         let mut any = false;
+        let nvml = Arc::clone(&self.nvml);
         for index in 0..count {
-            if let Ok(device) = self.nvml.device_by_index(index) {
+            if let Ok(device) = nvml.device_by_index(index) {
                 any |= self.gpm.prime(index, &device);
+                // A GPU in MIG mode: list its instances, which takes their first GPM samples.
+                if let Ok(info) = self.device_info(index, &device) {
+                    let Self { gpm, mig, .. } = &mut *self;
+                    let reading = mig.read(&nvml, gpm, &info, &device, std::time::Instant::now());
+                    any |= reading
+                        .instances
+                        .iter()
+                        .any(|s| gpm.has_instance_sample(index, s.info.gpu_instance_id));
+                }
             }
         }
         any
@@ -462,6 +476,23 @@ impl Sampler {
             reader.lost |= nvlink.lost;
             s.nvlink = nvlink.links;
         }
+        let mig = if reader.lost {
+            super::mig::MigReading::default()
+        } else {
+            let Sampler { nvml, gpm, mig, .. } = &mut *reader.sampler;
+            let reading = mig.read(nvml, gpm, &info, device, std::time::Instant::now());
+            for kind in &reading.errors {
+                reader.sampler.count_error(kind);
+            }
+            reader.lost |= reading.lost;
+            if reading.mode_changed {
+                // NVML answers utilisation "not supported" only while in MIG mode.
+                for field in [Field::Utilization, Field::ProcessUtilization] {
+                    reader.sampler.unsupported.remove(&(index, field));
+                }
+            }
+            reading
+        };
 
         let compute = reader
             .read(Field::ComputeProcesses, || {
@@ -496,7 +527,15 @@ impl Sampler {
             s.status = DeviceStatus::Lost;
             return s;
         }
+        let start = processes.len();
         merge_processes(&info, &compute, &graphics, &utilization, processes);
+        let instance_ids = compute
+            .iter()
+            .chain(&graphics)
+            .map(|p| (p.pid, (p.gpu_instance_id, p.compute_instance_id)))
+            .collect();
+        super::mig::attribute_processes(&info, &mig, &instance_ids, processes, start);
+        s.mig_instances = mig.instances;
         s
     }
 
@@ -564,14 +603,14 @@ impl FieldReader<'_> {
 
 /// Device memory, as `nvmlDeviceGetMemoryInfo_v2` gives it (with the driver's reserved share), or
 /// from the v1 call on a library that predates v2 (drivers before R510), without that share.
-struct Memory {
-    total: u64,
-    free: u64,
-    used: u64,
-    reserved: Option<u64>,
+pub(super) struct Memory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+    pub reserved: Option<u64>,
 }
 
-fn memory_info(nvml: &Nvml, device: &Device) -> Result<Memory, NvmlError> {
+pub(super) fn memory_info(nvml: &Nvml, device: &Device) -> Result<Memory, NvmlError> {
     match device.memory_info() {
         Ok(m) => Ok(Memory {
             total: m.total,
@@ -636,6 +675,7 @@ fn merge_processes(
             memory_utilization: None,
             encoder_utilization: None,
             decoder_utilization: None,
+            mig: None,
         });
     };
     for p in compute {

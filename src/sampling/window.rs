@@ -11,7 +11,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::model::{
-    DeviceInfo, DeviceStatus, NvLinkSample, ProcessKind, RemappedRows, ViolationTimes, XidEvent,
+    DeviceInfo, DeviceStatus, MigInstanceInfo, NvLinkSample, ProcessKind, RemappedRows,
+    ViolationTimes, XidEvent,
 };
 
 /// Summary of one gauge over the samples of a window in which it had a value.
@@ -98,6 +99,8 @@ pub struct DeviceWindow {
     pub pcie_bytes_per_second: Option<Gauge>,
     /// NVLink links in link order; empty on a GPU without NVLink.
     pub nvlink: Vec<NvLinkWindow>,
+    /// The MIG devices seen in the window (GPU in MIG mode), in MIG index order.
+    pub mig_instances: Vec<MigInstanceWindow>,
 }
 
 /// One NVLink link over one window: its last sample (the driver's counters) and its traffic
@@ -131,6 +134,20 @@ impl DeviceWindow {
             .map(|g| g.mean)
             .reduce(|a, b| a + b)
     }
+}
+
+/// One MIG device over one window.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigInstanceWindow {
+    pub info: Arc<MigInstanceInfo>,
+    /// Last values of the instance's memory slice.
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// GPM activity of the instance's GPU instance.
+    pub gpm: GpmWindow,
+    /// Host PIDs seen running in this instance during the window, ascending.
+    pub pids: Vec<u32>,
 }
 
 /// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
@@ -189,7 +206,20 @@ impl DeviceWindow {
             xid_by_code: BTreeMap::new(),
             pcie_bytes_per_second: None,
             nvlink: Vec::new(),
+            mig_instances: Vec::new(),
         }
+    }
+}
+
+impl Window {
+    /// The MIG device process `pid` ran in on the GPU `device_uuid` during the window, if its
+    /// GPU is in MIG mode and NVML named the instance.
+    pub fn mig_instance_of(&self, pid: u32, device_uuid: &str) -> Option<&MigInstanceWindow> {
+        self.devices
+            .iter()
+            .filter(|d| d.info.uuid == device_uuid)
+            .flat_map(|d| &d.mig_instances)
+            .find(|m| m.pids.binary_search(&pid).is_ok())
     }
 }
 

@@ -68,6 +68,7 @@ fn snapshot(at: SystemTime) -> Snapshot {
         memory_utilization: None,
         encoder_utilization: None,
         decoder_utilization: None,
+        mig: None,
     };
     Snapshot {
         at,
@@ -368,4 +369,75 @@ fn before_the_first_window_it_says_it_is_waiting() {
     let app = App::new(Duration::from_secs(1), "h".into(), false);
     let (screen, _) = render(&app, 80, 24);
     assert!(screen.contains("waiting for the first sample"), "{screen}");
+}
+
+#[test]
+fn mig_devices_are_listed_under_their_gpu() {
+    use crate::sampling::{GpmActivity, MigInstanceInfo, MigInstanceSample};
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_400_000);
+    let mut s = snapshot(at);
+    let instance = |gi: u32, profile: &str, used: u64, sm: f64| MigInstanceSample {
+        info: Arc::new(MigInstanceInfo {
+            uuid: format!("MIG-{gi}"),
+            name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
+            parent_uuid: "GPU-0".into(),
+            parent_index: 0,
+            mig_index: gi - 1,
+            gpu_instance_id: gi,
+            compute_instance_id: 0,
+        }),
+        memory_used_bytes: Some(used),
+        memory_free_bytes: None,
+        memory_total_bytes: Some(40 << 30),
+        gpm: GpmActivity {
+            sm_activity: Some(sm),
+            tensor_activity: Some(sm / 2.0),
+            ..GpmActivity::default()
+        },
+    };
+    s.devices[0].mig_instances = vec![
+        instance(1, "3g.40gb", 30 << 30, 0.85),
+        instance(2, "3g.40gb", 4 << 30, 0.06),
+    ];
+    let mut aggregator = WindowAggregator::new();
+    aggregator.add(&s);
+    let mut app = app(true);
+    let view = Arc::new(View {
+        attributed: Arc::new(AttributedWindow::unattributed(
+            aggregator.take().expect("a window"),
+        )),
+        findings: vec![],
+        at,
+    });
+    app.observe(view, None);
+    for (width, height) in [(80, 24), (200, 60)] {
+        let (screen, _) = render(&app, width, height);
+        let lines: Vec<&str> = screen.lines().collect();
+        let gpu0 = lines
+            .iter()
+            .position(|l| l.contains(" 0 NVIDIA H100"))
+            .expect("GPU 0");
+        let first = lines
+            .iter()
+            .position(|l| l.contains("└ MIG 3g.40gb") && l.contains("GI 1 CI 0"))
+            .unwrap_or_else(|| panic!("instance 1 missing at {width}x{height}:\n{screen}"));
+        let second = lines
+            .iter()
+            .position(|l| l.contains("└ MIG 3g.40gb") && l.contains("GI 2 CI 0"))
+            .expect("instance 2");
+        let gpu1 = lines
+            .iter()
+            .position(|l| l.contains(" 1 NVIDIA A100"))
+            .expect("GPU 1");
+        assert!(
+            gpu0 < first && first < second && second < gpu1,
+            "instances under GPU 0, before GPU 1:\n{screen}"
+        );
+        assert!(
+            lines[first].contains("SM  85%") && lines[first].contains("30.0G/40.0G"),
+            "{}",
+            lines[first]
+        );
+        assert!(lines[second].contains("SM   6%"), "{}", lines[second]);
+    }
 }

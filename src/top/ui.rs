@@ -20,7 +20,7 @@ use ratatui::Frame;
 use super::app::{App, Mode, Row, RowKind, Series};
 use crate::diagnosis::{Finding, Severity};
 use crate::export::metrics::catalogue;
-use crate::sampling::DeviceWindow;
+use crate::sampling::{DeviceWindow, MigInstanceWindow};
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
 const TALL: u16 = 40;
@@ -34,14 +34,24 @@ pub fn draw(frame: &mut Frame, app: &App) {
         .view
         .as_ref()
         .map_or(0, |v| v.attributed.window.devices.len());
+    // One line per MIG device, under its GPU.
+    let mig_count = app.view.as_ref().map_or(0, |v| {
+        v.attributed
+            .window
+            .devices
+            .iter()
+            .map(|d| d.mig_instances.len())
+            .sum::<usize>()
+    }) as u16;
     // Two lines per GPU only when all of them fit so; seeing every GPU matters more.
     let gpu_budget = area.height * 2 / 5;
-    let lines_per_gpu: u16 = if area.height >= TALL && gpu_count as u16 * 2 + 2 <= gpu_budget {
-        2
-    } else {
-        1
-    };
-    let gpu_height = (gpu_count.max(1) as u16 * lines_per_gpu + 2)
+    let lines_per_gpu: u16 =
+        if area.height >= TALL && gpu_count as u16 * 2 + mig_count + 2 <= gpu_budget {
+            2
+        } else {
+            1
+        };
+    let gpu_height = (gpu_count.max(1) as u16 * lines_per_gpu + mig_count + 2)
         .min(gpu_budget)
         .max(3);
     // Findings get two lines each (subject and since when, then summary and advice) when the
@@ -163,19 +173,25 @@ fn draw_gpus(frame: &mut Frame, area: Rect, app: &App, lines_per_gpu: u16, palet
         return;
     };
     let devices = &view.attributed.window.devices;
-    let capacity = (inner.height / lines_per_gpu.max(1)) as usize;
-    let shown = if devices.len() > capacity {
-        capacity.saturating_sub(1)
-    } else {
-        devices.len()
-    };
+    let height = inner.height as usize;
     let mut lines = Vec::new();
-    for device in devices.iter().take(shown) {
+    let mut shown = 0;
+    for (i, device) in devices.iter().enumerate() {
+        let needed = lines_per_gpu.max(1) as usize + device.mig_instances.len();
+        // Keep a line for the "more" note unless this is the last GPU.
+        let note = usize::from(i + 1 < devices.len());
+        if lines.len() + needed + note > height {
+            break;
+        }
         let history = app.devices.get(&device.info.uuid);
         lines.push(gpu_line(device, inner.width, palette));
         if lines_per_gpu > 1 {
             lines.push(gpu_second_line(device, history, inner.width, palette));
         }
+        for m in &device.mig_instances {
+            lines.push(mig_line(m, inner.width, palette));
+        }
+        shown += 1;
     }
     if shown < devices.len() {
         lines.push(Line::styled(
@@ -244,6 +260,50 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
         (Some(p), None) => spans.push(Span::raw(format!(" {:.0}W", p.last))),
         _ => {}
     }
+    Line::from(spans)
+}
+
+/// `   └ MIG 3g.40gb GI 1 CI 0  SM  85% TC  40%  MEM [██  ] 30.0/39.3G`: a MIG device under its
+/// GPU, with what NVML gives it of its own (GPM of its GPU instance, its memory slice).
+fn mig_line<'a>(m: &MigInstanceWindow, width: u16, palette: &Palette) -> Line<'a> {
+    let bar_width = if width >= 120 { 20 } else { 6 };
+    // NVML names a MIG device "<GPU name> MIG <profile>".
+    let profile = m
+        .info
+        .name
+        .rsplit_once("MIG ")
+        .map_or(m.info.name.as_str(), |(_, p)| p);
+    let mut spans = vec![Span::styled(
+        format!(
+            "   └ MIG {:<9} GI {} CI {} ",
+            truncate(profile, 9),
+            m.info.gpu_instance_id,
+            m.info.compute_instance_id
+        ),
+        palette.dim(),
+    )];
+    let pct = |g: Option<crate::sampling::Gauge>| {
+        g.map_or("n/a".to_string(), |g| format!("{:>3.0}%", g.last * 100.0))
+    };
+    spans.push(Span::raw(format!(
+        " SM {} TC {}",
+        pct(m.gpm.sm_activity),
+        pct(m.gpm.tensor_activity)
+    )));
+    let mem = match (m.memory_used_bytes, m.memory_total_bytes) {
+        (Some(used), Some(total)) if total > 0 => Some((used, total)),
+        _ => None,
+    };
+    spans.push(Span::raw("  MEM "));
+    spans.extend(bar(
+        mem.map(|(u, t)| u as f64 / t as f64 * 100.0),
+        bar_width,
+        palette,
+    ));
+    spans.push(Span::raw(match mem {
+        Some((used, total)) => format!(" {}/{}", gib(used), gib(total)),
+        None => " n/a".into(),
+    }));
     Line::from(spans)
 }
 

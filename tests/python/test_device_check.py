@@ -11,7 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _find_cdylib
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _find_cdylib() -> Path:
+    # conftest.py has the same lookup, but pytest run over several test folders (as
+    # scripts/test does) may import another folder's conftest under that name.
+    target = os.environ.get("GPULSE_TARGET_DIR")
+    candidates = ([Path(target) / "debug" / "libnvidia_ml.so"] if target else []) + [
+        REPO / "target/debug/libnvidia_ml.so"
+    ]
+    for c in candidates:
+        if c.is_file():
+            return c
+    pytest.fail(f"libnvidia_ml.so not built (looked in {candidates}); run `cargo build -p nvml-sim`", pytrace=False)
 
 OTHER_NVML = REPO / "tests" / "fixtures" / "other-nvml" / "other_nvml.c"
 STANDIN = REPO / "tests" / "fixtures" / "nvidia-smi"

@@ -66,6 +66,13 @@ pub fn report(view: &View) -> SnapshotReport<'_> {
                 memory_utilization: p.memory_utilization.map(|g| g.mean),
                 encoder_utilization: p.encoder_utilization.map(|g| g.mean),
                 decoder_utilization: p.decoder_utilization.map(|g| g.mean),
+                mig_instance: window.mig_instance_of(p.pid, &p.device_uuid).map(|m| {
+                    crate::sampling::ProcessMig {
+                        uuid: m.info.uuid.clone(),
+                        gpu_instance_id: m.info.gpu_instance_id,
+                        compute_instance_id: m.info.compute_instance_id,
+                    }
+                }),
                 workload: attributed.workloads.get(&p.pid),
                 usage: attributed.usage.get(&p.pid),
             })
@@ -132,6 +139,11 @@ fn device(d: &DeviceWindow) -> DeviceReport<'_> {
         integer_activity: d.gpm.integer_activity.map(|g| g.mean),
         graphics_activity: d.gpm.graphics_activity.map(|g| g.mean),
         nvlink: d.nvlink.iter().map(|l| l.last).collect(),
+        mig_instances: d
+            .mig_instances
+            .iter()
+            .map(crate::commands::snapshot::MigInstanceReport::of_window)
+            .collect(),
     }
 }
 

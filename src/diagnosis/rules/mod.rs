@@ -296,6 +296,7 @@ pub(crate) mod testkit {
             xid_by_code: Default::default(),
             pcie_bytes_per_second: None,
             nvlink: Vec::new(),
+            mig_instances: Vec::new(),
         }
     }
 

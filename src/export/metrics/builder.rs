@@ -7,6 +7,9 @@
 //! - One `ResourceMetrics` for the node (first, always present: device metrics), then one per
 //!   GPU process in ascending host PID order. A process on two GPUs is one resource whose data
 //!   points carry each device's `hw.id` and `gpu.index`.
+//! - A MIG device is a device of its own on the node resource (`hw.id` = its `MIG-…` UUID,
+//!   `hw.parent` = the GPU's UUID, its GPU/compute instance ids), with its memory slice and GPM
+//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points.
 //! - Every metric name, instrument and unit comes from the catalogue ([`super::METRICS`]).
 //! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
 //!   A metric with no data point is left out of the request.
@@ -28,7 +31,9 @@ use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, Poin
 use crate::attribution::{AttributedWindow, ProcessUsage, Workload};
 use crate::export::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessWindow};
+use crate::sampling::{
+    DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow,
+};
 
 use MetricId as M;
 
@@ -123,6 +128,70 @@ fn device_attributes(device: &DeviceWindow, driver_version: Option<&str>) -> Vec
     attrs.push(kv_int("gpu.index", i64::from(info.index)));
     attrs.push(kv_str("gpu.pci_address", info.pci_bus_id.as_str()));
     attrs
+}
+
+/// The attributes of a MIG device's data points: those of a device, naming its parent GPU and
+/// its instance ids; `hw.name` is the name NVML gives the MIG device (it carries the profile).
+fn mig_attributes(
+    parent: &DeviceWindow,
+    m: &MigInstanceWindow,
+    driver_version: Option<&str>,
+) -> Vec<KeyValue> {
+    let gpu = &parent.info;
+    let mut attrs = Vec::with_capacity(11);
+    attrs.push(kv_str("hw.id", m.info.uuid.as_str()));
+    attrs.push(kv_str("hw.name", m.info.name.as_str()));
+    attrs.push(kv_str("hw.type", "gpu"));
+    attrs.push(kv_str("hw.vendor", "NVIDIA"));
+    attrs.push(kv_str("hw.model", gpu.name.as_str()));
+    attrs.push(kv_str("hw.parent", gpu.uuid.as_str()));
+    if let Some(version) = driver_version {
+        attrs.push(kv_str("hw.driver_version", version));
+    }
+    attrs.push(kv_int("gpu.index", i64::from(gpu.index)));
+    attrs.push(kv_str("gpu.pci_address", gpu.pci_bus_id.as_str()));
+    attrs.extend(mig_instance_ids(m));
+    attrs
+}
+
+fn mig_instance_ids(m: &MigInstanceWindow) -> [KeyValue; 2] {
+    [
+        kv_int(
+            "nvidia.gpu.mig.gpu_instance_id",
+            i64::from(m.info.gpu_instance_id),
+        ),
+        kv_int(
+            "nvidia.gpu.mig.compute_instance_id",
+            i64::from(m.info.compute_instance_id),
+        ),
+    ]
+}
+
+/// The metrics a MIG device has of its own: its memory slice and its GPU instance's GPM
+/// activity (NVML gives it no utilisation, power, clocks or temperature: those are the GPU's).
+fn push_mig_instance(
+    b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
+    parent: &DeviceWindow,
+    m: &MigInstanceWindow,
+    driver_version: Option<&str>,
+    gauge_span: Span,
+) {
+    let base = batch.add_attribute_set(mig_attributes(parent, m, driver_version));
+    let sum_span = Span {
+        start: to_nanos(parent.counters_start),
+        end: gauge_span.end,
+    };
+    for (id, bytes) in [
+        (M::GpuMemoryUsage, m.memory_used_bytes),
+        (M::GpuMemoryLimit, m.memory_total_bytes),
+        (M::GpuMemoryFree, m.memory_free_bytes),
+    ] {
+        if let Some(bytes) = bytes {
+            b.push(id, PointAttributes::of(base), sum_span, int(bytes));
+        }
+    }
+    push_gpm(b, base, &m.gpm, gauge_span);
 }
 
 fn push_device(
@@ -458,16 +527,31 @@ fn push_gpm(b: &mut MetricsBuilder, base: AttributeSetId, gpm: &GpmWindow, span:
     }
 }
 
+/// The points of one process on one device; `mig` is the MIG device it ran in, whose `hw.id`
+/// the points then carry (with the GPU as `hw.parent`).
 fn push_process_device(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
     p: &ProcessWindow,
+    mig: Option<&MigInstanceWindow>,
     gauge_span: Span,
 ) {
-    let base = batch.add_attribute_set(vec![
-        kv_str("hw.id", p.device_uuid.as_str()),
-        kv_int("gpu.index", i64::from(p.device_index)),
-    ]);
+    let attributes = match mig {
+        None => vec![
+            kv_str("hw.id", p.device_uuid.as_str()),
+            kv_int("gpu.index", i64::from(p.device_index)),
+        ],
+        Some(m) => {
+            let mut attrs = vec![
+                kv_str("hw.id", m.info.uuid.as_str()),
+                kv_str("hw.parent", p.device_uuid.as_str()),
+                kv_int("gpu.index", i64::from(p.device_index)),
+            ];
+            attrs.extend(mig_instance_ids(m));
+            attrs
+        }
+    };
+    let base = batch.add_attribute_set(attributes);
     if let Some(g) = &p.gpu_memory_bytes {
         let span = Span {
             start: to_nanos(p.first_seen),
@@ -574,13 +658,24 @@ pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> Metr
             driver_version,
             gauge_span,
         );
+        for m in &device.mig_instances {
+            push_mig_instance(
+                &mut node_builder,
+                &mut batch,
+                device,
+                m,
+                driver_version,
+                gauge_span,
+            );
+        }
     }
     batch.push_resource(node_resource(node), node_builder.points);
 
     for (pid, rows) in by_pid {
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
         for p in &rows {
-            push_process_device(&mut b, &mut batch, p, gauge_span);
+            let mig = window.mig_instance_of(p.pid, &p.device_uuid);
+            push_process_device(&mut b, &mut batch, p, mig, gauge_span);
         }
         let process = attributed.process(pid);
         if let Some(u) = process.and_then(|p| p.usage) {
@@ -1034,6 +1129,117 @@ mod tests {
         assert_eq!(mem.start_time_unix_nano, 900 * 1_000_000_000, "first_seen");
         assert_eq!(mem.time_unix_nano, 1010 * 1_000_000_000);
         assert_eq!(value(mem), 1.5e9, "last value");
+    }
+
+    #[test]
+    fn mig_instances_are_devices_under_their_gpu_and_carry_their_processes() {
+        use crate::sampling::{GpmWindow, MigInstanceInfo, MigInstanceWindow};
+        let mut gpu = bare_device(0);
+        let instance = |gi: u32, uuid: &str, pids: Vec<u32>, sm: f64| MigInstanceWindow {
+            info: Arc::new(MigInstanceInfo {
+                uuid: uuid.into(),
+                name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb".into(),
+                parent_uuid: "GPU-0000".into(),
+                parent_index: 0,
+                mig_index: gi - 1,
+                gpu_instance_id: gi,
+                compute_instance_id: 0,
+            }),
+            memory_used_bytes: Some(u64::from(gi) << 30),
+            memory_free_bytes: Some(40 << 30),
+            memory_total_bytes: Some(42_144_366_592),
+            gpm: GpmWindow {
+                sm_activity: Some(g(sm, sm, sm, sm)),
+                ..GpmWindow::default()
+            },
+            pids,
+        };
+        gpu.mig_instances = vec![
+            instance(1, "MIG-a", vec![42], 0.85),
+            instance(2, "MIG-b", vec![], 0.05),
+        ];
+        let w = window(
+            vec![gpu, bare_device(1)],
+            vec![process(42, 0), process(7, 1)],
+        );
+        let req = build(&w);
+        let node = &req.resource_metrics[0];
+        let usage = points(node, "hw.gpu.memory.usage");
+        let of = |id: &str| {
+            usage
+                .iter()
+                .find(|p| attr(p, "hw.id") == Some(&s(id)))
+                .unwrap_or_else(|| panic!("no memory point of {id}"))
+        };
+        let a = of("MIG-a");
+        assert_eq!(value(a), f64::from(1u32 << 30));
+        assert_eq!(attr(a, "hw.parent"), Some(&s("GPU-0000")));
+        assert_eq!(
+            attr(a, "hw.name"),
+            Some(&s("NVIDIA H100 80GB HBM3 MIG 3g.40gb"))
+        );
+        assert_eq!(
+            attr(a, "nvidia.gpu.mig.gpu_instance_id"),
+            Some(&any_value::Value::IntValue(1))
+        );
+        assert_eq!(
+            attr(a, "nvidia.gpu.mig.compute_instance_id"),
+            Some(&any_value::Value::IntValue(0))
+        );
+        assert_eq!(value(of("MIG-b")), f64::from(2u32 << 30));
+        let limit = points(node, "hw.gpu.memory.limit");
+        let gpu_limit = limit
+            .iter()
+            .find(|p| attr(p, "hw.id") == Some(&s("GPU-0000")))
+            .expect("the GPU's own limit point");
+        assert_eq!(attr(gpu_limit, "hw.parent"), None, "a GPU has no parent");
+        assert!(limit
+            .iter()
+            .any(|p| attr(p, "hw.id") == Some(&s("MIG-b")) && value(p) == 42_144_366_592.0));
+        let sm = points(node, "nvidia.gpu.sm.activity");
+        let sm_of = |id: &str| {
+            sm.iter()
+                .find(|p| attr(p, "hw.id") == Some(&s(id)))
+                .map(value)
+        };
+        assert_eq!(sm_of("MIG-a"), Some(0.85));
+        assert_eq!(sm_of("MIG-b"), Some(0.05));
+        // Only memory and GPM: no utilisation or status point is invented for an instance.
+        for name in ["hw.gpu.utilization", "hw.status", "hw.power"] {
+            assert!(
+                points(node, name)
+                    .iter()
+                    .all(|p| attr(p, "hw.parent").is_none()),
+                "{name} has a MIG point"
+            );
+        }
+
+        // PID 42 ran in MIG-a: its points carry the instance; PID 7 (GPU 1, no MIG) the GPU.
+        let pid_points = |pid: i64| {
+            req.resource_metrics
+                .iter()
+                .find(|rm| {
+                    rm.resource.as_ref().is_some_and(|r| {
+                        r.attributes.iter().any(|kv| {
+                            kv.key == "process.pid"
+                                && kv.value.as_ref().and_then(|v| v.value.clone())
+                                    == Some(any_value::Value::IntValue(pid))
+                        })
+                    })
+                })
+                .map(|rm| points(rm, "process.gpu.memory.usage").to_vec())
+                .expect("process resource")
+        };
+        let p42 = pid_points(42);
+        assert_eq!(attr(&p42[0], "hw.id"), Some(&s("MIG-a")));
+        assert_eq!(attr(&p42[0], "hw.parent"), Some(&s("GPU-0000")));
+        assert_eq!(
+            attr(&p42[0], "nvidia.gpu.mig.gpu_instance_id"),
+            Some(&any_value::Value::IntValue(1))
+        );
+        let p7 = pid_points(7);
+        assert_eq!(attr(&p7[0], "hw.id"), Some(&s("GPU-0001")));
+        assert_eq!(attr(&p7[0], "hw.parent"), None);
     }
 
     #[test]

@@ -105,7 +105,8 @@ pub(crate) enum MetricId {
 }
 
 impl MetricId {
-    /// This metric's row of [`METRICS`].
+    /// This metric's row of [`METRICS`]. Only the `otel-sdk` library API reads it by id.
+    #[cfg_attr(not(feature = "otel-sdk"), allow(dead_code))]
     pub(crate) fn spec(self) -> &'static MetricSpec {
         &METRICS[self as usize]
     }

@@ -1,0 +1,490 @@
+//! MIG instances through the real nvml-wrapper path, against both NVML implementations: nvml-sim
+//! (scenario `mig-2-instances.toml`) and the independent C library (tests/fixtures/other-nvml),
+//! each with values of its own. `gpulse snapshot --format json` must list exactly the instances
+//! each library gives under their GPU, and `gpulse run` must export them as devices of their own
+//! (`hw.id` = MIG UUID, `hw.parent`, instance ids, memory slice, per-instance GPM), with each
+//! process's `process.gpu.*` points on its instance.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{Receiver, ReceiverOptions};
+use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests, Gpulse};
+use crate::sampling::gpulse_bin;
+
+const MIB: u64 = 1024 * 1024;
+
+/// nvml-sim's scenario: GPU 0 in MIG mode with two 3g.40gb instances, GPU 1 whole.
+mod sim {
+    pub const GPU0: &str = "GPU-5b6c7d8e-9f01-4a2b-8c3d-4e5f6a7b8c90";
+    pub const GPU1: &str = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f";
+    pub const MIG1: &str = "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d";
+    pub const MIG2: &str = "MIG-6f7e8d9c-0b1a-5c2d-9e3f-4a5b6c7d8e9f";
+    pub const NAME: &str = "NVIDIA H100 80GB HBM3 MIG 3g.40gb";
+}
+
+/// The independent library: GPU 0 in MIG mode with GI 3 (2g.12gb) and GI 5 (1g.6gb).
+mod other {
+    pub const GPU0: &str = "GPU-0ther000-1111-2222-3333-444444444444";
+    pub const MIG3: &str = "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd01";
+    pub const MIG5: &str = "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd02";
+}
+
+/// GPM of one instance as snapshot keys and exported (metric, pipe) names.
+struct Activity(&'static [(&'static str, f64)]);
+
+/// nvml-sim GI 1 and GI 2 (the scenario's `[device.mig_instance.gpm]`; unset metrics are 0).
+const SIM_GI1: Activity = Activity(&[
+    ("sm_activity", 0.85),
+    ("sm_occupancy", 0.55),
+    ("tensor_activity", 0.4),
+    ("dram_activity", 0.45),
+    ("fp16_activity", 0.3),
+    ("fp32_activity", 0.0),
+]);
+const SIM_GI2: Activity = Activity(&[
+    ("sm_activity", 0.05),
+    ("sm_occupancy", 0.02),
+    ("tensor_activity", 0.0),
+    ("dram_activity", 0.01),
+]);
+
+/// The other library's GI 3 and GI 5 (its header comment's table, percent / 100).
+const OTHER_GI3: Activity = Activity(&[
+    ("graphics_activity", 0.83),
+    ("sm_activity", 0.805),
+    ("sm_occupancy", 0.45),
+    ("integer_activity", 0.08),
+    ("tensor_activity", 0.4025),
+    ("tensor_dfma_activity", 0.0),
+    ("tensor_hmma_activity", 0.38),
+    ("tensor_imma_activity", 0.0225),
+    ("dram_activity", 0.555),
+    ("fp64_activity", 0.0),
+    ("fp32_activity", 0.12),
+    ("fp16_activity", 0.30),
+]);
+const OTHER_GI5: Activity = Activity(&[
+    ("graphics_activity", 0.09),
+    ("sm_activity", 0.075),
+    ("sm_occupancy", 0.025),
+    ("integer_activity", 0.005),
+    ("tensor_activity", 0.0),
+    ("dram_activity", 0.03),
+    ("fp32_activity", 0.04),
+    ("fp16_activity", 0.0),
+]);
+
+/// The exported metric and `nvidia.gpu.pipe` of a snapshot GPM key.
+fn metric_of(key: &str) -> (&'static str, Option<&'static str>) {
+    match key {
+        "sm_activity" => ("nvidia.gpu.sm.activity", None),
+        "sm_occupancy" => ("nvidia.gpu.sm.occupancy", None),
+        "dram_activity" => ("nvidia.gpu.dram.activity", None),
+        "graphics_activity" => ("nvidia.gpu.graphics.activity", None),
+        "tensor_activity" => ("nvidia.gpu.pipe.activity", Some("tensor")),
+        "tensor_hmma_activity" => ("nvidia.gpu.pipe.activity", Some("tensor.hmma")),
+        "tensor_imma_activity" => ("nvidia.gpu.pipe.activity", Some("tensor.imma")),
+        "tensor_dfma_activity" => ("nvidia.gpu.pipe.activity", Some("tensor.dfma")),
+        "fp16_activity" => ("nvidia.gpu.pipe.activity", Some("fp16")),
+        "fp32_activity" => ("nvidia.gpu.pipe.activity", Some("fp32")),
+        "fp64_activity" => ("nvidia.gpu.pipe.activity", Some("fp64")),
+        "integer_activity" => ("nvidia.gpu.pipe.activity", Some("integer")),
+        other => panic!("unknown GPM key {other}"),
+    }
+}
+
+fn close(got: &Value, want: f64, what: &str) {
+    let got = got
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what}: {got} is not a number"));
+    assert!((got - want).abs() < 1e-9, "{what}: {got} != {want}");
+}
+
+/// Checks one snapshot instance against what the library gives.
+fn check_snapshot_instance(
+    instance: &Value,
+    uuid: &str,
+    name: &str,
+    ids: (u32, u32),
+    memory: (u64, u64),
+    activity: &Activity,
+) {
+    assert_eq!(instance["uuid"], uuid, "{instance}");
+    assert_eq!(instance["name"], name, "{instance}");
+    assert_eq!(instance["gpu_instance_id"], ids.0, "{instance}");
+    assert_eq!(instance["compute_instance_id"], ids.1, "{instance}");
+    assert_eq!(instance["memory_total_bytes"], memory.1, "{instance}");
+    assert_eq!(instance["memory_used_bytes"], memory.0, "{instance}");
+    assert_eq!(
+        instance["memory_free_bytes"],
+        memory.1 - memory.0,
+        "{instance}"
+    );
+    for (key, want) in activity.0 {
+        close(&instance[*key], *want, &format!("{uuid} {key}"));
+    }
+}
+
+fn snapshot_of(command: &mut Command) -> Value {
+    let output = command.output().expect("run gpulse snapshot");
+    assert!(
+        output.status.success(),
+        "gpulse snapshot failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("snapshot JSON")
+}
+
+fn scenario_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios/mig-2-instances.toml")
+}
+
+fn process(snapshot: &Value, pid: u32) -> &Value {
+    snapshot["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid}: {snapshot}"))
+}
+
+#[test]
+fn snapshot_lists_nvml_sims_instances_under_their_gpu() {
+    let s = snapshot_of(
+        Command::new(gpulse_bin())
+            .args(["snapshot", "--format", "json", "--nvml-lib"])
+            .arg(crate::sampling::sim_lib())
+            .env("NVML_SIM_SCENARIO", scenario_path())
+            .env("GPULSE_KUBELET_SOCKET", "none"),
+    );
+    let devices = s["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2, "instances are not GPUs of their own here");
+    let gpu0 = &devices[0];
+    assert_eq!(gpu0["uuid"], sim::GPU0);
+    assert_eq!(
+        gpu0["utilization_gpu"],
+        Value::Null,
+        "NVML gives no utilisation in MIG mode"
+    );
+    let instances = gpu0["mig_instances"].as_array().expect("mig_instances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    let total = 40192 * MIB;
+    check_snapshot_instance(
+        &instances[0],
+        sim::MIG1,
+        sim::NAME,
+        (1, 0),
+        (30720 * MIB, total),
+        &SIM_GI1,
+    );
+    check_snapshot_instance(
+        &instances[1],
+        sim::MIG2,
+        sim::NAME,
+        (2, 0),
+        (4096 * MIB, total),
+        &SIM_GI2,
+    );
+    assert_eq!(devices[1]["uuid"], sim::GPU1);
+    assert_eq!(devices[1]["mig_instances"], serde_json::json!([]));
+
+    for (pid, instance, gi) in [(6101, sim::MIG1, 1), (6102, sim::MIG2, 2)] {
+        let p = process(&s, pid);
+        assert_eq!(p["device_uuid"], sim::GPU0, "the GPU stays the device: {p}");
+        assert_eq!(p["mig_instance"]["uuid"], instance, "{p}");
+        assert_eq!(p["mig_instance"]["gpu_instance_id"], gi, "{p}");
+        assert_eq!(p["mig_instance"]["compute_instance_id"], 0, "{p}");
+    }
+    assert_eq!(process(&s, 6201)["mig_instance"], Value::Null);
+}
+
+#[test]
+fn snapshot_lists_another_nvmls_instances_under_their_gpu() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = crate::other_nvml::build_library(dir.path());
+    // The library's own processes: 4242 (512 MiB) in GI 3, 4343 (256 MiB) in GI 5.
+    let s = snapshot_of(
+        Command::new(gpulse_bin())
+            .args(["snapshot", "--format", "json", "--nvml-lib"])
+            .arg(&lib)
+            .env_remove("OTHER_NVML_PIDS")
+            .env("GPULSE_KUBELET_SOCKET", "none"),
+    );
+    let devices = s["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    let instances = devices[0]["mig_instances"].as_array().expect("instances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    check_snapshot_instance(
+        &instances[0],
+        other::MIG3,
+        "Other Board A MIG 2g.12gb",
+        (3, 0),
+        (536870912, 12884901888),
+        &OTHER_GI3,
+    );
+    check_snapshot_instance(
+        &instances[1],
+        other::MIG5,
+        "Other Board A MIG 1g.6gb",
+        (5, 0),
+        (268435456, 6442450944),
+        &OTHER_GI5,
+    );
+    assert_eq!(
+        devices[1]["mig_instances"],
+        serde_json::json!([]),
+        "GPU 1 answers NOT_SUPPORTED to MIG calls"
+    );
+    for (pid, instance, gi) in [(4242, other::MIG3, 3), (4343, other::MIG5, 5)] {
+        let p = process(&s, pid);
+        assert_eq!(p["device_uuid"], other::GPU0, "{p}");
+        assert_eq!(p["mig_instance"]["uuid"], instance, "{p}");
+        assert_eq!(p["mig_instance"]["gpu_instance_id"], gi, "{p}");
+    }
+}
+
+/// The second export window's node metrics (the first may predate a GPM pair).
+fn node_metrics(requests: &[Value]) -> Vec<Value> {
+    let windows = window_requests(requests);
+    assert!(windows.len() >= 2, "{} windows", windows.len());
+    metrics_of(&windows[1]["request"]["resourceMetrics"][0])
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
+/// The point of `name` whose `hw.id` is `id` (and `nvidia.gpu.pipe` is `pipe`).
+fn point_of<'a>(
+    metrics: &'a [Value],
+    name: &str,
+    id: &str,
+    pipe: Option<&str>,
+) -> Option<&'a Value> {
+    let metric = metrics.iter().find(|m| m["name"] == name)?;
+    points(metric).into_iter().find(|p| {
+        attr_str(&p["attributes"], "hw.id").as_deref() == Some(id)
+            && attr_str(&p["attributes"], "nvidia.gpu.pipe").as_deref() == pipe
+    })
+}
+
+/// Checks an instance's exported points: attributes, memory slice, GPM.
+fn check_exported_instance(
+    metrics: &[Value],
+    uuid: &str,
+    parent: &str,
+    name: &str,
+    ids: (u32, u32),
+    memory: (u64, u64),
+    activity: &Activity,
+) {
+    let usage = point_of(metrics, "hw.gpu.memory.usage", uuid, None)
+        .unwrap_or_else(|| panic!("no memory point of {uuid}: {metrics:?}"));
+    let attrs = &usage["attributes"];
+    assert_eq!(attr_str(attrs, "hw.parent").as_deref(), Some(parent));
+    assert_eq!(attr_str(attrs, "hw.name").as_deref(), Some(name));
+    assert_eq!(attr_str(attrs, "hw.type").as_deref(), Some("gpu"));
+    assert_eq!(
+        attr_str(attrs, "nvidia.gpu.mig.gpu_instance_id"),
+        Some(ids.0.to_string())
+    );
+    assert_eq!(
+        attr_str(attrs, "nvidia.gpu.mig.compute_instance_id"),
+        Some(ids.1.to_string())
+    );
+    assert_eq!(value(usage), memory.0 as f64, "{uuid} memory usage");
+    let limit = point_of(metrics, "hw.gpu.memory.limit", uuid, None).expect("limit");
+    assert_eq!(value(limit), memory.1 as f64, "{uuid} memory limit");
+    for (key, want) in activity.0 {
+        let (metric, pipe) = metric_of(key);
+        let point = point_of(metrics, metric, uuid, pipe)
+            .unwrap_or_else(|| panic!("no {metric} {pipe:?} point of {uuid}"));
+        let got = value(point);
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{uuid} {metric} {pipe:?}: {got} != {want}"
+        );
+        assert_eq!(
+            attr_str(&point["attributes"], "hw.parent").as_deref(),
+            Some(parent)
+        );
+    }
+    assert!(
+        point_of(metrics, "hw.gpu.utilization", uuid, None).is_none(),
+        "NVML gives a MIG device no utilisation"
+    );
+}
+
+/// `process.gpu.memory.usage` of `pid`: its value, `hw.id` and `hw.parent`.
+fn process_memory(request: &Value, pid: u32) -> (f64, Option<String>, Option<String>) {
+    let resource =
+        process_resource(request, pid).unwrap_or_else(|| panic!("no resource for {pid}"));
+    let memory = metrics_of(resource)
+        .into_iter()
+        .find(|m| m["name"] == "process.gpu.memory.usage")
+        .expect("process.gpu.memory.usage");
+    let point = points(memory)[0];
+    (
+        value(point),
+        attr_str(&point["attributes"], "hw.id"),
+        attr_str(&point["attributes"], "hw.parent"),
+    )
+}
+
+#[test]
+fn run_exports_nvml_sims_instances_as_devices_of_their_own() {
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let scenario = std::fs::read_to_string(scenario_path()).expect("scenario");
+    let gpulse = Gpulse::start(
+        &scenario,
+        &[],
+        &["--sample-interval", "200ms", "--export-interval", "1s"],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+        ],
+    );
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(60));
+    let (status, stderr) = gpulse.terminate();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    let metrics = node_metrics(&requests);
+    let total = 40192 * MIB;
+    check_exported_instance(
+        &metrics,
+        sim::MIG1,
+        sim::GPU0,
+        sim::NAME,
+        (1, 0),
+        (30720 * MIB, total),
+        &SIM_GI1,
+    );
+    check_exported_instance(
+        &metrics,
+        sim::MIG2,
+        sim::GPU0,
+        sim::NAME,
+        (2, 0),
+        (4096 * MIB, total),
+        &SIM_GI2,
+    );
+    // The GPU itself: GPM of the whole GPU, no utilisation (MIG), no parent.
+    let sm = point_of(&metrics, "nvidia.gpu.sm.activity", sim::GPU0, None).expect("GPU 0 SM");
+    assert!((value(sm) - 0.45).abs() < 1e-9);
+    assert_eq!(attr_str(&sm["attributes"], "hw.parent"), None);
+    let general_utilization = |id: &str| {
+        let metric = metrics.iter().find(|m| m["name"] == "hw.gpu.utilization")?;
+        points(metric).into_iter().find(|p| {
+            attr_str(&p["attributes"], "hw.id").as_deref() == Some(id)
+                && attr_str(&p["attributes"], "hw.gpu.task").as_deref() == Some("general")
+        })
+    };
+    assert!(general_utilization(sim::GPU0).is_none(), "MIG mode");
+    assert!(general_utilization(sim::GPU1).is_some());
+
+    let windows = window_requests(&requests);
+    let request = windows[1];
+    for (pid, bytes, instance) in [
+        (6101, 30720 * MIB, sim::MIG1),
+        (6102, 4096 * MIB, sim::MIG2),
+    ] {
+        let (got, id, parent) = process_memory(request, pid);
+        assert_eq!(got, bytes as f64, "{pid}");
+        assert_eq!(id.as_deref(), Some(instance), "{pid} on its instance");
+        assert_eq!(parent.as_deref(), Some(sim::GPU0), "{pid}");
+    }
+    let (_, id, parent) = process_memory(request, 6201);
+    assert_eq!(id.as_deref(), Some(sim::GPU1));
+    assert_eq!(parent, None);
+
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains("WARN") || l.contains("ERROR")),
+        "MIG mode's unsupported utilisation is no warning: {stderr}"
+    );
+}
+
+/// `gpulse run` against the independent library until two windows arrived.
+fn run_other(lib: &Path, pids: &str) -> (Vec<Value>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let stderr_path = dir.path().join("stderr.log");
+    let mut gpulse = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ])
+        .arg("--nvml-lib")
+        .arg(lib)
+        .env("OTHER_NVML_PIDS", pids)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("start gpulse run");
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(60));
+    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
+    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
+    let status = gpulse.wait().expect("wait for gpulse");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    (requests, stderr)
+}
+
+#[test]
+fn run_exports_another_nvmls_instances_as_devices_of_their_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = crate::other_nvml::build_library(dir.path());
+    // Process 0 runs in GI 3, process 1 in GI 5 (the library's rule: instance i % 2).
+    let (requests, stderr) = run_other(&lib, "4242:1073741824,4343:2147483648");
+    let metrics = node_metrics(&requests);
+    check_exported_instance(
+        &metrics,
+        other::MIG3,
+        other::GPU0,
+        "Other Board A MIG 2g.12gb",
+        (3, 0),
+        (1073741824, 12884901888),
+        &OTHER_GI3,
+    );
+    check_exported_instance(
+        &metrics,
+        other::MIG5,
+        other::GPU0,
+        "Other Board A MIG 1g.6gb",
+        (5, 0),
+        (2147483648, 6442450944),
+        &OTHER_GI5,
+    );
+    let windows = window_requests(&requests);
+    for (pid, bytes, instance) in [
+        (4242, 1073741824.0, other::MIG3),
+        (4343, 2147483648.0, other::MIG5),
+    ] {
+        let (got, id, parent) = process_memory(windows[1], pid);
+        assert_eq!(got, bytes, "{pid}");
+        assert_eq!(id.as_deref(), Some(instance), "{pid} on its instance");
+        assert_eq!(parent.as_deref(), Some(other::GPU0), "{pid}");
+    }
+    assert!(
+        !stderr.lines().any(|l| l.contains("WARN")),
+        "no warning: {stderr}"
+    );
+}
