@@ -297,7 +297,7 @@ def targets(summary):
     if g100:
         hi = g100["core_percent"][1]
         lines.append(("gpulse 8×N every 100 ms, 1 s export: < 1 % of a core",
-                      f"{fmt_range(*g100['core_percent'], 2)} %", hi < 1.0))
+                      f"{fmt_range(*g100['core_percent'], 3)} %", hi < 1.0))
     for g in summary:
         if g["name"].startswith("gpulse@"):
             hi = g["peak_rss_mib"][1]
