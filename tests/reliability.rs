@@ -744,13 +744,13 @@ fn readyz_is_503_while_nvml_is_down() {
 #[test]
 fn driver_gone_for_a_while_is_reopened_and_metrics_resume() {
     let gpulse = Sidecar::start(DRIVER_GONE, &FAST, &[]);
-    // A window without samples exports nothing of its own; gpulse's health goes on in its own
-    // requests, and one of them during the gap counts the NVML failures.
+    // A window without samples carries gpulse's health alone; a request during the gap counts
+    // the NVML failures.
     let failing = |r: &Value| {
         is_health_request(r) && node_total(r, "gpulse.nvml.errors").unwrap_or(0.0) >= 1.0
     };
-    // Health and windows travel in separate requests, so a window sampled before the gap may
-    // arrive after the gap's health request: "again" means device metrics sampled after it.
+    // The first request counting failures may still carry device metrics sampled before the
+    // gap: "again" means device metrics sampled after it.
     let requests = gpulse.wait_for("metrics, a gap, then metrics again", |r| {
         let first = r.iter().position(has_device_metrics);
         let gap = first.and_then(|f| r[f..].iter().find(|r| failing(r)));

@@ -148,34 +148,40 @@ pub fn metrics_requests(requests: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
-/// Whether a request is gpulse's own health alone (`src/telemetry`: its own request on the node
-/// resource, every export interval), not an export window's GPU metrics.
-pub fn is_health_request(request: &Value) -> bool {
+/// The names of every metric in a request, whatever its resource.
+fn metric_names(request: &Value) -> Vec<&str> {
+    let body = request.get("request").unwrap_or(request);
+    body["resourceMetrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(metrics_of)
+        .filter_map(|m| m["name"].as_str())
+        .collect()
+}
+
+fn is_health_metric(name: &str) -> bool {
     const HEALTH: [&str; 4] = [
         "gpulse.export.",
         "gpulse.sample.",
         "gpulse.nvml.",
         "gpulse.diagnosis.",
     ];
-    let body = request.get("request").unwrap_or(request);
-    let names: Vec<&str> = body["resourceMetrics"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(metrics_of)
-        .filter_map(|m| m["name"].as_str())
-        .collect();
-    !names.is_empty()
-        && names
-            .iter()
-            .all(|n| HEALTH.iter().any(|h| n.starts_with(h)))
+    HEALTH.iter().any(|h| name.starts_with(h))
 }
 
-/// The accepted metrics requests of export windows (gpulse's own health requests left out).
+/// Whether a request carries gpulse's own health (`src/telemetry`: on the node resource of each
+/// export window's request, or alone when a window had no sample).
+pub fn is_health_request(request: &Value) -> bool {
+    metric_names(request).into_iter().any(is_health_metric)
+}
+
+/// The accepted metrics requests that carry an export window's GPU metrics (requests with
+/// gpulse's own health alone left out).
 pub fn window_requests(requests: &[Value]) -> Vec<&Value> {
     metrics_requests(requests)
         .into_iter()
-        .filter(|r| !is_health_request(r))
+        .filter(|r| metric_names(r).into_iter().any(|n| !is_health_metric(n)))
         .collect()
 }
 
@@ -529,12 +535,18 @@ fn sigterm_flushes_the_partial_window_and_exits_zero() {
         1,
         "the one partial window, flushed at SIGTERM"
     );
-    // gpulse's own health, collected once more at SIGTERM (the 1 min interval never elapsed).
+    // gpulse's own health, collected at SIGTERM into that same request (one request per
+    // window), on the node resource.
     let health: Vec<&Value> = metrics_requests(&requests)
         .into_iter()
         .filter(|r| is_health_request(r))
         .collect();
     assert_eq!(health.len(), 1, "the health flushed at SIGTERM");
+    assert_eq!(
+        metrics_requests(&requests).len(),
+        1,
+        "the health rides in the window's request"
+    );
     let health_names: BTreeSet<&str> = metrics_of(&health[0]["request"]["resourceMetrics"][0])
         .iter()
         .filter_map(|m| m["name"].as_str())

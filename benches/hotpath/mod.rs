@@ -10,6 +10,9 @@
 //! - `attribution/warm` resolves every GPU process with a warm cache (one `stat` read per PID),
 //!   `attribution/churn` with an eighth of the PIDs new on every call (their files read in
 //!   full), against a generated procfs tree (containerd pods, `OTEL_SERVICE_NAME` in environ);
+//! - `attribution_real/per_reader` and `attribution_real/shared_table`: one window's procfs work
+//!   on real sleeping processes under `/proc`, before and after the shared per-window process
+//!   table, in CPU time of the benchmark thread;
 //! - `export/build` is `metrics_batch` over a ten-sample window, `export/build_encode` the
 //!   same plus `MetricsBatch::encode`, the bytes the transports put on the wire;
 //!   `export/prost_build_encode` is the reference it replaced: the same request built as
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use gpulse::attribution::{
-    AttributedWindow, AttributionSettings, Attributor, GpuProcessRef, ProcessUsage,
+    AttributedWindow, AttributionSettings, Attributor, GpuProcessRef, ParentWatch, ProcessUsage,
 };
 use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
@@ -136,6 +139,7 @@ pub fn run(label: &str, scenario: &str) {
         })
     });
     group.finish();
+    real_processes(&mut c, label, &window);
 
     let node = NodeIdentity {
         host_name: "gpu-node-17".into(),
@@ -180,6 +184,97 @@ pub fn run(label: &str, scenario: &str) {
     group.finish();
 
     c.final_summary();
+}
+
+/// `attribution_real/{label}`: one export window's procfs work (identity, CPU/RSS usage with
+/// descendants, parent liveness) for the window's processes as real sleeping processes under
+/// `/proc`, timed in CPU time of the benchmark thread (user + system, so a loaded machine's
+/// waiting is not counted; the kernel's work for `/proc` is):
+/// - `per_reader`: the attributor, the usage tracker and the parent watch each reading what
+///   they need (every `stat` under `/proc` for descendants);
+/// - `shared_table`: one `ProcessTable` per window (each `stat` read once, descendants through
+///   the threads' `children` files) given to all three, as `gpulse run` does.
+fn real_processes(c: &mut Criterion, label: &str, window: &Window) {
+    let mut distinct: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut sleepers: Vec<std::process::Child> = Vec::with_capacity(distinct.len());
+    for _ in &distinct {
+        match std::process::Command::new("sleep").arg("100000").spawn() {
+            Ok(child) => sleepers.push(child),
+            Err(e) => panic!("cannot start a sleeping process: {e}"),
+        }
+    }
+    let real: HashMap<u32, u32> = distinct
+        .iter()
+        .zip(&sleepers)
+        .map(|(&sim, child)| (sim, child.id()))
+        .collect();
+    let refs: Vec<GpuProcessRef<'_>> = window
+        .processes
+        .iter()
+        .map(|p| GpuProcessRef {
+            pid: real[&p.pid],
+            device_uuid: &p.device_uuid,
+            device_minor: None,
+        })
+        .collect();
+    let pids: Vec<u32> = sleepers.iter().map(std::process::Child::id).collect();
+    let settings = AttributionSettings {
+        proc_root: PathBuf::from("/proc"),
+        include_command_line: false,
+        read_environ: true,
+        kubelet_socket: None,
+    };
+    let mut group = c.benchmark_group(format!("attribution_real/{label}"));
+    let mut attributor = Attributor::new(settings.clone());
+    let mut parents = ParentWatch::new("/proc");
+    group.bench_function("per_reader", |b| {
+        b.iter_custom(|iters| {
+            thread_cpu(|| {
+                for _ in 0..iters {
+                    black_box(attributor.resolve_processes(&refs));
+                    black_box(attributor.usage(&pids));
+                    black_box(parents.parent_alive(&pids));
+                }
+            })
+        })
+    });
+    let mut attributor = Attributor::new(settings);
+    let mut parents = ParentWatch::new("/proc");
+    group.bench_function("shared_table", |b| {
+        b.iter_custom(|iters| {
+            thread_cpu(|| {
+                for _ in 0..iters {
+                    let table = attributor.process_table_of(&pids);
+                    black_box(attributor.resolve_processes_in(&refs, &table));
+                    black_box(attributor.usage_in(&pids, &table));
+                    black_box(parents.parent_alive_in(&pids, &table));
+                }
+            })
+        })
+    });
+    group.finish();
+    for mut child in sleepers {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// CPU time (user + system) of the calling thread while `f` runs.
+fn thread_cpu(f: impl FnOnce()) -> Duration {
+    fn now() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer for clock_gettime; the clock id is a constant.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+    let start = now();
+    f();
+    now().saturating_sub(start)
 }
 
 /// The simulator built in release mode (`cargo build --release -p nvml-sim`), or

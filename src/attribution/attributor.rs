@@ -35,7 +35,7 @@ use super::podresources::{
     spawn_refresher, DeviceMatch, PodContainer, PodDirectory, RefreshHandle, DEFAULT_KUBELET_SOCKET,
 };
 use super::procfs::{executable_name, parse_cmdline, parse_passwd, ProcDir, Stat};
-use super::usage::UsageTracker;
+use super::usage::{ProcessTable, UsageTracker};
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
 use crate::sampling::window::Window;
 
@@ -214,6 +214,35 @@ impl Attributor {
     /// Resolves the processes of an export window, with the devices' minor numbers for the
     /// device-file fallback.
     pub fn resolve_window(&mut self, window: &Window) -> HashMap<u32, Workload> {
+        self.resolve_window_in(window, &ProcessTable::default())
+    }
+
+    /// Every `stat` the window's attribution needs, read once: the GPU processes' and their
+    /// descendants' (see [`ProcessTable::scan_for`]). Pass it to [`Self::resolve_window_in`],
+    /// [`Self::usage_in`] and `ParentWatch::parent_alive_in`, so a process's `stat` is read
+    /// once per window instead of once by each of them.
+    pub fn process_table(&self, window: &Window) -> ProcessTable {
+        let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        self.process_table_of(&pids)
+    }
+
+    /// [`Self::process_table`] for the given GPU PIDs.
+    pub fn process_table_of(&self, pids: &[u32]) -> ProcessTable {
+        if pids.is_empty() {
+            return ProcessTable::default();
+        }
+        ProcessTable::scan_for(&self.settings.proc_root, pids).unwrap_or_default()
+    }
+
+    /// [`Self::resolve_window`] with the `stat` of each PID taken from `table` when it is there
+    /// (read from procfs otherwise, as without a table).
+    pub fn resolve_window_in(
+        &mut self,
+        window: &Window,
+        table: &ProcessTable,
+    ) -> HashMap<u32, Workload> {
         let minors: HashMap<&str, u32> = window
             .devices
             .iter()
@@ -228,11 +257,20 @@ impl Attributor {
                 device_minor: minors.get(p.device_uuid.as_str()).copied(),
             })
             .collect();
-        self.resolve_processes(&refs)
+        self.resolve_processes_in(&refs, table)
     }
 
     /// Resolves GPU processes to workloads, one per distinct PID.
     pub fn resolve_processes(&mut self, processes: &[GpuProcessRef<'_>]) -> HashMap<u32, Workload> {
+        self.resolve_processes_in(processes, &ProcessTable::default())
+    }
+
+    /// [`Self::resolve_processes`] with each `stat` taken from `table` when it is there.
+    pub fn resolve_processes_in(
+        &mut self,
+        processes: &[GpuProcessRef<'_>],
+        table: &ProcessTable,
+    ) -> HashMap<u32, Workload> {
         self.generation += 1;
         let mut devices_of: HashMap<u32, BTreeSet<&str>> = HashMap::new();
         let mut minors_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
@@ -267,6 +305,7 @@ impl Attributor {
                 &self.settings,
                 generation,
                 pid,
+                table.stat(pid),
             );
             new_pids |= read_in_full;
             let workload = match lookup {
@@ -308,6 +347,11 @@ impl Attributor {
     /// meant once per export window.
     pub fn usage(&mut self, pids: &[u32]) -> HashMap<u32, ProcessUsage> {
         self.usage.sample(pids)
+    }
+
+    /// [`Self::usage`] over the window's [`Self::process_table`].
+    pub fn usage_in(&mut self, pids: &[u32], table: &ProcessTable) -> HashMap<u32, ProcessUsage> {
+        self.usage.sample_table(pids, table, Instant::now())
     }
 
     /// One warning when the root turns unreadable, one line when it is back.
@@ -377,6 +421,7 @@ impl Attributor {
                 &self.settings,
                 generation,
                 local_pid,
+                None,
             );
             read_new |= read_in_full;
             if let Lookup::Found(identity) = lookup {
@@ -480,16 +525,22 @@ fn workload_of(pid: u32, identity: &ProcessIdentity, method: AttributionMethod) 
 }
 
 /// Finds `pid` in `cache`, re-reading it when it is new or its start time changed; the flag
-/// says whether it was read in full this time.
+/// says whether it was read in full this time. `known` is its `stat` when the window's
+/// process table already read it.
 fn lookup<'c>(
     cache: &'c mut HashMap<u32, CacheEntry>,
     passwd: &mut Passwd,
     settings: &AttributionSettings,
     generation: u64,
     pid: u32,
+    known: Option<&Stat>,
 ) -> (Lookup<'c>, bool) {
     let dir = ProcDir::new(&settings.proc_root, pid);
-    let stat = match dir.stat() {
+    let read = match known {
+        Some(stat) => Ok(Some(stat.clone())),
+        None => dir.stat(),
+    };
+    let stat = match read {
         Ok(Some(stat)) => stat,
         Ok(None) => {
             return (

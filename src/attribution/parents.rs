@@ -9,10 +9,12 @@
 //! the host's init), nothing can be said and the answer is unknown: a container's main process
 //! legitimately looks like that.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::procfs::{ProcDir, Stat};
+use super::usage::ProcessTable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Parent {
@@ -39,22 +41,28 @@ impl ParentWatch {
     /// For each PID gpulse can read: whether its original parent is still its parent and alive.
     /// PIDs that cannot be read, or whose parent was init from the start, are left out (unknown).
     pub fn parent_alive(&mut self, pids: &[u32]) -> HashMap<u32, bool> {
+        self.parent_alive_in(pids, &ProcessTable::default())
+    }
+
+    /// [`Self::parent_alive`] with each `stat` taken from `table` when it is there (the
+    /// window's process table), read from procfs otherwise.
+    pub fn parent_alive_in(&mut self, pids: &[u32], table: &ProcessTable) -> HashMap<u32, bool> {
         let mut alive = HashMap::with_capacity(pids.len());
-        let mut seen = Vec::with_capacity(pids.len());
+        let mut seen = HashSet::with_capacity(pids.len());
         for &pid in pids {
-            let Some(stat) = read_stat(&self.proc_root, pid) else {
+            let Some(stat) = read_stat(&self.proc_root, table, pid) else {
                 continue;
             };
             let key = (pid, stat.start_time_ticks);
-            seen.push(key);
+            seen.insert(key);
             let root = &self.proc_root;
             let original = *self
                 .parents
                 .entry(key)
-                .or_insert_with(|| original_parent(root, &stat));
+                .or_insert_with(|| original_parent(root, table, &stat));
             if let Some(parent) = original {
                 let same_parent = stat.ppid == parent.pid;
-                let parent_lives = read_stat(&self.proc_root, parent.pid).is_some_and(|p| {
+                let parent_lives = read_stat(&self.proc_root, table, parent.pid).is_some_and(|p| {
                     p.start_time_ticks == parent.start_time_ticks && p.state != 'Z'
                 });
                 alive.insert(pid, same_parent && parent_lives);
@@ -65,15 +73,22 @@ impl ParentWatch {
     }
 }
 
-fn read_stat(proc_root: &Path, pid: u32) -> Option<Stat> {
-    ProcDir::new(proc_root, pid).stat().ok().flatten()
+fn read_stat<'t>(proc_root: &Path, table: &'t ProcessTable, pid: u32) -> Option<Cow<'t, Stat>> {
+    match table.stat(pid) {
+        Some(stat) => Some(Cow::Borrowed(stat)),
+        None => ProcDir::new(proc_root, pid)
+            .stat()
+            .ok()
+            .flatten()
+            .map(Cow::Owned),
+    }
 }
 
-fn original_parent(proc_root: &Path, stat: &Stat) -> Option<Parent> {
+fn original_parent(proc_root: &Path, table: &ProcessTable, stat: &Stat) -> Option<Parent> {
     if stat.ppid <= 1 {
         return None;
     }
-    let parent = read_stat(proc_root, stat.ppid)?;
+    let parent = read_stat(proc_root, table, stat.ppid)?;
     Some(Parent {
         pid: stat.ppid,
         start_time_ticks: parent.start_time_ticks,

@@ -45,19 +45,84 @@ impl ProcessTable {
         Ok(table)
     }
 
-    /// What the usage of `pids` needs: every process when at least one of them is visible
-    /// under `proc_root` (their descendants can be anywhere), none when not one is (the GPU
-    /// processes live in a PID namespace gpulse cannot see), sparing a read of all of `/proc`
-    /// each window that could find nothing.
+    /// What the usage of `pids` (and the window's parent checks) need: the `stat` of each of
+    /// `pids`, of their parents and of all their live descendants; nothing when not one of
+    /// `pids` is visible under `proc_root` (the GPU processes live in a PID namespace gpulse
+    /// cannot see).
+    ///
+    /// Descendants are found through each thread's `task/<tid>/children` file, which costs
+    /// two small reads per thread of the processes in the tree instead of one `stat` per
+    /// process under the root. When those files are missing (a kernel without
+    /// `CONFIG_PROC_CHILDREN`, or a procfs copy) or the threads outnumber the root's processes,
+    /// every `stat` under the root is read instead ([`Self::scan`]): the same tree either way.
     pub fn scan_for(proc_root: &Path, pids: &[u32]) -> std::io::Result<Self> {
-        let visible = pids
-            .iter()
-            .any(|&pid| proc_root.join(pid.to_string()).join("stat").exists());
-        if visible {
-            Self::scan(proc_root)
-        } else {
-            Ok(Self::default())
+        let mut table = Self::default();
+        for &pid in pids {
+            if let Ok(Some(stat)) = ProcDir::new(proc_root, pid).stat() {
+                table.insert(pid, stat);
+            }
         }
+        if table.stats.is_empty() {
+            return Ok(table);
+        }
+        if table.add_descendants(proc_root).is_none() {
+            return Self::scan(proc_root);
+        }
+        let parents: Vec<u32> = table.stats.values().map(|s| s.ppid).collect();
+        for ppid in parents {
+            if ppid > 0 && !table.stats.contains_key(&ppid) {
+                if let Ok(Some(stat)) = ProcDir::new(proc_root, ppid).stat() {
+                    table.insert(ppid, stat);
+                }
+            }
+        }
+        Ok(table)
+    }
+
+    /// Adds the live descendants of every process in the table, walking the `children` file
+    /// of each of their threads. `None` when that cannot give the whole tree cheaply (see
+    /// [`Self::scan_for`]); the table is then incomplete and must be replaced.
+    fn add_descendants(&mut self, proc_root: &Path) -> Option<()> {
+        let budget = list_pids(proc_root).ok()?.len();
+        let mut reads = 0usize;
+        let mut todo: Vec<u32> = self.stats.keys().copied().collect();
+        let mut seen: HashSet<u32> = todo.iter().copied().collect();
+        while let Some(pid) = todo.pop() {
+            let process = proc_root.join(pid.to_string());
+            let tasks = match std::fs::read_dir(process.join("task")) {
+                Ok(tasks) => tasks,
+                // Exited meanwhile: no descendants to find through it.
+                Err(_) if !process.exists() => continue,
+                // No per-thread directories under this root.
+                Err(_) => return None,
+            };
+            for task in tasks.flatten() {
+                reads += 1;
+                if reads > budget {
+                    return None;
+                }
+                let children = match std::fs::read_to_string(task.path().join("children")) {
+                    Ok(text) => text,
+                    // The thread exited meanwhile.
+                    Err(_) if !task.path().exists() => continue,
+                    // The kernel does not have the file.
+                    Err(_) => return None,
+                };
+                for child in children
+                    .split_ascii_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok())
+                {
+                    if seen.insert(child) {
+                        reads += 1;
+                        if let Ok(Some(stat)) = ProcDir::new(proc_root, child).stat() {
+                            self.insert(child, stat);
+                            todo.push(child);
+                        }
+                    }
+                }
+            }
+        }
+        Some(())
     }
 
     pub fn insert(&mut self, pid: u32, stat: Stat) {
@@ -279,6 +344,65 @@ mod tests {
         let usage = tracker.sample(&[10, 4242]);
         assert!(usage.contains_key(&10));
         assert!(!usage.contains_key(&4242), "an invisible PID has no usage");
+    }
+
+    /// A real process tree (`sh` and two sleeping children, in their own process group).
+    struct RealTree {
+        sh: std::process::Child,
+    }
+
+    impl Drop for RealTree {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on our own child's process group; no memory is involved.
+            unsafe { libc::kill(-(self.sh.id() as i32), libc::SIGKILL) };
+            let _ = self.sh.wait();
+        }
+    }
+
+    #[test]
+    fn descendants_found_through_children_files_are_the_full_scans() {
+        use std::os::unix::process::CommandExt;
+        let proc_root = Path::new("/proc");
+        let tree = RealTree {
+            sh: std::process::Command::new("sh")
+                .args(["-c", "sleep 60 & sleep 60 & wait"])
+                .process_group(0)
+                .spawn()
+                .expect("spawn sh"),
+        };
+        let pid = tree.sh.id();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut full_tree = loop {
+            let tree = ProcessTable::scan(proc_root).expect("scan /proc").tree(pid);
+            if tree.len() == 3 || Instant::now() > deadline {
+                break tree;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(full_tree.len(), 3, "sh and its two sleeps: {full_tree:?}");
+
+        let walked = ProcessTable::scan_for(proc_root, &[pid]).expect("scan_for");
+        let mut walked_tree = walked.tree(pid);
+        walked_tree.sort_unstable();
+        full_tree.sort_unstable();
+        assert_eq!(walked_tree, full_tree);
+        assert!(
+            walked.stat(std::process::id()).is_some(),
+            "the GPU process's parent (this test) is in the table for the parent check"
+        );
+
+        let children_file = proc_root.join(format!("{pid}/task/{pid}/children"));
+        if children_file.exists() {
+            // The tree and its parent, not every process on the host.
+            assert_eq!(walked.stats.len(), 4, "{:?}", walked.stats.keys());
+        } else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{} is missing: this kernel has no CONFIG_PROC_CHILDREN, so attribution reads \
+                 every /proc/<pid>/stat each window (the fallback checked above)",
+                children_file.display()
+            );
+        }
     }
 
     #[test]

@@ -105,15 +105,17 @@ impl Analyzer {
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
     pub fn analyze(&mut self, window: Window) -> Analysis {
-        let mut workloads = self.attributor.resolve_window(&window);
+        // One read of each process's `stat` for the whole window's attribution.
+        let table = self.attributor.process_table(&window);
+        let mut workloads = self.attributor.resolve_window_in(&window, &table);
         if let Some(own) = &self.own_pod {
             for workload in workloads.values_mut() {
                 own.apply(workload);
             }
         }
         let visible = crate::attribution::attributed::visible_pids(&workloads);
-        let usage = self.attributor.usage(&visible);
-        let parent_alive = self.parents.parent_alive(&visible);
+        let usage = self.attributor.usage_in(&visible, &table);
+        let parent_alive = self.parents.parent_alive_in(&visible, &table);
         let attributed = Arc::new(AttributedWindow {
             window,
             workloads,

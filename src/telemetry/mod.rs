@@ -1,15 +1,16 @@
 //! gpulse's own health (`gpulse.*` metrics) on the OpenTelemetry SDK: an `SdkMeterProvider` with
-//! the node's resource whose observable instruments read one [`HealthReading`] per collection,
-//! and a small `PushMetricExporter` ([`QueueExporter`]) that turns the SDK's `ResourceMetrics`
-//! into an OTLP request and pushes it into gpulse's own delivery queue, so self-telemetry shares
-//! the export path, its byte bound and its retries with the GPU metrics.
+//! the node's resource whose observable instruments read one [`HealthReading`] per collection.
+//! The provider's reader is a `ManualReader`: the pipeline collects once per export window, on
+//! its own tick, and the health rides in that window's metrics request (spliced into the node
+//! resource, [`SelfTelemetry::add_to_window`]), so one request per window goes out, as before the
+//! SDK, and no reader thread wakes on a timer of its own.
 //!
 //! This module owns the instrument names, units and attributes of the health metrics and when
 //! they are read; where the numbers come from is the caller's (`commands::run`), given as a
 //! closure, so this module depends on neither the sampler thread nor the analyzer.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
@@ -18,13 +19,16 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{
+    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
+};
 use opentelemetry_sdk::Resource;
+use prost::Message as _;
 
-use crate::export::queue::QueueHandle;
 use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
-use crate::export::transport::{EncodedRequest, Signal};
+
+mod splice;
 
 /// gpulse's health at one collection. Totals are since gpulse started.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,9 +57,11 @@ pub struct HealthReading {
 /// Reads gpulse's health; called once per collection.
 pub type HealthSource = Box<dyn FnMut() -> HealthReading + Send>;
 
-/// The running self-telemetry: a `MeterProvider` whose reader exports every `interval`.
+/// The running self-telemetry: a `MeterProvider` collected on demand, once per export window.
 pub struct SelfTelemetry {
     provider: SdkMeterProvider,
+    reader: Arc<ManualReader>,
+    collection: Arc<Collection>,
 }
 
 impl std::fmt::Debug for SelfTelemetry {
@@ -64,57 +70,106 @@ impl std::fmt::Debug for SelfTelemetry {
     }
 }
 
-impl SelfTelemetry {
-    /// Starts exporting gpulse's health every `interval` into `queue`, under the node resource.
-    pub fn start(
-        node: &NodeIdentity,
-        interval: Duration,
-        queue: QueueHandle,
-        source: HealthSource,
-    ) -> Self {
-        Self::start_with_sink(
-            node,
-            interval,
-            // What the push dropped is counted in the queue's stats and logged by the queue.
-            Box::new(move |signal, request| {
-                queue.push(signal, request);
-            }),
-            source,
-        )
-    }
+/// The provider owns its readers; this lets `SelfTelemetry` keep a handle on the same
+/// `ManualReader` to collect from.
+#[derive(Debug)]
+struct SharedReader(Arc<ManualReader>);
 
-    /// [`SelfTelemetry::start`] with the queue's `push` given as a closure (tests give their own).
-    fn start_with_sink(
-        node: &NodeIdentity,
-        interval: Duration,
-        sink: Sink,
-        source: HealthSource,
-    ) -> Self {
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+impl SelfTelemetry {
+    /// Registers the health instruments under the node resource; nothing is read until
+    /// [`SelfTelemetry::collect`].
+    pub fn start(node: &NodeIdentity, source: HealthSource) -> Self {
         let collection = Arc::new(Collection::new(source));
-        let exporter = QueueExporter {
-            sink,
-            collection: Arc::clone(&collection),
-        };
+        // Cumulative, as the hand-built health metrics were (totals since start).
+        let reader = Arc::new(
+            ManualReader::builder()
+                .with_temporality(Temporality::Cumulative)
+                .build(),
+        );
         let provider = SdkMeterProvider::builder()
             .with_resource(node_resource(node))
-            .with_reader(
-                PeriodicReader::builder(exporter)
-                    .with_interval(interval)
-                    .build(),
-            )
+            .with_reader(SharedReader(Arc::clone(&reader)))
             .build();
         let scope = InstrumentationScope::builder(SCOPE_NAME)
             .with_version(GPULSE_VERSION)
             .build();
         register(&provider.meter_with_scope(scope), &collection);
-        Self { provider }
+        Self {
+            provider,
+            reader,
+            collection,
+        }
     }
 
-    /// Collects and exports once more (into the queue), then stops the reader's thread. Call
-    /// before flushing the queue at shutdown.
+    /// Reads the health once (every instrument sees the same [`HealthReading`]) and returns it
+    /// as an OTLP request on the node resource, with its data-point count. `None` when the
+    /// collection failed (logged) or produced no point.
+    pub fn collect(&self) -> Option<(ExportMetricsServiceRequest, u64)> {
+        let mut rm = ResourceMetrics::default();
+        let collected = self.reader.collect(&mut rm);
+        // The next collection's callbacks read afresh, whatever happened to this one.
+        self.collection.finish();
+        if let Err(e) = collected {
+            tracing::warn!("gpulse's own health metrics could not be collected: {e}");
+            return None;
+        }
+        let request = ExportMetricsServiceRequest::from(&rm);
+        let points = point_count(&request);
+        (points > 0).then_some((request, points))
+    }
+
+    /// One export window's metrics request with gpulse's health added: `window` is the encoded
+    /// window request (empty when the window had no sample) and `points` its data points. The
+    /// health's scope metrics join the window's first resource, the node's (the window builder
+    /// always writes it first), so a backend sees one node entity and one request per window;
+    /// without a window the health goes out alone on the node resource. Returns the body and
+    /// its data points (0: nothing to send).
+    pub fn add_to_window(&self, window: Vec<u8>, points: u64) -> (Vec<u8>, u64) {
+        let Some((health, health_points)) = self.collect() else {
+            return (window, points);
+        };
+        if window.is_empty() {
+            return (health.encode_to_vec(), health_points);
+        }
+        let scopes = health
+            .resource_metrics
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics);
+        match splice::into_first_resource(&window, scopes) {
+            Some(body) => (body, points + health_points),
+            None => {
+                // Not a request this module can splice into (no first resource): keep both,
+                // the health as a resource of its own.
+                let mut body = window;
+                body.extend_from_slice(&health.encode_to_vec());
+                (body, points + health_points)
+            }
+        }
+    }
+
+    /// Stops the provider. The last window (`add_to_window` at shutdown) already carried the
+    /// last health reading.
     pub fn shutdown(&self) {
         if let Err(e) = self.provider.shutdown() {
-            tracing::warn!("gpulse's own health metrics were not exported at shutdown: {e}");
+            tracing::debug!("gpulse's own health metrics provider did not shut down cleanly: {e}");
         }
     }
 }
@@ -319,46 +374,6 @@ fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The SDK's exporter into gpulse's delivery queue: converts `ResourceMetrics` with
-/// opentelemetry-proto's own conversion and pushes the encoded request as `Signal::Metrics`. It
-/// never waits on the network; the queue's sender delivers and retries.
-struct QueueExporter {
-    sink: Sink,
-    collection: Arc<Collection>,
-}
-
-/// Where the exporter puts its requests: the delivery queue's `push`.
-type Sink = Box<dyn Fn(Signal, EncodedRequest) + Send + Sync>;
-
-impl PushMetricExporter for QueueExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        // The exporter runs right after each collection: the next callback reads afresh.
-        self.collection.finish();
-        let request = ExportMetricsServiceRequest::from(metrics);
-        let points = point_count(&request);
-        if points == 0 {
-            return Ok(());
-        }
-        (self.sink)(
-            Signal::Metrics,
-            EncodedRequest::from_message(&request, points),
-        );
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
-
 /// Data points in a request, for the queue's drop accounting.
 fn point_count(request: &ExportMetricsServiceRequest) -> u64 {
     request
@@ -384,11 +399,9 @@ mod tests {
     use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
     use opentelemetry_proto::tonic::common::v1::KeyValue as ProtoKeyValue;
     use opentelemetry_proto::tonic::metrics::v1::{number_data_point, Metric};
-    use prost::Message as _;
 
     use super::*;
 
-    type Sent = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
     /// A data point's value and its attributes as `key=value`.
     type Point = (f64, Vec<String>);
 
@@ -422,23 +435,18 @@ mod tests {
         }
     }
 
-    /// A provider whose reader never fires on its own: each `force_flush` is one collection.
-    fn started(source: HealthSource) -> (SelfTelemetry, Sent) {
-        let sent: Sent = Arc::new(Mutex::new(Vec::new()));
-        let sink_sent = Arc::clone(&sent);
-        let telemetry = SelfTelemetry::start_with_sink(
-            &node(),
-            Duration::from_secs(3600),
-            Box::new(move |signal, request| {
-                assert_eq!(signal, Signal::Metrics);
-                let decoded = ExportMetricsServiceRequest::decode(request.body().clone())
-                    .expect("a valid ExportMetricsServiceRequest");
-                assert_eq!(request.items(), point_count(&decoded));
-                sink_sent.lock().unwrap().push(decoded);
-            }),
-            source,
-        );
-        (telemetry, sent)
+    /// Each `collect` is one collection.
+    fn started(source: HealthSource) -> SelfTelemetry {
+        SelfTelemetry::start(&node(), source)
+    }
+
+    /// One collection, checked to be a valid request whose point count is right.
+    fn collected(telemetry: &SelfTelemetry) -> ExportMetricsServiceRequest {
+        let (request, points) = telemetry.collect().expect("collected");
+        let decoded = ExportMetricsServiceRequest::decode(request.encode_to_vec().as_slice())
+            .expect("a valid ExportMetricsServiceRequest");
+        assert_eq!(points, point_count(&decoded));
+        decoded
     }
 
     fn metric<'a>(request: &'a ExportMetricsServiceRequest, name: &str) -> &'a Metric {
@@ -483,14 +491,8 @@ mod tests {
 
     #[test]
     fn health_is_exported_with_the_old_names_units_and_the_node_resource() {
-        let (telemetry, sent) = started(Box::new(reading));
-        telemetry
-            .provider
-            .force_flush()
-            .expect("collect and export");
-        let sent = sent.lock().unwrap();
-        assert_eq!(sent.len(), 1);
-        let request = &sent[0];
+        let telemetry = started(Box::new(reading));
+        let request = &collected(&telemetry);
         assert_eq!(request.resource_metrics.len(), 1);
         let rm = &request.resource_metrics[0];
         let resource = text(&rm.resource.as_ref().expect("resource").attributes);
@@ -572,7 +574,7 @@ mod tests {
     fn the_source_is_read_once_per_collection() {
         let reads = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&reads);
-        let (telemetry, sent) = started(Box::new(move || {
+        let telemetry = started(Box::new(move || {
             let n = counter.fetch_add(1, Ordering::SeqCst) as f64;
             // Each read drains its own durations: mean and max must come from the same read.
             HealthReading {
@@ -581,27 +583,51 @@ mod tests {
                 ..HealthReading::default()
             }
         }));
-        telemetry.provider.force_flush().expect("first collection");
+        collected(&telemetry);
         assert_eq!(
             reads.load(Ordering::SeqCst),
             1,
             "eleven instruments, one read"
         );
-        telemetry.provider.force_flush().expect("second collection");
+        let last = collected(&telemetry);
         assert_eq!(reads.load(Ordering::SeqCst), 2);
-        let sent = sent.lock().unwrap();
-        let last = sent.last().expect("exported");
-        assert_eq!(points(metric(last, "gpulse.sample.duration"))[0].0, 1.0);
-        assert_eq!(points(metric(last, "gpulse.sample.duration.max"))[0].0, 1.0);
+        assert_eq!(points(metric(&last, "gpulse.sample.duration"))[0].0, 1.0);
+        assert_eq!(
+            points(metric(&last, "gpulse.sample.duration.max"))[0].0,
+            1.0
+        );
     }
 
     #[test]
-    fn shutdown_exports_the_last_collection() {
-        let (telemetry, sent) = started(Box::new(reading));
-        telemetry.shutdown();
-        let sent = sent.lock().unwrap();
-        assert_eq!(sent.len(), 1, "the collection at shutdown");
-        assert_eq!(points(metric(&sent[0], "gpulse.sample.stalled"))[0].0, 7.0);
+    fn the_health_joins_the_windows_node_resource_in_one_request() {
+        let telemetry = started(Box::new(reading));
+        let node_rm = collected(&telemetry).resource_metrics.remove(0);
+        // A window request of two resources: the node's device metrics, then a process.
+        let mut window = ExportMetricsServiceRequest {
+            resource_metrics: vec![node_rm.clone(), node_rm],
+        };
+        for rm in &mut window.resource_metrics {
+            rm.scope_metrics[0].metrics.truncate(1);
+        }
+        let window_points = point_count(&window);
+        let (body, points_sent) = telemetry.add_to_window(window.encode_to_vec(), window_points);
+        let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
+        assert_eq!(points_sent, point_count(&sent));
+        assert_eq!(sent.resource_metrics.len(), 2, "no resource of its own");
+        assert_eq!(sent.resource_metrics[0].scope_metrics.len(), 2);
+        assert_eq!(sent.resource_metrics[1], window.resource_metrics[1]);
+        let health = &sent.resource_metrics[0].scope_metrics[1];
+        assert!(health
+            .metrics
+            .iter()
+            .any(|m| m.name == "gpulse.sample.stalled"));
+
+        // A window without samples: the health alone, on the node resource.
+        let (body, points_sent) = telemetry.add_to_window(Vec::new(), 0);
+        let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
+        assert!(points_sent > 0);
+        assert_eq!(sent.resource_metrics.len(), 1);
+        assert_eq!(points(metric(&sent, "gpulse.sample.stalled"))[0].0, 7.0);
     }
 
     /// The health instruments are exactly the rows of docs/metrics.md's "Health metrics"
@@ -637,26 +663,22 @@ mod tests {
         }
         assert!(documented.len() >= 10, "parsed only {documented:?}");
 
-        let (telemetry, sent) = started(Box::new(reading));
-        telemetry
-            .provider
-            .force_flush()
-            .expect("collect and export");
-        let sent = sent.lock().unwrap();
-        let exported: BTreeMap<String, (String, String)> = sent[0].resource_metrics[0]
-            .scope_metrics[0]
-            .metrics
-            .iter()
-            .map(|m| {
-                let instrument = match &m.data {
-                    Some(Data::Gauge(_)) => "gauge",
-                    Some(Data::Sum(s)) if s.is_monotonic => "counter",
-                    Some(Data::Sum(_)) => "updowncounter",
-                    other => panic!("{}: unexpected {other:?}", m.name),
-                };
-                (m.name.clone(), (instrument.to_string(), m.unit.clone()))
-            })
-            .collect();
+        let telemetry = started(Box::new(reading));
+        let sent = collected(&telemetry);
+        let exported: BTreeMap<String, (String, String)> = sent.resource_metrics[0].scope_metrics
+            [0]
+        .metrics
+        .iter()
+        .map(|m| {
+            let instrument = match &m.data {
+                Some(Data::Gauge(_)) => "gauge",
+                Some(Data::Sum(s)) if s.is_monotonic => "counter",
+                Some(Data::Sum(_)) => "updowncounter",
+                other => panic!("{}: unexpected {other:?}", m.name),
+            };
+            (m.name.clone(), (instrument.to_string(), m.unit.clone()))
+        })
+        .collect();
         assert_eq!(exported, documented);
     }
 }

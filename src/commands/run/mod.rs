@@ -128,7 +128,7 @@ struct Pipeline {
     node: NodeIdentity,
     queue: QueueHandle,
     sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
-    /// gpulse's own health metrics, on the OTel SDK, exported through `queue`.
+    /// gpulse's own health metrics, on the OTel SDK, collected into each window's request.
     telemetry: SelfTelemetry,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
@@ -225,8 +225,6 @@ impl Pipeline {
         warn_if_no_processes_visible(&config.proc_root);
         let telemetry = SelfTelemetry::start(
             &node,
-            config.export_interval,
-            queue.clone(),
             self_health::reader(
                 queue.clone(),
                 Arc::clone(&sampler_health),
@@ -283,10 +281,16 @@ impl Pipeline {
             None => MetricsBatch::default(),
         };
         let points = batch.point_count() as u64;
-        // A window without samples has nothing to say; gpulse's own health goes out through
-        // `telemetry` on its own schedule either way.
+        let window = if points > 0 {
+            batch.encode()
+        } else {
+            Vec::new()
+        };
+        // gpulse's own health rides in the window's request (alone when the window had no
+        // sample): one metrics request per export interval.
+        let (body, points) = self.telemetry.add_to_window(window, points);
         if points > 0 {
-            self.push(Signal::Metrics, EncodedRequest::new(batch.encode(), points));
+            self.push(Signal::Metrics, EncodedRequest::new(body, points));
         }
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
             self.export_findings(&analysis.events, &analysis.attributed);
