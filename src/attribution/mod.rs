@@ -2,7 +2,8 @@
 //! executable, owner and the process's own service name — read from a procfs root and the
 //! kubelet pod-resources API.
 //!
-//! `Attributor` is the entry point (cache, fallbacks, pod names); the other modules are the pure
+//! `WindowAttributor` turns a whole window into the stage's one output, an `AttributedWindow`;
+//! `Attributor` resolves single processes (cache, fallbacks, pod names); the other modules are the pure
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
 //! the cgroup CPU limit (`cpu_quota`).
@@ -17,6 +18,7 @@ pub mod parents;
 pub mod podresources;
 pub mod procfs;
 pub mod usage;
+pub mod windows;
 pub mod workload;
 
 pub use attributed::{AttributedProcess, AttributedWindow};
@@ -30,4 +32,5 @@ pub use podresources::{
     DEFAULT_KUBELET_SOCKET,
 };
 pub use usage::UsageTracker;
+pub use windows::{OwnPod, WindowAttributor};
 pub use workload::{AttributionMethod, ProcessUsage, Workload};

@@ -12,9 +12,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use crate::attribution::cpu_quota::CpuQuotas;
-use crate::attribution::{
-    AttributedWindow, AttributionSettings, Attributor, ParentWatch, Workload,
-};
+use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
 use crate::config::downward::DownwardApi;
 use crate::config::{Config, InspectConfig};
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
@@ -36,10 +34,8 @@ pub type ViewReceiver = watch::Receiver<Option<Arc<View>>>;
 
 /// Attribution and diagnosis, with the state they keep between windows.
 pub struct Analyzer {
-    attributor: Attributor,
+    attribution: WindowAttributor,
     diagnoser: Diagnoser,
-    parents: ParentWatch,
-    own_pod: Option<OwnPod>,
     view: watch::Sender<Option<Arc<View>>>,
     /// What the training framework sent through the receiver (written by the intake).
     framework: FrameworkHandle,
@@ -88,11 +84,9 @@ impl Analyzer {
         downward: &DownwardApi,
     ) -> Self {
         Self {
-            parents: ParentWatch::new(&attribution.proc_root),
             cpu_quotas: CpuQuotas::new(&attribution.proc_root, CGROUP_ROOT),
-            attributor: Attributor::new(attribution),
+            attribution: WindowAttributor::new(attribution, own_pod(downward)),
             diagnoser: Diagnoser::new(diagnosis),
-            own_pod: OwnPod::from_config(downward),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
         }
@@ -105,23 +99,7 @@ impl Analyzer {
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
     pub fn analyze(&mut self, window: Window) -> Analysis {
-        // One read of each process's `stat` for the whole window's attribution.
-        let table = self.attributor.process_table(&window);
-        let mut workloads = self.attributor.resolve_window_in(&window, &table);
-        if let Some(own) = &self.own_pod {
-            for workload in workloads.values_mut() {
-                own.apply(workload);
-            }
-        }
-        let visible = crate::attribution::attributed::visible_pids(&workloads);
-        let usage = self.attributor.usage_in(&visible, &table);
-        let parent_alive = self.parents.parent_alive_in(&visible, &table);
-        let attributed = Arc::new(AttributedWindow {
-            window,
-            workloads,
-            usage,
-            parent_alive,
-        });
+        let attributed = Arc::new(self.attribution.attribute(window));
         let framework = self.framework_evidence(&attributed);
         let events = self
             .diagnoser
@@ -172,34 +150,13 @@ impl Analyzer {
 /// Where the cgroup file system is mounted, for the CPU quota of a process's cgroup.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// The pod gpulse itself runs in, from the Downward API (`K8S_POD_UID`, `K8S_POD_NAME`,
-/// `K8S_POD_NAMESPACE`): in a sidecar, processes whose cgroup names this pod UID are this pod's.
-#[derive(Debug, Clone)]
-struct OwnPod {
-    uid: String,
-    name: Option<String>,
-    namespace: Option<String>,
-}
-
-impl OwnPod {
-    fn from_config(downward: &DownwardApi) -> Option<Self> {
-        Some(Self {
-            uid: downward.pod_uid.clone()?,
-            name: downward.pod_name.clone(),
-            namespace: downward.pod_namespace.clone(),
-        })
-    }
-
-    fn apply(&self, workload: &mut Workload) {
-        if workload.pod_uid.as_deref() == Some(self.uid.as_str()) {
-            if workload.pod_name.is_none() {
-                workload.pod_name.clone_from(&self.name);
-            }
-            if workload.namespace_name.is_none() {
-                workload.namespace_name.clone_from(&self.namespace);
-            }
-        }
-    }
+/// The pod gpulse runs in, when the Downward API gave its UID.
+fn own_pod(downward: &DownwardApi) -> Option<OwnPod> {
+    Some(OwnPod {
+        uid: downward.pod_uid.clone()?,
+        name: downward.pod_name.clone(),
+        namespace: downward.pod_namespace.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -207,24 +164,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn own_pod_comes_from_the_downward_config_and_names_only_its_processes() {
-        assert!(OwnPod::from_config(&DownwardApi::default()).is_none());
-        let own = OwnPod::from_config(&DownwardApi {
+    fn own_pod_comes_from_the_downward_config() {
+        assert!(own_pod(&DownwardApi::default()).is_none());
+        let own = own_pod(&DownwardApi {
             pod_uid: Some("uid-a".into()),
             pod_name: Some("trainer-0".into()),
             pod_namespace: Some("ml".into()),
             node_name: None,
         })
         .expect("a pod UID makes an own pod");
-        let mut mine = Workload::unresolved(1);
-        mine.pod_uid = Some("uid-a".into());
-        let mut other = Workload::unresolved(2);
-        other.pod_uid = Some("uid-b".into());
-        own.apply(&mut mine);
-        own.apply(&mut other);
-        assert_eq!(mine.pod_name.as_deref(), Some("trainer-0"));
-        assert_eq!(mine.namespace_name.as_deref(), Some("ml"));
-        assert_eq!(other.pod_name, None);
-        assert_eq!(other.namespace_name, None);
+        assert_eq!(own.uid, "uid-a");
+        assert_eq!(own.name.as_deref(), Some("trainer-0"));
+        assert_eq!(own.namespace.as_deref(), Some("ml"));
     }
 }

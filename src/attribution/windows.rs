@@ -1,0 +1,105 @@
+//! Attribution of whole export windows: the stage's entry point for `gpulse run` and
+//! `gpulse top`. It owns what attributing a window needs beyond one process's identity — the
+//! pod gpulse itself runs in (the Downward API names it, so its processes get a pod name even
+//! without the kubelet socket) and the parent watch — and turns a [`Window`] into the one
+//! [`AttributedWindow`] every later stage reads, reading each process's `stat` once.
+
+use super::attributed::{visible_pids, AttributedWindow};
+use super::attributor::{AttributionSettings, Attributor};
+use super::parents::ParentWatch;
+use super::workload::Workload;
+use crate::sampling::Window;
+
+/// The pod gpulse runs in, from the Downward API (`K8S_POD_UID`, `K8S_POD_NAME`,
+/// `K8S_POD_NAMESPACE`): in a sidecar, processes whose cgroup names this pod UID are this pod's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnPod {
+    pub uid: String,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+}
+
+impl OwnPod {
+    /// Names `workload`'s pod when it is this pod and nothing better named it.
+    pub fn apply(&self, workload: &mut Workload) {
+        if workload.pod_uid.as_deref() == Some(self.uid.as_str()) {
+            if workload.pod_name.is_none() {
+                workload.pod_name.clone_from(&self.name);
+            }
+            if workload.namespace_name.is_none() {
+                workload.namespace_name.clone_from(&self.namespace);
+            }
+        }
+    }
+}
+
+/// Attributes windows, keeping the caches and watches that live from one window to the next.
+pub struct WindowAttributor {
+    attributor: Attributor,
+    parents: ParentWatch,
+    own_pod: Option<OwnPod>,
+}
+
+impl WindowAttributor {
+    pub fn new(settings: AttributionSettings, own_pod: Option<OwnPod>) -> Self {
+        Self {
+            parents: ParentWatch::new(&settings.proc_root),
+            attributor: Attributor::new(settings),
+            own_pod,
+        }
+    }
+
+    /// Every process of `window` with its workload, CPU/memory use and parent liveness.
+    pub fn attribute(&mut self, window: Window) -> AttributedWindow {
+        // One read of each process's `stat` for identity, usage and the parent check.
+        let table = self.attributor.process_table(&window);
+        let mut workloads = self.attributor.resolve_window_in(&window, &table);
+        if let Some(own) = &self.own_pod {
+            for workload in workloads.values_mut() {
+                own.apply(workload);
+            }
+        }
+        let visible = visible_pids(&workloads);
+        let usage = self.attributor.usage_in(&visible, &table);
+        let parent_alive = self.parents.parent_alive_in(&visible, &table);
+        AttributedWindow {
+            window,
+            workloads,
+            usage,
+            parent_alive,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_pod_names_only_its_own_processes() {
+        let own = OwnPod {
+            uid: "uid-a".into(),
+            name: Some("trainer-0".into()),
+            namespace: Some("ml".into()),
+        };
+        let mut mine = Workload::unresolved(1);
+        mine.pod_uid = Some("uid-a".into());
+        let mut other = Workload::unresolved(2);
+        other.pod_uid = Some("uid-b".into());
+        let mut named = Workload::unresolved(3);
+        named.pod_uid = Some("uid-a".into());
+        named.pod_name = Some("from-kubelet".into());
+        for w in [&mut mine, &mut other, &mut named] {
+            own.apply(w);
+        }
+        assert_eq!(mine.pod_name.as_deref(), Some("trainer-0"));
+        assert_eq!(mine.namespace_name.as_deref(), Some("ml"));
+        assert_eq!(other.pod_name, None);
+        assert_eq!(other.namespace_name, None);
+        assert_eq!(
+            named.pod_name.as_deref(),
+            Some("from-kubelet"),
+            "kubelet's name wins"
+        );
+    }
+}
