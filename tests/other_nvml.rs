@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{Receiver, ReceiverOptions};
 use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests};
@@ -130,6 +130,17 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
     assert_eq!(b["utilization_gpu"], 0.0, "a real zero stays zero");
     assert_eq!(b["memory_used_bytes"], 0);
     assert_eq!(b["power_watts"], 61.0);
+    // Row remapper and PCIe replays, as the library documents them.
+    assert_eq!(
+        a["remapped_rows"],
+        json!({"correctable": 3, "uncorrectable": 0, "pending": false, "failure": false})
+    );
+    assert_eq!(
+        b["remapped_rows"],
+        json!({"correctable": 0, "uncorrectable": 2, "pending": true, "failure": false})
+    );
+    assert_eq!(a["pcie_replays_total"], 4);
+    assert_eq!(b["pcie_replays_total"], 0);
 
     let processes = s["processes"].as_array().expect("processes");
     assert_eq!(processes.len(), 1, "{processes:?}");

@@ -165,6 +165,11 @@ pub struct DeviceReport<'a> {
     pub fp64_activity: Option<f64>,
     pub integer_activity: Option<f64>,
     pub graphics_activity: Option<f64>,
+    /// Row remapper state (Ampere and newer): rows remapped for correctable and uncorrectable
+    /// errors, and whether a remapping waits for a GPU reset (`pending`) or failed (`failure`).
+    pub remapped_rows: Option<crate::sampling::model::RemappedRows>,
+    /// PCIe replays since the driver loaded.
+    pub pcie_replays_total: Option<u64>,
     /// NVLink links (link, active, the driver's tx/rx byte and error totals); left out on a
     /// GPU without NVLink.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -360,6 +365,8 @@ impl<'a> DeviceReport<'a> {
             fp64_activity: d.gpm.fp64_activity,
             integer_activity: d.gpm.integer_activity,
             graphics_activity: d.gpm.graphics_activity,
+            remapped_rows: d.remapped_rows,
+            pcie_replays_total: d.pcie_replays_total,
             nvlink: d.nvlink.clone(),
             mig_instances: d
                 .mig_instances
@@ -516,6 +523,20 @@ pub fn render_table(report: &SnapshotReport) -> String {
                     "none down".to_string()
                 } else {
                     format!("down: {}", down.join(", "))
+                }
+            );
+        }
+        if let Some(r) = d.remapped_rows.filter(|r| r.pending || r.failure) {
+            // What an on-call engineer must act on; healthy remap counts stay in the JSON.
+            let _ = writeln!(
+                out,
+                "    row remapping: {} correctable, {} uncorrectable, {}",
+                r.correctable,
+                r.uncorrectable,
+                if r.failure {
+                    "a remapping FAILED: the memory cannot be repaired, replace the GPU"
+                } else {
+                    "a remapping is pending: reset the GPU to apply it"
                 }
             );
         }

@@ -138,6 +138,8 @@ fn device(d: &DeviceWindow) -> DeviceReport<'_> {
         fp64_activity: d.gpm.fp64_activity.map(|g| g.mean),
         integer_activity: d.gpm.integer_activity.map(|g| g.mean),
         graphics_activity: d.gpm.graphics_activity.map(|g| g.mean),
+        remapped_rows: d.remapped_rows,
+        pcie_replays_total: d.pcie_replays_total,
         nvlink: d.nvlink.iter().map(|l| l.last).collect(),
         mig_instances: d
             .mig_instances
