@@ -16,7 +16,6 @@ use std::time::Duration;
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
@@ -26,6 +25,7 @@ use opentelemetry_sdk::metrics::{
 use opentelemetry_sdk::Resource;
 use prost::Message as _;
 
+use crate::export::metrics::data_point_count;
 use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 
 mod splice;
@@ -376,20 +376,7 @@ fn saturating_i64(n: u64) -> i64 {
 
 /// Data points in a request, for the queue's drop accounting.
 fn point_count(request: &ExportMetricsServiceRequest) -> u64 {
-    request
-        .resource_metrics
-        .iter()
-        .flat_map(|rm| &rm.scope_metrics)
-        .flat_map(|sm| &sm.metrics)
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(s)) => s.data_points.len(),
-            Some(Data::Histogram(h)) => h.data_points.len(),
-            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-            Some(Data::Summary(s)) => s.data_points.len(),
-            None => 0,
-        } as u64)
-        .sum()
+    data_point_count(request) as u64
 }
 
 #[cfg(test)]
@@ -401,6 +388,7 @@ mod tests {
     use opentelemetry_proto::tonic::metrics::v1::{number_data_point, Metric};
 
     use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
     /// A data point's value and its attributes as `key=value`.
     type Point = (f64, Vec<String>);
