@@ -153,18 +153,8 @@ pub struct DeviceReport<'a> {
     pub ecc_uncorrected_total: Option<u64>,
     pub performance_state: Option<u32>,
     /// GPM activity ratios (Hopper and newer), `null` where the GPU gives none.
-    pub sm_activity: Option<f64>,
-    pub sm_occupancy: Option<f64>,
-    pub tensor_activity: Option<f64>,
-    pub tensor_hmma_activity: Option<f64>,
-    pub tensor_imma_activity: Option<f64>,
-    pub tensor_dfma_activity: Option<f64>,
-    pub dram_activity: Option<f64>,
-    pub fp16_activity: Option<f64>,
-    pub fp32_activity: Option<f64>,
-    pub fp64_activity: Option<f64>,
-    pub integer_activity: Option<f64>,
-    pub graphics_activity: Option<f64>,
+    #[serde(flatten)]
+    pub activity: GpmReport,
     /// Row remapper state (Ampere and newer): rows remapped for correctable and uncorrectable
     /// errors, and whether a remapping waits for a GPU reset (`pending`) or failed (`failure`).
     pub remapped_rows: Option<crate::sampling::model::RemappedRows>,
@@ -353,18 +343,7 @@ impl<'a> DeviceReport<'a> {
             ecc_corrected_total: d.ecc_corrected_total,
             ecc_uncorrected_total: d.ecc_uncorrected_total,
             performance_state: d.performance_state,
-            sm_activity: d.gpm.sm_activity,
-            sm_occupancy: d.gpm.sm_occupancy,
-            tensor_activity: d.gpm.tensor_activity,
-            tensor_hmma_activity: d.gpm.tensor_hmma_activity,
-            tensor_imma_activity: d.gpm.tensor_imma_activity,
-            tensor_dfma_activity: d.gpm.tensor_dfma_activity,
-            dram_activity: d.gpm.dram_activity,
-            fp16_activity: d.gpm.fp16_activity,
-            fp32_activity: d.gpm.fp32_activity,
-            fp64_activity: d.gpm.fp64_activity,
-            integer_activity: d.gpm.integer_activity,
-            graphics_activity: d.gpm.graphics_activity,
+            activity: GpmReport::of_sample(&d.gpm),
             remapped_rows: d.remapped_rows,
             pcie_replays_total: d.pcie_replays_total,
             nvlink: d.nvlink.clone(),
@@ -497,15 +476,15 @@ pub fn render_table(report: &SnapshotReport) -> String {
             pct(d.utilization_memory),
             clocks
         );
-        if d.sm_activity.is_some() || d.tensor_activity.is_some() {
+        if d.activity.sm_activity.is_some() || d.activity.tensor_activity.is_some() {
             // GPM: what share of the GPU works, next to Util's "some kernel ran".
             let _ = writeln!(
                 out,
                 "    activity: SM {}  occupancy {}  tensor {}  DRAM {}",
-                pct(d.sm_activity),
-                pct(d.sm_occupancy),
-                pct(d.tensor_activity),
-                pct(d.dram_activity)
+                pct(d.activity.sm_activity),
+                pct(d.activity.sm_occupancy),
+                pct(d.activity.tensor_activity),
+                pct(d.activity.dram_activity)
             );
         }
         if !d.nvlink.is_empty() {
