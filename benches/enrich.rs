@@ -23,7 +23,7 @@ use gpulse::enrich::{History, HistoryHandle, Intake, IntakeSettings};
 use gpulse::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
 use gpulse::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 use gpulse::sampling::{
-    DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot,
+    DeviceField, DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
@@ -61,8 +61,11 @@ fn snapshot(infos: &[Arc<DeviceInfo>], at: SystemTime, tick: u64) -> Snapshot {
         .iter()
         .map(|info| {
             let mut d = DeviceSample::empty(Arc::clone(info), DeviceStatus::Ok);
-            d.utilization_gpu = Some(((tick % 100) as f64) / 100.0);
-            d.power_watts = Some(300.0 + (tick % 50) as f64);
+            d.set(
+                DeviceField::UtilizationGpu,
+                Some(((tick % 100) as f64) / 100.0),
+            );
+            d.set(DeviceField::Power, Some(300.0 + (tick % 50) as f64));
             d
         })
         .collect();
@@ -162,7 +165,7 @@ fn benches(c: &mut Criterion) {
         eprintln!(
             "history of 10 min at {interval:?}, {GPUS} GPUs x {PROCS} processes: {} frames, ~{:.2} MiB",
             h.len(),
-            h.approx_bytes() as f64 / (1 << 20) as f64
+            h.approx_bytes() as f64 / ((1u64 << 20) as f64)
         );
     }
 

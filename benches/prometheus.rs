@@ -18,7 +18,9 @@ use gpulse::config::{PrometheusNames, PrometheusSettings};
 use gpulse::export::prometheus::encode::{encode, Format};
 use gpulse::export::prometheus::Published;
 use gpulse::export::resource::NodeIdentity;
-use gpulse::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+use gpulse::sampling::{
+    DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+};
 
 const T0: u64 = 1_700_000_000;
 
@@ -50,17 +52,26 @@ fn window(gpus: u32, procs: u32) -> AttributedWindow {
                 fan_count: None,
             });
             let mut d = DeviceWindow::empty(info, at(0));
-            d.utilization_gpu = gauge(0.62);
-            d.utilization_memory = gauge(0.31);
-            d.utilization_encoder = gauge(0.0);
-            d.utilization_decoder = gauge(0.0);
-            d.temperature_celsius = gauge(58.0);
-            d.power_watts = gauge(420.0);
-            d.sm_clock_mhz = gauge(1980.0);
-            d.memory_clock_mhz = gauge(2619.0);
-            d.memory_used_bytes = Some(30 << 30);
-            d.memory_free_bytes = Some(50 << 30);
-            d.energy_joules_total = Some(1e6);
+            d.fields.set_gauge(DeviceField::UtilizationGpu, gauge(0.62));
+            d.fields
+                .set_gauge(DeviceField::UtilizationMemory, gauge(0.31));
+            d.fields
+                .set_gauge(DeviceField::UtilizationEncoder, gauge(0.0));
+            d.fields
+                .set_gauge(DeviceField::UtilizationDecoder, gauge(0.0));
+            d.fields.set_gauge(DeviceField::Temperature, gauge(58.0));
+            d.fields.set_gauge(DeviceField::Power, gauge(420.0));
+            d.fields.set_gauge(DeviceField::SmClock, gauge(1980.0));
+            d.fields.set_gauge(DeviceField::MemoryClock, gauge(2619.0));
+            d.fields.set_gauge(
+                DeviceField::MemoryUsed,
+                Some(gpulse::sampling::Gauge::single((30u64 << 30) as f64)),
+            );
+            d.fields.set_gauge(
+                DeviceField::MemoryFree,
+                Some(gpulse::sampling::Gauge::single((50u64 << 30) as f64)),
+            );
+            d.fields.set_total(DeviceField::Energy, Some(1e6));
             d
         })
         .collect();

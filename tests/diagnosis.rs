@@ -17,7 +17,8 @@ use gpulse::diagnosis::{
     Diagnoser, FindingEvent, FindingState, History, RuleId, Severity, Thresholds,
 };
 use gpulse::sampling::{
-    DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window, XidEvent,
+    DeviceField, DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+    XidEvent,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
@@ -56,42 +57,54 @@ fn info(index: u32) -> Arc<DeviceInfo> {
 }
 
 fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
-    DeviceWindow {
-        info: info(index),
-        status: DeviceStatus::Ok,
-        lost_samples: 0,
-        utilization_gpu: Some(gauge(util)),
-        utilization_memory: None,
-        utilization_encoder: None,
-        utilization_decoder: None,
-        temperature_celsius: Some(gauge(55.0)),
-        power_watts: Some(gauge(250.0)),
-        sm_clock_mhz: None,
-        memory_clock_mhz: None,
-        graphics_clock_mhz: None,
-        fan_speed: None,
-        memory_used_bytes: Some(used),
-        memory_free_bytes: Some(80 * GIB - used),
-        memory_reserved_bytes: Some(0),
-        memory_total_bytes: Some(80 * GIB),
-        power_limit_watts: Some(400.0),
-        performance_state: Some(0),
-        throttle_active_ratio: Some(Default::default()),
-        counters_start: t(0),
-        energy_joules_total: None,
-        pcie_tx_bytes_total: None,
-        pcie_rx_bytes_total: None,
-        ecc_corrected_total: Some(0),
-        ecc_uncorrected_total: Some(0),
-        xid_total: 0,
-        gpm: Default::default(),
-        remapped_rows: None,
-        pcie_replays_total: None,
-        violation: None,
-        xid_by_code: Default::default(),
-        pcie_bytes_per_second: None,
-        nvlink: Vec::new(),
-        mig_instances: Vec::new(),
+    {
+        let mut d = DeviceWindow {
+            info: info(index),
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            throttle_active_ratio: Some(Default::default()),
+            counters_start: t(0),
+            xid_total: 0,
+            gpm: Default::default(),
+            remapped_rows: None,
+            violation: None,
+            xid_by_code: Default::default(),
+            nvlink: Vec::new(),
+            mig_instances: Vec::new(),
+            fields: Default::default(),
+        };
+        d.fields
+            .set_gauge(DeviceField::UtilizationGpu, Some(gauge(util)));
+        d.fields
+            .set_gauge(DeviceField::Temperature, Some(gauge(55.0)));
+        d.fields.set_gauge(DeviceField::Power, Some(gauge(250.0)));
+        d.fields.set_gauge(
+            DeviceField::MemoryUsed,
+            Some(gpulse::sampling::Gauge::single(used as f64)),
+        );
+        d.fields.set_gauge(
+            DeviceField::MemoryFree,
+            Some(gpulse::sampling::Gauge::single((80 * GIB - used) as f64)),
+        );
+        d.fields.set_gauge(
+            DeviceField::MemoryReserved,
+            Some(gpulse::sampling::Gauge::single(0.0)),
+        );
+        d.fields.set_gauge(
+            DeviceField::MemoryTotal,
+            Some(gpulse::sampling::Gauge::single((80 * GIB) as f64)),
+        );
+        d.fields.set_gauge(
+            DeviceField::PowerLimit,
+            Some(gpulse::sampling::Gauge::single(400.0)),
+        );
+        d.fields.set_gauge(
+            DeviceField::PerformanceState,
+            Some(gpulse::sampling::Gauge::single(0.0)),
+        );
+        d.fields.set_total(DeviceField::EccCorrected, Some(0.0));
+        d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
+        d
     }
 }
 
@@ -295,7 +308,9 @@ fn xid_record_shape_and_otlp_json() {
         device_index: 0,
         xid: 48,
     });
-    w.devices[0].ecc_uncorrected_total = Some(1);
+    w.devices[0]
+        .fields
+        .set_total(DeviceField::EccUncorrected, Some(1.0));
     let events = lp.observe(&w);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].finding.severity, Severity::Critical);

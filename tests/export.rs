@@ -3,6 +3,7 @@
 /// The request builders (`gpulse::export::{metrics, resource, logs}`) against the reference in
 /// docs/metrics.md.
 mod request {
+    use gpulse::sampling::DeviceField;
     use std::collections::{BTreeMap, BTreeSet, HashMap};
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -51,84 +52,116 @@ mod request {
     }
 
     fn full_device(index: u32) -> DeviceWindow {
-        DeviceWindow {
-            info: info(index, Some(80 << 30)),
-            status: DeviceStatus::Ok,
-            lost_samples: 0,
-            utilization_gpu: Some(g(0.7)),
-            utilization_memory: Some(g(0.4)),
-            utilization_encoder: Some(g(0.1)),
-            utilization_decoder: Some(g(0.05)),
-            temperature_celsius: Some(g(65.0)),
-            power_watts: Some(g(420.0)),
-            sm_clock_mhz: Some(g(1755.0)),
-            memory_clock_mhz: Some(g(2619.0)),
-            graphics_clock_mhz: Some(g(1755.0)),
-            fan_speed: Some(g(0.45)),
-            memory_used_bytes: Some(60 << 30),
-            memory_free_bytes: Some(19 << 30),
-            memory_reserved_bytes: Some(1 << 30),
-            memory_total_bytes: Some(80 << 30),
-            power_limit_watts: Some(700.0),
-            performance_state: Some(0),
-            throttle_active_ratio: Some(BTreeMap::from([(0x4, 0.3)])),
-            counters_start: t(1_000),
-            energy_joules_total: Some(98_765.4),
-            pcie_tx_bytes_total: Some(1 << 40),
-            pcie_rx_bytes_total: Some(1 << 41),
-            ecc_corrected_total: Some(3),
-            ecc_uncorrected_total: Some(0),
-            xid_total: 1,
-            gpm: GpmWindow {
-                sm_activity: Some(g(0.8)),
-                sm_occupancy: Some(g(0.5)),
-                tensor_activity: Some(g(0.4)),
-                tensor_hmma_activity: Some(g(0.35)),
-                tensor_imma_activity: Some(g(0.05)),
-                tensor_dfma_activity: Some(g(0.0)),
-                dram_activity: Some(g(0.3)),
-                fp16_activity: Some(g(0.1)),
-                fp32_activity: Some(g(0.6)),
-                fp64_activity: Some(g(0.0)),
-                integer_activity: Some(g(0.1)),
-                graphics_activity: Some(g(0.9)),
-            },
-            remapped_rows: Some(RemappedRows {
-                correctable: 3,
-                uncorrectable: 1,
-                pending: true,
-                failure: false,
-            }),
-            pcie_replays_total: Some(7),
-            violation: Some(ViolationTimes {
-                nanoseconds: [
-                    Some(1_500_000_000),
-                    Some(0),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                ],
-            }),
-            xid_by_code: [(79, 1)].into_iter().collect(),
-            pcie_bytes_per_second: None,
-            nvlink: vec![gpulse::sampling::NvLinkWindow {
-                last: gpulse::sampling::NvLinkSample {
-                    link: 0,
-                    active: Some(true),
-                    tx_bytes_total: Some(1 << 30),
-                    rx_bytes_total: Some(1 << 29),
-                    crc_flit_errors: Some(1),
-                    crc_data_errors: None,
-                    replay_errors: Some(0),
-                    recovery_errors: Some(0),
+        {
+            let mut d = DeviceWindow {
+                info: info(index, Some(80 << 30)),
+                status: DeviceStatus::Ok,
+                lost_samples: 0,
+                throttle_active_ratio: Some(BTreeMap::from([(0x4, 0.3)])),
+                counters_start: t(1_000),
+                xid_total: 1,
+                gpm: GpmWindow {
+                    sm_activity: Some(g(0.8)),
+                    sm_occupancy: Some(g(0.5)),
+                    tensor_activity: Some(g(0.4)),
+                    tensor_hmma_activity: Some(g(0.35)),
+                    tensor_imma_activity: Some(g(0.05)),
+                    tensor_dfma_activity: Some(g(0.0)),
+                    dram_activity: Some(g(0.3)),
+                    fp16_activity: Some(g(0.1)),
+                    fp32_activity: Some(g(0.6)),
+                    fp64_activity: Some(g(0.0)),
+                    integer_activity: Some(g(0.1)),
+                    graphics_activity: Some(g(0.9)),
                 },
-                tx_bytes_per_second: None,
-                rx_bytes_per_second: None,
-            }],
-            mig_instances: Vec::new(),
+                remapped_rows: Some(RemappedRows {
+                    correctable: 3,
+                    uncorrectable: 1,
+                    pending: true,
+                    failure: false,
+                }),
+                violation: Some(ViolationTimes {
+                    nanoseconds: [
+                        Some(1_500_000_000),
+                        Some(0),
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                    ],
+                }),
+                xid_by_code: [(79, 1)].into_iter().collect(),
+                nvlink: vec![gpulse::sampling::NvLinkWindow {
+                    last: gpulse::sampling::NvLinkSample {
+                        link: 0,
+                        active: Some(true),
+                        tx_bytes_total: Some(1 << 30),
+                        rx_bytes_total: Some(1 << 29),
+                        crc_flit_errors: Some(1),
+                        crc_data_errors: None,
+                        replay_errors: Some(0),
+                        recovery_errors: Some(0),
+                    },
+                    tx_bytes_per_second: None,
+                    rx_bytes_per_second: None,
+                }],
+                mig_instances: Vec::new(),
+                fields: Default::default(),
+            };
+            d.fields
+                .set_gauge(DeviceField::UtilizationGpu, Some(g(0.7)));
+            d.fields
+                .set_gauge(DeviceField::UtilizationMemory, Some(g(0.4)));
+            d.fields
+                .set_gauge(DeviceField::UtilizationEncoder, Some(g(0.1)));
+            d.fields
+                .set_gauge(DeviceField::UtilizationDecoder, Some(g(0.05)));
+            d.fields.set_gauge(DeviceField::Temperature, Some(g(65.0)));
+            d.fields.set_gauge(DeviceField::Power, Some(g(420.0)));
+            d.fields.set_gauge(DeviceField::SmClock, Some(g(1755.0)));
+            d.fields
+                .set_gauge(DeviceField::MemoryClock, Some(g(2619.0)));
+            d.fields
+                .set_gauge(DeviceField::GraphicsClock, Some(g(1755.0)));
+            d.fields.set_gauge(DeviceField::FanSpeed, Some(g(0.45)));
+            d.fields.set_gauge(
+                DeviceField::MemoryUsed,
+                Some(gpulse::sampling::Gauge::single((60u64 << 30) as f64)),
+            );
+            d.fields.set_gauge(
+                DeviceField::MemoryFree,
+                Some(gpulse::sampling::Gauge::single((19u64 << 30) as f64)),
+            );
+            d.fields.set_gauge(
+                DeviceField::MemoryReserved,
+                Some(gpulse::sampling::Gauge::single((1u64 << 30) as f64)),
+            );
+            d.fields.set_gauge(
+                DeviceField::MemoryTotal,
+                Some(gpulse::sampling::Gauge::single((80u64 << 30) as f64)),
+            );
+            d.fields.set_gauge(
+                DeviceField::PowerLimit,
+                Some(gpulse::sampling::Gauge::single(700.0)),
+            );
+            d.fields.set_gauge(
+                DeviceField::PerformanceState,
+                Some(gpulse::sampling::Gauge::single(0.0)),
+            );
+            d.fields.set_total(DeviceField::Energy, Some(98_765.4));
+            d.fields
+                .set_total(DeviceField::PcieTx, Some((1u64 << 40) as f64));
+            d.fields
+                .set_total(DeviceField::PcieRx, Some((1u64 << 41) as f64));
+            d.fields.set_total(DeviceField::EccCorrected, Some(3.0));
+            d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
+            d.fields.set_gauge(
+                DeviceField::PcieReplays,
+                Some(gpulse::sampling::Gauge::single(7.0)),
+            );
+            d
         }
     }
 
@@ -386,13 +419,16 @@ mod request {
     #[test]
     fn json_line_matches_golden() {
         let mut d = empty_device(0);
-        d.utilization_gpu = Some(Gauge {
-            mean: 0.5,
-            min: 0.25,
-            max: 1.0,
-            last: 0.5,
-            count: 2,
-        });
+        d.fields.set_gauge(
+            DeviceField::UtilizationGpu,
+            Some(Gauge {
+                mean: 0.5,
+                min: 0.25,
+                max: 1.0,
+                last: 0.5,
+                count: 2,
+            }),
+        );
         let mut w = window(vec![d], Vec::new());
         w.driver_version = None;
         let node = NodeIdentity {

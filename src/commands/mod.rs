@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod check;
+pub mod report;
 pub mod run;
 pub mod snapshot;
 pub mod top;

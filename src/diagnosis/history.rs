@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::SystemTime;
 
-use crate::sampling::Window;
+use crate::sampling::{DeviceField, Window};
 
 use super::thresholds::HistoryLimits;
 
@@ -67,9 +67,9 @@ impl InterconnectTraffic {
                 bytes_per_second,
             });
         }
-        d.pcie_bytes_per_second.map(|g| Self {
+        d.pcie_bytes_per_second().map(|bytes_per_second| Self {
             interconnect: Interconnect::Pcie,
-            bytes_per_second: g.mean,
+            bytes_per_second,
         })
     }
 }
@@ -139,7 +139,12 @@ impl History {
         let device_util: HashMap<&str, Option<f64>> = window
             .devices
             .iter()
-            .map(|d| (d.info.uuid.as_str(), d.utilization_gpu.map(|g| g.mean)))
+            .map(|d| {
+                (
+                    d.info.uuid.as_str(),
+                    d.gauge(DeviceField::UtilizationGpu).map(|g| g.mean),
+                )
+            })
             .collect();
         let device_gpm: HashMap<&str, (Option<f64>, Option<f64>)> = window
             .devices
@@ -236,7 +241,7 @@ impl History {
                 };
             }
             entry.previous_ecc_uncorrected = entry.last_ecc_uncorrected;
-            entry.last_ecc_uncorrected = d.ecc_uncorrected_total;
+            entry.last_ecc_uncorrected = d.total_u64(DeviceField::EccUncorrected);
         }
         self.devices
             .retain(|uuid, _| seen_devices.contains(uuid.as_str()));

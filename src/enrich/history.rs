@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use crate::attribution::{AttributedWindow, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceStatus, Snapshot};
+use crate::sampling::{DeviceField, DeviceStatus, Snapshot};
 
 /// One device in one frame.
 #[derive(Debug, Clone)]
@@ -183,8 +183,8 @@ impl History {
             devices.push(DeviceFrame {
                 // Reuse the previous frame's Arc so that the UUIDs are stored once.
                 uuid: self.shared_uuid(&device.info.uuid),
-                utilization: device.utilization_gpu.map(|v| v as f32),
-                power_watts: device.power_watts.map(|v| v as f32),
+                utilization: device.get(DeviceField::UtilizationGpu).map(|v| v as f32),
+                power_watts: device.get(DeviceField::Power).map(|v| v as f32),
                 sm_sum: 0.0,
                 processes: 0,
             });
@@ -485,8 +485,8 @@ pub(crate) mod tests {
             fan_count: None,
         });
         let mut d = DeviceSample::empty(info, DeviceStatus::Ok);
-        d.utilization_gpu = Some(util);
-        d.power_watts = Some(power);
+        d.set(DeviceField::UtilizationGpu, Some(util));
+        d.set(DeviceField::Power, Some(power));
         d
     }
 

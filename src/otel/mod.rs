@@ -26,7 +26,9 @@ use opentelemetry::metrics::{AsyncInstrument, Meter, ObservableGauge, Observable
 use opentelemetry::KeyValue;
 
 use crate::export::metrics::catalogue::MetricId;
-use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot};
+use crate::sampling::{
+    DeviceField, DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot,
+};
 
 /// An open NVML session, ready to register instruments on a `Meter`.
 #[derive(Debug)]
@@ -119,9 +121,9 @@ impl GpuMetrics {
             Box::new(|s, out| {
                 for d in ok_devices(s) {
                     for (task, value) in [
-                        ("general", d.utilization_gpu),
-                        ("encoder", d.utilization_encoder),
-                        ("decoder", d.utilization_decoder),
+                        ("general", d.get(DeviceField::UtilizationGpu)),
+                        ("encoder", d.get(DeviceField::UtilizationEncoder)),
+                        ("decoder", d.get(DeviceField::UtilizationDecoder)),
                     ] {
                         if let Some(v) = value {
                             out.observe(v, &with(device_attributes(s, d), "hw.gpu.task", task));
@@ -133,17 +135,17 @@ impl GpuMetrics {
         gauges.push(gauge(
             MetricId::GpuMemoryUtilization,
             "Ratio of the last sample period device memory was read or written.",
-            device_f64(|d| d.utilization_memory),
+            device_f64(|d| d.get(DeviceField::UtilizationMemory)),
         ));
         gauges.push(gauge(
             MetricId::Power,
             "Power draw.",
-            device_f64(|d| d.power_watts),
+            device_f64(|d| d.get(DeviceField::Power)),
         ));
         gauges.push(gauge(
             MetricId::Temperature,
             "GPU temperature.",
-            device_f64(|d| d.temperature_celsius),
+            device_f64(|d| d.get(DeviceField::Temperature)),
         ));
         let pids_util = Arc::clone(&pids);
         gauges.push(gauge(
@@ -193,17 +195,20 @@ impl GpuMetrics {
         levels.push(level(
             MetricId::GpuMemoryUsage,
             "Device memory in use.",
-            device_bytes(|d| d.memory_used_bytes),
+            device_bytes(|d| d.get_u64(DeviceField::MemoryUsed)),
         ));
         levels.push(level(
             MetricId::GpuMemoryLimit,
             "Total device memory.",
-            device_bytes(|d| d.memory_total_bytes.or(d.info.memory_total_bytes)),
+            device_bytes(|d| {
+                d.get_u64(DeviceField::MemoryTotal)
+                    .or(d.info.memory_total_bytes)
+            }),
         ));
         levels.push(level(
             MetricId::GpuMemoryFree,
             "Device memory free.",
-            device_bytes(|d| d.memory_free_bytes),
+            device_bytes(|d| d.get_u64(DeviceField::MemoryFree)),
         ));
         let pids_mem = Arc::clone(&pids);
         levels.push(level(

@@ -8,12 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::fields::{WindowKind, DEVICE_FIELDS, FIELD_COUNT};
 use super::model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, RemappedRows, Snapshot, ViolationTimes, XidEvent,
 };
 use super::window::{
-    DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow, Window,
+    DeviceWindow, FieldWindows, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow,
+    Window,
 };
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
@@ -70,15 +72,13 @@ impl GaugeAcc {
 #[derive(Debug, Clone)]
 struct DeviceCounters {
     start: SystemTime,
-    energy_total: Option<f64>,
-    energy_prev: Option<f64>,
-    pcie_tx_total: Option<f64>,
-    pcie_rx_total: Option<f64>,
-    pcie_prev: Option<(SystemTime, Option<f64>, Option<f64>)>,
-    ecc_corrected_total: Option<u64>,
-    ecc_corrected_prev: Option<u64>,
-    ecc_uncorrected_total: Option<u64>,
-    ecc_uncorrected_prev: Option<u64>,
+    /// Per field: the total since `start` (lifetime counters and integrated rates only).
+    totals: [Option<f64>; FIELD_COUNT],
+    /// Per lifetime counter: the driver's previous reading.
+    counter_prev: [Option<f64>; FIELD_COUNT],
+    /// Per integrated rate: the previous tick and its reading (unknown readings included, so
+    /// a gap integrates at the newer rate).
+    rate_prev: [Option<(SystemTime, Option<f64>)>; FIELD_COUNT],
     xid_total: u64,
     xid_by_code: BTreeMap<u64, u64>,
     /// Each link's previous traffic counters and when they were read, for the rates.
@@ -103,15 +103,9 @@ impl DeviceCounters {
     fn new(start: SystemTime) -> Self {
         Self {
             start,
-            energy_total: None,
-            energy_prev: None,
-            pcie_tx_total: None,
-            pcie_rx_total: None,
-            pcie_prev: None,
-            ecc_corrected_total: None,
-            ecc_corrected_prev: None,
-            ecc_uncorrected_total: None,
-            ecc_uncorrected_prev: None,
+            totals: [None; FIELD_COUNT],
+            counter_prev: [None; FIELD_COUNT],
+            rate_prev: [None; FIELD_COUNT],
             xid_total: 0,
             xid_by_code: BTreeMap::new(),
             nvlink_prev: HashMap::new(),
@@ -139,51 +133,37 @@ impl DeviceCounters {
     }
 
     fn add(&mut self, at: SystemTime, s: &DeviceSample) {
-        accumulate_f64(
-            &mut self.energy_total,
-            &mut self.energy_prev,
-            s.energy_joules,
-        );
-        accumulate_u64(
-            &mut self.ecc_corrected_total,
-            &mut self.ecc_corrected_prev,
-            s.ecc_corrected_total,
-        );
-        accumulate_u64(
-            &mut self.ecc_uncorrected_total,
-            &mut self.ecc_uncorrected_prev,
-            s.ecc_uncorrected_total,
-        );
-        let (tx, rx) = (s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second);
-        if let Some((prev_at, prev_tx, prev_rx)) = self.pcie_prev {
-            let dt = at
-                .duration_since(prev_at)
-                .unwrap_or_default()
-                .min(MAX_INTEGRATION_GAP)
-                .as_secs_f64();
-            integrate(&mut self.pcie_tx_total, prev_tx, tx, dt);
-            integrate(&mut self.pcie_rx_total, prev_rx, rx, dt);
-        } else {
-            // The first reading starts the counters at zero, so they exist from the start.
-            self.pcie_tx_total = self.pcie_tx_total.or(tx.map(|_| 0.0));
-            self.pcie_rx_total = self.pcie_rx_total.or(rx.map(|_| 0.0));
+        for (spec, value) in s.fields.iter() {
+            let i = spec.field as usize;
+            match spec.window {
+                WindowKind::LifetimeCounter => {
+                    accumulate(&mut self.totals[i], &mut self.counter_prev[i], value);
+                }
+                WindowKind::IntegratedRate => {
+                    if let Some((prev_at, prev)) = self.rate_prev[i] {
+                        let dt = at
+                            .duration_since(prev_at)
+                            .unwrap_or_default()
+                            .min(MAX_INTEGRATION_GAP)
+                            .as_secs_f64();
+                        integrate(&mut self.totals[i], prev, value, dt);
+                    } else {
+                        // The first reading starts the total at zero, so it exists from the start.
+                        self.totals[i] = self.totals[i].or(value.map(|_| 0.0));
+                    }
+                    self.rate_prev[i] = Some((at, value));
+                }
+                WindowKind::Gauge | WindowKind::Last => {}
+            }
         }
-        self.pcie_prev = Some((at, tx, rx));
     }
 }
 
 /// Adds the positive change since the previous reading; the first reading starts at zero.
-fn accumulate_f64(total: &mut Option<f64>, prev: &mut Option<f64>, value: Option<f64>) {
+fn accumulate(total: &mut Option<f64>, prev: &mut Option<f64>, value: Option<f64>) {
     let Some(value) = value else { return };
     let delta = prev.map_or(0.0, |p| (value - p).max(0.0));
     *total = Some(total.unwrap_or(0.0) + delta);
-    *prev = Some(value);
-}
-
-fn accumulate_u64(total: &mut Option<u64>, prev: &mut Option<u64>, value: Option<u64>) {
-    let Some(value) = value else { return };
-    let delta = prev.map_or(0, |p| value.saturating_sub(p));
-    *total = Some(total.unwrap_or(0) + delta);
     *prev = Some(value);
 }
 
@@ -200,29 +180,13 @@ struct DeviceAcc {
     info: Arc<DeviceInfo>,
     status: DeviceStatus,
     lost_samples: u32,
-    utilization_gpu: Option<GaugeAcc>,
-    utilization_memory: Option<GaugeAcc>,
-    utilization_encoder: Option<GaugeAcc>,
-    utilization_decoder: Option<GaugeAcc>,
-    temperature_celsius: Option<GaugeAcc>,
-    power_watts: Option<GaugeAcc>,
-    sm_clock_mhz: Option<GaugeAcc>,
-    memory_clock_mhz: Option<GaugeAcc>,
-    graphics_clock_mhz: Option<GaugeAcc>,
-    fan_speed: Option<GaugeAcc>,
-    memory_used_bytes: Option<u64>,
-    memory_free_bytes: Option<u64>,
-    memory_reserved_bytes: Option<u64>,
-    memory_total_bytes: Option<u64>,
-    power_limit_watts: Option<f64>,
-    performance_state: Option<u32>,
+    /// Per field, the summary of its sampled values.
+    fields: [Option<GaugeAcc>; FIELD_COUNT],
     throttle_known: u32,
     throttle_active: BTreeMap<u64, u32>,
     gpm: GpmAcc,
     remapped_rows: Option<RemappedRows>,
-    pcie_replays_total: Option<u64>,
     violation: Option<ViolationTimes>,
-    pcie_bytes_per_second: Option<GaugeAcc>,
     /// Per link: the last sample and the running rate summaries.
     nvlink: Vec<(NvLinkSample, Option<GaugeAcc>, Option<GaugeAcc>)>,
     /// MIG devices seen in the window, by MIG UUID, in the order first seen.
@@ -318,29 +282,12 @@ impl DeviceAcc {
             info,
             status: DeviceStatus::Ok,
             lost_samples: 0,
-            utilization_gpu: None,
-            utilization_memory: None,
-            utilization_encoder: None,
-            utilization_decoder: None,
-            temperature_celsius: None,
-            power_watts: None,
-            sm_clock_mhz: None,
-            memory_clock_mhz: None,
-            graphics_clock_mhz: None,
-            fan_speed: None,
-            memory_used_bytes: None,
-            memory_free_bytes: None,
-            memory_reserved_bytes: None,
-            memory_total_bytes: None,
-            power_limit_watts: None,
-            performance_state: None,
+            fields: [None; FIELD_COUNT],
             throttle_known: 0,
             throttle_active: BTreeMap::new(),
             gpm: GpmAcc::default(),
             remapped_rows: None,
-            pcie_replays_total: None,
             violation: None,
-            pcie_bytes_per_second: None,
             nvlink: Vec::new(),
             mig: Vec::new(),
         }
@@ -393,38 +340,12 @@ impl DeviceAcc {
         if s.status == DeviceStatus::Lost {
             self.lost_samples += 1;
         }
-        GaugeAcc::add(&mut self.utilization_gpu, s.utilization_gpu);
-        GaugeAcc::add(&mut self.utilization_memory, s.utilization_memory);
-        GaugeAcc::add(&mut self.utilization_encoder, s.utilization_encoder);
-        GaugeAcc::add(&mut self.utilization_decoder, s.utilization_decoder);
-        GaugeAcc::add(&mut self.temperature_celsius, s.temperature_celsius);
-        GaugeAcc::add(&mut self.power_watts, s.power_watts);
-        GaugeAcc::add(&mut self.sm_clock_mhz, s.sm_clock_mhz.map(f64::from));
-        GaugeAcc::add(
-            &mut self.memory_clock_mhz,
-            s.memory_clock_mhz.map(f64::from),
-        );
-        GaugeAcc::add(
-            &mut self.graphics_clock_mhz,
-            s.graphics_clock_mhz.map(f64::from),
-        );
-        GaugeAcc::add(&mut self.fan_speed, s.fan_speed);
+        for (acc, (_, value)) in self.fields.iter_mut().zip(s.fields.iter()) {
+            GaugeAcc::add(acc, value);
+        }
         self.gpm.add(&s.gpm);
         self.remapped_rows = s.remapped_rows.or(self.remapped_rows);
-        self.pcie_replays_total = s.pcie_replays_total.or(self.pcie_replays_total);
         self.violation = s.violation.or(self.violation);
-        let pcie = match (s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second) {
-            (None, None) => None,
-            (tx, rx) => Some(tx.unwrap_or(0.0) + rx.unwrap_or(0.0)),
-        };
-        GaugeAcc::add(&mut self.pcie_bytes_per_second, pcie);
-        // Last values: a later sample without the field (lost device) keeps the last known.
-        self.memory_used_bytes = s.memory_used_bytes.or(self.memory_used_bytes);
-        self.memory_free_bytes = s.memory_free_bytes.or(self.memory_free_bytes);
-        self.memory_reserved_bytes = s.memory_reserved_bytes.or(self.memory_reserved_bytes);
-        self.memory_total_bytes = s.memory_total_bytes.or(self.memory_total_bytes);
-        self.power_limit_watts = s.power_limit_watts.or(self.power_limit_watts);
-        self.performance_state = s.performance_state.or(self.performance_state);
         if let Some(bits) = s.throttle_reasons {
             self.throttle_known += 1;
             let mut remaining = bits;
@@ -437,6 +358,11 @@ impl DeviceAcc {
     }
 
     fn finish(self, counters: &DeviceCounters) -> DeviceWindow {
+        let mut fields = FieldWindows::default();
+        for (spec, acc) in DEVICE_FIELDS.iter().zip(self.fields) {
+            fields.set_gauge(spec.field, GaugeAcc::finish(acc));
+            fields.set_total(spec.field, counters.totals[spec.field as usize]);
+        }
         let throttle_active_ratio = (self.throttle_known > 0).then(|| {
             let known = f64::from(self.throttle_known);
             self.throttle_active
@@ -448,36 +374,14 @@ impl DeviceAcc {
             info: self.info,
             status: self.status,
             lost_samples: self.lost_samples,
-            utilization_gpu: GaugeAcc::finish(self.utilization_gpu),
-            utilization_memory: GaugeAcc::finish(self.utilization_memory),
-            utilization_encoder: GaugeAcc::finish(self.utilization_encoder),
-            utilization_decoder: GaugeAcc::finish(self.utilization_decoder),
-            temperature_celsius: GaugeAcc::finish(self.temperature_celsius),
-            power_watts: GaugeAcc::finish(self.power_watts),
-            sm_clock_mhz: GaugeAcc::finish(self.sm_clock_mhz),
-            memory_clock_mhz: GaugeAcc::finish(self.memory_clock_mhz),
-            graphics_clock_mhz: GaugeAcc::finish(self.graphics_clock_mhz),
-            fan_speed: GaugeAcc::finish(self.fan_speed),
-            memory_used_bytes: self.memory_used_bytes,
-            memory_free_bytes: self.memory_free_bytes,
-            memory_reserved_bytes: self.memory_reserved_bytes,
-            memory_total_bytes: self.memory_total_bytes,
-            power_limit_watts: self.power_limit_watts,
-            performance_state: self.performance_state,
+            fields,
             throttle_active_ratio,
             counters_start: counters.start,
-            energy_joules_total: counters.energy_total,
-            pcie_tx_bytes_total: counters.pcie_tx_total.map(|b| b.round() as u64),
-            pcie_rx_bytes_total: counters.pcie_rx_total.map(|b| b.round() as u64),
-            ecc_corrected_total: counters.ecc_corrected_total,
-            ecc_uncorrected_total: counters.ecc_uncorrected_total,
             xid_total: counters.xid_total,
             gpm: self.gpm.finish(),
             remapped_rows: self.remapped_rows,
-            pcie_replays_total: self.pcie_replays_total,
             violation: self.violation,
             xid_by_code: counters.xid_by_code.clone(),
-            pcie_bytes_per_second: GaugeAcc::finish(self.pcie_bytes_per_second),
             nvlink: self
                 .nvlink
                 .into_iter()
@@ -654,6 +558,7 @@ impl WindowAggregator {
 mod tests {
     use super::*;
     use crate::sampling::model::ProcessSample;
+    use crate::sampling::DeviceField;
 
     fn info(uuid: &str) -> Arc<DeviceInfo> {
         Arc::new(DeviceInfo {
@@ -678,10 +583,10 @@ mod tests {
         pcie_tx: Option<f64>,
     ) -> Snapshot {
         let mut d = DeviceSample::empty(info("GPU-a"), DeviceStatus::Ok);
-        d.utilization_gpu = util;
-        d.energy_joules = energy;
-        d.pcie_tx_bytes_per_second = pcie_tx;
-        d.memory_used_bytes = Some(at_s * 10);
+        d.set(DeviceField::UtilizationGpu, util);
+        d.set(DeviceField::Energy, energy);
+        d.set(DeviceField::PcieTx, pcie_tx);
+        d.set(DeviceField::MemoryUsed, Some((at_s * 10) as f64));
         Snapshot {
             at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_s),
             driver_version: Some("550.54.15".into()),
@@ -701,12 +606,14 @@ mod tests {
         agg.add(&snapshot(3, Some(0.9), None, None));
         agg.add(&snapshot(4, Some(0.4), None, None));
         let w = agg.take().expect("a window");
-        let g = w.devices[0].utilization_gpu.expect("utilisation present");
+        let g = w.devices[0]
+            .gauge(DeviceField::UtilizationGpu)
+            .expect("utilisation present");
         assert_eq!(g.count, 3);
         assert!((g.mean - 0.5).abs() < 1e-9);
         assert_eq!((g.min, g.max, g.last), (0.2, 0.9, 0.4));
         assert_eq!(w.sample_count, 4);
-        assert_eq!(w.devices[0].memory_used_bytes, Some(40));
+        assert_eq!(w.devices[0].last_u64(DeviceField::MemoryUsed), Some(40));
         assert!(agg.take().is_none(), "an empty window is not exported");
     }
 
@@ -715,9 +622,9 @@ mod tests {
         let mut agg = WindowAggregator::new();
         agg.add(&snapshot(1, None, None, None));
         let w = agg.take().expect("a window");
-        assert!(w.devices[0].utilization_gpu.is_none());
-        assert!(w.devices[0].energy_joules_total.is_none());
-        assert!(w.devices[0].pcie_tx_bytes_total.is_none());
+        assert!(w.devices[0].gauge(DeviceField::UtilizationGpu).is_none());
+        assert!(w.devices[0].total(DeviceField::Energy).is_none());
+        assert!(w.devices[0].total_u64(DeviceField::PcieTx).is_none());
     }
 
     #[test]
@@ -726,15 +633,18 @@ mod tests {
         agg.add(&snapshot(10, None, Some(1000.0), Some(100.0)));
         agg.add(&snapshot(12, None, Some(1300.0), Some(300.0)));
         let w1 = agg.take().expect("window 1");
-        assert_eq!(w1.devices[0].energy_joules_total, Some(300.0));
+        assert_eq!(w1.devices[0].total(DeviceField::Energy), Some(300.0));
         // Trapezoid over 2 s at (100 + 300) / 2 B/s.
-        assert_eq!(w1.devices[0].pcie_tx_bytes_total, Some(400));
+        assert_eq!(w1.devices[0].total_u64(DeviceField::PcieTx), Some(400));
         // The driver reloaded: its energy total restarted near zero.
         agg.add(&snapshot(14, None, Some(50.0), Some(300.0)));
         agg.add(&snapshot(16, None, Some(250.0), Some(300.0)));
         let w2 = agg.take().expect("window 2");
-        assert_eq!(w2.devices[0].energy_joules_total, Some(500.0));
-        assert_eq!(w2.devices[0].pcie_tx_bytes_total, Some(400 + 600 + 600));
+        assert_eq!(w2.devices[0].total(DeviceField::Energy), Some(500.0));
+        assert_eq!(
+            w2.devices[0].total_u64(DeviceField::PcieTx),
+            Some(400 + 600 + 600)
+        );
         assert_eq!(w2.devices[0].counters_start, w1.devices[0].counters_start);
         assert_eq!(
             w2.devices[0].counters_start,

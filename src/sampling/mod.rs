@@ -3,6 +3,7 @@
 
 pub mod aggregate;
 pub mod events;
+pub mod fields;
 pub mod gpm;
 pub mod health;
 pub mod mig;
@@ -12,6 +13,7 @@ pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
+pub use fields::{DeviceField, FieldSpec, WindowKind, DEVICE_FIELDS};
 pub use model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes,
@@ -19,5 +21,6 @@ pub use model::{
 };
 pub use nvml::{Sampler, SessionError, DEFAULT_NVML_LIB};
 pub use window::{
-    DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow, Window,
+    DeviceWindow, FieldWindows, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow,
+    Window,
 };

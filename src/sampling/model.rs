@@ -9,6 +9,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::fields::{DeviceField, FieldValues};
+
 /// One sampling pass: every device, every GPU process, and the XID events since the last pass.
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -60,44 +62,15 @@ pub enum DeviceStatus {
 pub struct DeviceSample {
     pub info: Arc<DeviceInfo>,
     pub status: DeviceStatus,
-    /// Ratio of the last sample period during which a kernel ran (`UtilizationRates.gpu`).
-    pub utilization_gpu: Option<f64>,
-    /// Ratio of time device memory was read or written (`UtilizationRates.memory`).
-    pub utilization_memory: Option<f64>,
-    pub utilization_encoder: Option<f64>,
-    pub utilization_decoder: Option<f64>,
-    pub memory_used_bytes: Option<u64>,
-    pub memory_free_bytes: Option<u64>,
-    /// Memory the driver reserves for itself (`nvmlMemory_v2_t.reserved`).
-    pub memory_reserved_bytes: Option<u64>,
-    pub memory_total_bytes: Option<u64>,
-    pub temperature_celsius: Option<f64>,
-    pub power_watts: Option<f64>,
-    /// The enforced power limit.
-    pub power_limit_watts: Option<f64>,
-    /// Energy since the driver was loaded (`TotalEnergyConsumption`, mJ → J).
-    pub energy_joules: Option<f64>,
-    pub sm_clock_mhz: Option<u32>,
-    pub memory_clock_mhz: Option<u32>,
-    pub graphics_clock_mhz: Option<u32>,
-    /// Mean over the device's fans, as a ratio of the maximum speed.
-    pub fan_speed: Option<f64>,
-    /// PCIe throughput over NVML's last 20 ms window, in bytes per second.
-    pub pcie_tx_bytes_per_second: Option<f64>,
-    pub pcie_rx_bytes_per_second: Option<f64>,
+    /// The scalar fields (see [`DEVICE_FIELDS`](super::fields::DEVICE_FIELDS)).
+    #[serde(flatten)]
+    pub fields: FieldValues,
     /// Active clock throttle reasons (`nvmlClocksThrottleReason*` bits).
     pub throttle_reasons: Option<u64>,
-    /// Volatile ECC counts are reset at driver load; these are the aggregate (lifetime) counts.
-    pub ecc_corrected_total: Option<u64>,
-    pub ecc_uncorrected_total: Option<u64>,
-    /// Performance state 0 (max) to 15 (min).
-    pub performance_state: Option<u32>,
     /// GPM activity since the previous tick (Hopper and newer); all `None` elsewhere.
     pub gpm: GpmActivity,
     /// Row remapper state (Ampere and newer).
     pub remapped_rows: Option<RemappedRows>,
-    /// PCIe replays since the driver loaded (`nvmlDeviceGetPcieReplayCounter`).
-    pub pcie_replays_total: Option<u64>,
     /// Time each performance policy held the clocks down since the driver loaded.
     pub violation: Option<ViolationTimes>,
     /// NVLink links in link order; empty on a GPU without NVLink.
@@ -191,36 +164,36 @@ pub struct ViolationTimes {
 }
 
 impl DeviceSample {
-    /// A sample carrying only the identity of the device, everything else unknown.
+    /// A field's value this tick.
+    pub fn get(&self, field: DeviceField) -> Option<f64> {
+        self.fields.get(field)
+    }
+
+    /// A whole field's value this tick (bytes, counts, MHz).
+    pub fn get_u64(&self, field: DeviceField) -> Option<u64> {
+        self.fields.get(field).map(|v| v.round().max(0.0) as u64)
+    }
+
+    /// Sets a field's value.
+    pub fn set(&mut self, field: DeviceField, value: Option<f64>) {
+        self.fields.set(field, value);
+    }
+
+    /// A sample carrying only the identity of the device (and its static memory total),
+    /// everything else unknown.
     pub fn empty(info: Arc<DeviceInfo>, status: DeviceStatus) -> Self {
+        let mut fields = FieldValues::default();
+        fields.set(
+            DeviceField::MemoryTotal,
+            info.memory_total_bytes.map(|b| b as f64),
+        );
         Self {
             info,
             status,
-            utilization_gpu: None,
-            utilization_memory: None,
-            utilization_encoder: None,
-            utilization_decoder: None,
-            memory_used_bytes: None,
-            memory_free_bytes: None,
-            memory_reserved_bytes: None,
-            memory_total_bytes: None,
-            temperature_celsius: None,
-            power_watts: None,
-            power_limit_watts: None,
-            energy_joules: None,
-            sm_clock_mhz: None,
-            memory_clock_mhz: None,
-            graphics_clock_mhz: None,
-            fan_speed: None,
-            pcie_tx_bytes_per_second: None,
-            pcie_rx_bytes_per_second: None,
+            fields,
             throttle_reasons: None,
-            ecc_corrected_total: None,
-            ecc_uncorrected_total: None,
-            performance_state: None,
             gpm: GpmActivity::default(),
             remapped_rows: None,
-            pcie_replays_total: None,
             violation: None,
             nvlink: Vec::new(),
             mig_instances: Vec::new(),

@@ -26,9 +26,12 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
+use super::fields::DeviceField;
 use super::gpm::GpmReader;
 use super::mig::MigReader;
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
+
+use DeviceField as F;
 
 /// The library name gpulse loads by default. nvml-wrapper's own default, `libnvidia-ml.so`, only
 /// exists where the driver's development package is installed; the `.so.1` is what the driver
@@ -117,33 +120,30 @@ fn names_a_file(lib: &Path) -> bool {
     lib.as_os_str().as_encoded_bytes().contains(&b'/')
 }
 
-/// One dynamic field of a device, for remembering which ones a device does not give.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Field {
+/// One NVML call gpulse makes per device per tick, for remembering which ones a device does not
+/// give (and warning once per call). A call that gives one scalar field is named by the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Call {
+    Field(DeviceField),
+    /// GPU and memory utilisation come from one call.
     Utilization,
-    EncoderUtilization,
-    DecoderUtilization,
+    /// Used, free, reserved and total memory come from one call.
     Memory,
-    Temperature,
-    Power,
-    PowerLimit,
-    Energy,
-    SmClock,
-    MemoryClock,
-    GraphicsClock,
-    Fan,
-    PcieTx,
-    PcieRx,
     Throttle,
-    EccCorrected,
-    EccUncorrected,
-    PerformanceState,
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
     RemappedRows,
-    PcieReplays,
     Violation,
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::Field(field) => write!(f, "{field:?}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
 }
 
 /// The open NVML session and what it has learnt about the devices.
@@ -156,14 +156,14 @@ pub struct Sampler {
     /// Static facts per NVML index, read the first time the device answered.
     devices: Vec<Option<Arc<DeviceInfo>>>,
     /// Fields a device said it does not give; not asked again in this session.
-    unsupported: HashSet<(u32, Field)>,
+    unsupported: HashSet<(u32, Call)>,
     /// Newest per-process utilisation timestamp seen per device (µs), so each call returns only
     /// newer samples.
     process_util_seen: HashMap<u32, u64>,
     /// NVML errors by kind since the session opened, for gpulse's own health metrics.
     error_counts: BTreeMap<&'static str, u64>,
     /// Fields already warned about for unexpected errors, so the log says it once.
-    warned: HashSet<(u32, Field)>,
+    warned: HashSet<(u32, Call)>,
     /// GPM support, the previous GPM sample and the permission state of each device.
     gpm: GpmReader,
     /// Each device's NVLink link count, learnt once.
@@ -289,7 +289,7 @@ impl Sampler {
                 Err(e) => {
                     self.count_error(error_kind(&e));
                     if !matches!(e, NvmlError::GpuLost) {
-                        self.warn_once(index, Field::Utilization, "get a handle", &e);
+                        self.warn_once(index, Call::Utilization, "get a handle", &e);
                     }
                     let info = self.cached_info(index);
                     devices.push(DeviceSample::empty(info, DeviceStatus::Lost));
@@ -371,7 +371,7 @@ impl Sampler {
             Err(e) => {
                 self.count_error(error_kind(&e));
                 if !matches!(e, NvmlError::GpuLost) {
-                    self.warn_once(index, Field::Utilization, "read the identity", &e);
+                    self.warn_once(index, Call::Utilization, "read the identity", &e);
                 }
                 return DeviceSample::empty(self.cached_info(index), DeviceStatus::Lost);
             }
@@ -383,80 +383,89 @@ impl Sampler {
             lost: false,
         };
         let mut s = DeviceSample::empty(Arc::clone(&info), DeviceStatus::Ok);
-        if let Some(u) = reader.read(Field::Utilization, || device.utilization_rates()) {
-            s.utilization_gpu = Some(percent(u.gpu));
-            s.utilization_memory = Some(percent(u.memory));
+        if let Some(u) = reader.read(Call::Utilization, || device.utilization_rates()) {
+            s.set(F::UtilizationGpu, Some(percent(u.gpu)));
+            s.set(F::UtilizationMemory, Some(percent(u.memory)));
         }
-        s.utilization_encoder = reader
-            .read(Field::EncoderUtilization, || device.encoder_utilization())
-            .map(|u| percent(u.utilization));
-        s.utilization_decoder = reader
-            .read(Field::DecoderUtilization, || device.decoder_utilization())
-            .map(|u| percent(u.utilization));
-        if let Some(m) = reader.read(Field::Memory, || memory_info(&nvml_for_memory, device)) {
-            s.memory_used_bytes = Some(m.used);
-            s.memory_free_bytes = Some(m.free);
-            s.memory_reserved_bytes = m.reserved;
-            s.memory_total_bytes = Some(m.total);
+        if let Some(m) = reader.read(Call::Memory, || memory_info(&nvml_for_memory, device)) {
+            s.set(F::MemoryUsed, Some(m.used as f64));
+            s.set(F::MemoryFree, Some(m.free as f64));
+            s.set(F::MemoryReserved, m.reserved.map(|b| b as f64));
+            s.set(F::MemoryTotal, Some(m.total as f64));
         }
-        s.temperature_celsius = reader
-            .read(Field::Temperature, || {
-                device.temperature(TemperatureSensor::Gpu)
-            })
-            .map(f64::from);
-        s.power_watts = reader
-            .read(Field::Power, || device.power_usage())
-            .map(milli);
-        s.power_limit_watts = reader
-            .read(Field::PowerLimit, || device.enforced_power_limit())
-            .map(milli);
-        s.energy_joules = reader
-            .read(Field::Energy, || device.total_energy_consumption())
-            .map(|mj| mj as f64 / 1000.0);
-        s.sm_clock_mhz = reader.read(Field::SmClock, || device.clock_info(Clock::SM));
-        s.memory_clock_mhz = reader.read(Field::MemoryClock, || device.clock_info(Clock::Memory));
-        s.graphics_clock_mhz =
-            reader.read(Field::GraphicsClock, || device.clock_info(Clock::Graphics));
-        s.fan_speed = match info.fan_count {
-            Some(fans) if fans > 0 => reader.read(Field::Fan, || {
+        reader.field(&mut s, F::UtilizationEncoder, || {
+            device.encoder_utilization().map(|u| percent(u.utilization))
+        });
+        reader.field(&mut s, F::UtilizationDecoder, || {
+            device.decoder_utilization().map(|u| percent(u.utilization))
+        });
+        reader.field(&mut s, F::Temperature, || {
+            device.temperature(TemperatureSensor::Gpu).map(f64::from)
+        });
+        reader.field(&mut s, F::Power, || device.power_usage().map(milli));
+        reader.field(&mut s, F::PowerLimit, || {
+            device.enforced_power_limit().map(milli)
+        });
+        reader.field(&mut s, F::Energy, || {
+            device
+                .total_energy_consumption()
+                .map(|mj| mj as f64 / 1000.0)
+        });
+        for (field, clock) in [
+            (F::SmClock, Clock::SM),
+            (F::MemoryClock, Clock::Memory),
+            (F::GraphicsClock, Clock::Graphics),
+        ] {
+            reader.field(&mut s, field, || device.clock_info(clock).map(f64::from));
+        }
+        if let Some(fans) = info.fan_count.filter(|&fans| fans > 0) {
+            reader.field(&mut s, F::FanSpeed, || {
                 let mut total = 0u32;
                 for fan in 0..fans {
                     total += device.fan_speed(fan)?;
                 }
                 Ok(percent(total) / f64::from(fans))
-            }),
-            _ => None,
-        };
+            });
+        }
         // NVML reports PCIe throughput in KB/s.
-        s.pcie_tx_bytes_per_second = reader
-            .read(Field::PcieTx, || {
-                device.pcie_throughput(PcieUtilCounter::Send)
-            })
-            .map(|kb| f64::from(kb) * 1024.0);
-        s.pcie_rx_bytes_per_second = reader
-            .read(Field::PcieRx, || {
-                device.pcie_throughput(PcieUtilCounter::Receive)
-            })
-            .map(|kb| f64::from(kb) * 1024.0);
+        for (field, counter) in [
+            (F::PcieTx, PcieUtilCounter::Send),
+            (F::PcieRx, PcieUtilCounter::Receive),
+        ] {
+            reader.field(&mut s, field, || {
+                device
+                    .pcie_throughput(counter)
+                    .map(|kb| f64::from(kb) * 1024.0)
+            });
+        }
         s.throttle_reasons = reader
-            .read(Field::Throttle, || device.current_throttle_reasons())
+            .read(Call::Throttle, || device.current_throttle_reasons())
             .map(|r| r.bits());
-        s.ecc_corrected_total = reader.read(Field::EccCorrected, || {
-            device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+        for (field, error) in [
+            (F::EccCorrected, MemoryError::Corrected),
+            (F::EccUncorrected, MemoryError::Uncorrected),
+        ] {
+            reader.field(&mut s, field, || {
+                device
+                    .total_ecc_errors(error, EccCounter::Aggregate)
+                    .map(|n| n as f64)
+            });
+        }
+        if let Some(pstate) = reader
+            .read(Call::Field(F::PerformanceState), || {
+                device.performance_state()
+            })
+            .and_then(|p| pstate_number(p.as_c()))
+        {
+            s.set(F::PerformanceState, Some(f64::from(pstate)));
+        }
+        reader.field(&mut s, F::PcieReplays, || {
+            device.pcie_replay_counter().map(f64::from)
         });
-        s.ecc_uncorrected_total = reader.read(Field::EccUncorrected, || {
-            device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
-        });
-        s.performance_state = reader
-            .read(Field::PerformanceState, || device.performance_state())
-            .and_then(|p| pstate_number(p.as_c()));
-        s.remapped_rows = reader.read(Field::RemappedRows, || {
+        s.remapped_rows = reader.read(Call::RemappedRows, || {
             super::health::remapped_rows(&nvml_for_memory, device)
         });
-        s.pcie_replays_total = reader
-            .read(Field::PcieReplays, || device.pcie_replay_counter())
-            .map(u64::from);
-        s.violation = reader.read(Field::Violation, || super::health::violation_times(device));
+        s.violation = reader.read(Call::Violation, || super::health::violation_times(device));
         if !reader.lost {
             let gpm = reader
                 .sampler
@@ -487,7 +496,7 @@ impl Sampler {
             reader.lost |= reading.lost;
             if reading.mode_changed {
                 // NVML answers utilisation "not supported" only while in MIG mode.
-                for field in [Field::Utilization, Field::ProcessUtilization] {
+                for field in [Call::Utilization, Call::ProcessUtilization] {
                     reader.sampler.unsupported.remove(&(index, field));
                 }
             }
@@ -495,12 +504,12 @@ impl Sampler {
         };
 
         let compute = reader
-            .read(Field::ComputeProcesses, || {
+            .read(Call::ComputeProcesses, || {
                 device.running_compute_processes()
             })
             .unwrap_or_default();
         let graphics = reader
-            .read(Field::GraphicsProcesses, || {
+            .read(Call::GraphicsProcesses, || {
                 device.running_graphics_processes()
             })
             .unwrap_or_default();
@@ -508,7 +517,7 @@ impl Sampler {
         let seen = reader.sampler.process_util_seen.get(&index).copied();
         let utilization = if has_processes {
             reader
-                .read(Field::ProcessUtilization, || {
+                .read(Call::ProcessUtilization, || {
                     match device.process_utilization_stats(seen) {
                         // No sample newer than `seen`: nothing ran, not a failure.
                         Err(NvmlError::NotFound) => Ok(Vec::new()),
@@ -543,11 +552,11 @@ impl Sampler {
         *self.error_counts.entry(kind).or_insert(0) += 1;
     }
 
-    fn warn_once(&mut self, index: u32, field: Field, action: &str, error: &NvmlError) {
+    fn warn_once(&mut self, index: u32, field: Call, action: &str, error: &NvmlError) {
         if self.warned.insert((index, field)) {
             tracing::warn!(
                 gpu.index = index,
-                "NVML failed to {action} ({field:?}) on GPU {index}: {error}; \
+                "NVML failed to {action} ({field}) on GPU {index}: {error}; \
                  gpulse keeps sampling and will not repeat this warning"
             );
         }
@@ -563,7 +572,18 @@ struct FieldReader<'s> {
 }
 
 impl FieldReader<'_> {
-    fn read<T>(&mut self, field: Field, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+    /// Reads one scalar field into the sample; a failed read leaves it unknown.
+    fn field(
+        &mut self,
+        sample: &mut DeviceSample,
+        field: DeviceField,
+        call: impl FnOnce() -> Result<f64, NvmlError>,
+    ) {
+        let value = self.read(Call::Field(field), call);
+        sample.set(field, value);
+    }
+
+    fn read<T>(&mut self, field: Call, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
         if self.lost || self.sampler.unsupported.contains(&(self.index, field)) {
             return None;
         }
@@ -581,7 +601,7 @@ impl FieldReader<'_> {
                 self.sampler.unsupported.insert((self.index, field));
                 tracing::info!(
                     gpu.index = self.index,
-                    "GPU {} does not give {field:?} ({e}); it is left out of the metrics",
+                    "GPU {} does not give {field} ({e}); it is left out of the metrics",
                     self.index
                 );
                 None

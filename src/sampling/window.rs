@@ -10,6 +10,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::fields::{
+    DeviceField, FieldReport, FieldSpec, ReportValue, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
+};
 use super::model::{
     DeviceInfo, DeviceStatus, MigInstanceInfo, NvLinkSample, ProcessKind, RemappedRows,
     ViolationTimes, XidEvent,
@@ -24,6 +27,84 @@ pub struct Gauge {
     pub last: f64,
     /// Number of samples that had a value.
     pub count: u32,
+}
+
+/// What one export window keeps of every scalar device field: a summary of its sampled values
+/// and, for counters and rates, the total since `counters_start`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FieldWindows {
+    gauges: [Option<Gauge>; FIELD_COUNT],
+    totals: [Option<f64>; FIELD_COUNT],
+}
+
+impl FieldWindows {
+    pub fn gauge(&self, field: DeviceField) -> Option<Gauge> {
+        self.gauges[field as usize]
+    }
+
+    pub fn total(&self, field: DeviceField) -> Option<f64> {
+        self.totals[field as usize]
+    }
+
+    pub fn set_gauge(&mut self, field: DeviceField, gauge: Option<Gauge>) {
+        self.gauges[field as usize] = gauge;
+    }
+
+    pub fn set_total(&mut self, field: DeviceField, total: Option<f64>) {
+        self.totals[field as usize] = total;
+    }
+
+    /// What the window says of a field by its [`WindowKind`]: the mean of a gauge, the last value
+    /// of a level, the total of a counter or an integrated rate.
+    pub fn value(&self, spec: &FieldSpec) -> Option<f64> {
+        match spec.window {
+            WindowKind::Gauge => self.gauge(spec.field).map(|g| g.mean),
+            WindowKind::Last => self.gauge(spec.field).map(|g| g.last),
+            WindowKind::LifetimeCounter | WindowKind::IntegratedRate => self.total(spec.field),
+        }
+    }
+
+    /// Every field as a JSON report (`/status`) shows it.
+    pub fn report(&self) -> FieldReport {
+        FieldReport(std::array::from_fn(|i| {
+            self.report_value(&DEVICE_FIELDS[i])
+        }))
+    }
+
+    /// What a JSON report (`/status`) shows of a field under its key: as [`Self::value`], except
+    /// that a rate is reported as its mean rate over the window (its key is a rate).
+    pub fn report_value(&self, spec: &FieldSpec) -> ReportValue {
+        let value = match spec.window {
+            WindowKind::IntegratedRate => self.gauge(spec.field).map(|g| g.mean),
+            _ => self.value(spec),
+        };
+        ReportValue::sampled(spec, value)
+    }
+}
+
+/// A non-negative whole number from a field value.
+fn whole(v: f64) -> u64 {
+    v.round().max(0.0) as u64
+}
+
+/// Serialises as the report keys with their [`FieldWindows::report_value`].
+impl Serialize for FieldWindows {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.report().serialize(serializer)
+    }
+}
+
+impl Gauge {
+    /// A gauge of one sample.
+    pub fn single(value: f64) -> Self {
+        Self {
+            mean: value,
+            min: value,
+            max: value,
+            last: value,
+            count: 1,
+        }
+    }
 }
 
 /// Everything one export interval saw.
@@ -52,51 +133,24 @@ pub struct DeviceWindow {
     pub status: DeviceStatus,
     /// Samples in this window in which the device was lost.
     pub lost_samples: u32,
-    pub utilization_gpu: Option<Gauge>,
-    pub utilization_memory: Option<Gauge>,
-    pub utilization_encoder: Option<Gauge>,
-    pub utilization_decoder: Option<Gauge>,
-    pub temperature_celsius: Option<Gauge>,
-    pub power_watts: Option<Gauge>,
-    pub sm_clock_mhz: Option<Gauge>,
-    pub memory_clock_mhz: Option<Gauge>,
-    pub graphics_clock_mhz: Option<Gauge>,
-    pub fan_speed: Option<Gauge>,
-    /// Last values.
-    pub memory_used_bytes: Option<u64>,
-    pub memory_free_bytes: Option<u64>,
-    pub memory_reserved_bytes: Option<u64>,
-    pub memory_total_bytes: Option<u64>,
-    pub power_limit_watts: Option<f64>,
-    pub performance_state: Option<u32>,
+    /// The scalar fields (see [`DEVICE_FIELDS`](super::fields::DEVICE_FIELDS)).
+    pub fields: FieldWindows,
     /// Throttle reasons: for each reason bit seen active, the ratio (0–1) of the window's samples
     /// with a known throttle state in which it was active. Empty map with `Some` = none active.
     pub throttle_active_ratio: Option<BTreeMap<u64, f64>>,
-    /// Start of the cumulative counters below.
+    /// Start of the cumulative counters (`fields` totals, XIDs).
     #[serde(with = "super::model::unix_nanos")]
     pub counters_start: SystemTime,
-    /// Energy used since `counters_start`, joules.
-    pub energy_joules_total: Option<f64>,
-    /// PCIe bytes since `counters_start`, integrated from the sampled throughput.
-    pub pcie_tx_bytes_total: Option<u64>,
-    pub pcie_rx_bytes_total: Option<u64>,
-    /// ECC errors counted since `counters_start`.
-    pub ecc_corrected_total: Option<u64>,
-    pub ecc_uncorrected_total: Option<u64>,
     /// XID events since `counters_start`.
     pub xid_total: u64,
     /// GPM activity gauges (Hopper and newer); all `None` elsewhere.
     pub gpm: GpmWindow,
     /// Row remapper state, last value.
     pub remapped_rows: Option<RemappedRows>,
-    /// The driver's PCIe replay count (since it loaded), last value.
-    pub pcie_replays_total: Option<u64>,
     /// The driver's violation times (since it loaded), last value.
     pub violation: Option<ViolationTimes>,
     /// XID events since `counters_start`, by XID code (they add up to `xid_total`).
     pub xid_by_code: BTreeMap<u64, u64>,
-    /// Combined PCIe throughput (transmit + receive) over the window's samples, bytes/s.
-    pub pcie_bytes_per_second: Option<Gauge>,
     /// NVLink links in link order; empty on a GPU without NVLink.
     pub nvlink: Vec<NvLinkWindow>,
     /// The MIG devices seen in the window (GPU in MIG mode), in MIG index order.
@@ -124,6 +178,48 @@ impl NvLinkWindow {
 }
 
 impl DeviceWindow {
+    /// The window's summary of a field's sampled values.
+    pub fn gauge(&self, field: DeviceField) -> Option<Gauge> {
+        self.fields.gauge(field)
+    }
+
+    /// The field's mean over the window.
+    pub fn mean(&self, field: DeviceField) -> Option<f64> {
+        self.fields.gauge(field).map(|g| g.mean)
+    }
+
+    /// The field's last value in the window (a lost device keeps its last known value).
+    pub fn last(&self, field: DeviceField) -> Option<f64> {
+        self.fields.gauge(field).map(|g| g.last)
+    }
+
+    /// The field's total since `counters_start` (lifetime counters and integrated rates).
+    pub fn total(&self, field: DeviceField) -> Option<f64> {
+        self.fields.total(field)
+    }
+
+    /// [`Self::last`] of a whole quantity (bytes, counts).
+    pub fn last_u64(&self, field: DeviceField) -> Option<u64> {
+        self.last(field).map(whole)
+    }
+
+    /// [`Self::total`] of a whole quantity, rounded (an integrated rate is not whole).
+    pub fn total_u64(&self, field: DeviceField) -> Option<u64> {
+        self.total(field).map(whole)
+    }
+
+    /// Combined PCIe throughput (transmit + receive), mean over the window, bytes/s; `None`
+    /// when the device gives neither direction.
+    pub fn pcie_bytes_per_second(&self) -> Option<f64> {
+        match (
+            self.mean(DeviceField::PcieTx),
+            self.mean(DeviceField::PcieRx),
+        ) {
+            (None, None) => None,
+            (tx, rx) => Some(tx.unwrap_or(0.0) + rx.unwrap_or(0.0)),
+        }
+    }
+
     /// Mean NVLink traffic over the window, both directions of every link, bytes/s; `None`
     /// when no link gave a rate.
     pub fn nvlink_bytes_per_second(&self) -> Option<f64> {
@@ -169,42 +265,26 @@ pub struct GpmWindow {
 }
 
 impl DeviceWindow {
-    /// A window of a device with nothing known but its identity and the counters' start.
+    /// A window of a device with nothing known but its identity (and so its static memory
+    /// total) and the counters' start.
     pub fn empty(info: Arc<DeviceInfo>, counters_start: SystemTime) -> Self {
+        let mut fields = FieldWindows::default();
+        fields.set_gauge(
+            DeviceField::MemoryTotal,
+            info.memory_total_bytes.map(|b| Gauge::single(b as f64)),
+        );
         Self {
             info,
             status: DeviceStatus::Ok,
             lost_samples: 0,
-            utilization_gpu: None,
-            utilization_memory: None,
-            utilization_encoder: None,
-            utilization_decoder: None,
-            temperature_celsius: None,
-            power_watts: None,
-            sm_clock_mhz: None,
-            memory_clock_mhz: None,
-            graphics_clock_mhz: None,
-            fan_speed: None,
-            memory_used_bytes: None,
-            memory_free_bytes: None,
-            memory_reserved_bytes: None,
-            memory_total_bytes: None,
-            power_limit_watts: None,
-            performance_state: None,
+            fields,
             throttle_active_ratio: None,
             counters_start,
-            energy_joules_total: None,
-            pcie_tx_bytes_total: None,
-            pcie_rx_bytes_total: None,
-            ecc_corrected_total: None,
-            ecc_uncorrected_total: None,
             xid_total: 0,
             gpm: GpmWindow::default(),
             remapped_rows: None,
-            pcie_replays_total: None,
             violation: None,
             xid_by_code: BTreeMap::new(),
-            pcie_bytes_per_second: None,
             nvlink: Vec::new(),
             mig_instances: Vec::new(),
         }

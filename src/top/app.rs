@@ -11,6 +11,7 @@ use super::input::Action;
 use super::procinfo::Family;
 use crate::commands::analysis::View;
 use crate::diagnosis::{Finding, Subject};
+use crate::sampling::DeviceField;
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.
 pub const HISTORY_LEN: usize = 300;
@@ -195,11 +196,13 @@ impl App {
         let window = &view.attributed.window;
         for device in &window.devices {
             let history = self.devices.entry(device.info.uuid.clone()).or_default();
-            if let Some(util) = &device.utilization_gpu {
+            if let Some(util) = &device.gauge(DeviceField::UtilizationGpu) {
                 history.utilization.push(percent(util.last));
             }
-            if let (Some(used), Some(total)) = (device.memory_used_bytes, device.memory_total_bytes)
-            {
+            if let (Some(used), Some(total)) = (
+                device.last_u64(DeviceField::MemoryUsed),
+                device.last_u64(DeviceField::MemoryTotal),
+            ) {
                 if total > 0 {
                     history.memory.push(percent(used as f64 / total as f64));
                 }

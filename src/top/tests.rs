@@ -20,7 +20,7 @@ use crate::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Work
 use crate::commands::analysis::View;
 use crate::diagnosis::{DeviceRef, Finding, RuleId, Severity, Subject};
 use crate::sampling::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
-use crate::sampling::{Snapshot, WindowAggregator};
+use crate::sampling::{DeviceField, Snapshot, WindowAggregator};
 
 const CONTAINER: &str = "4f3c2b1a0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
 const TRAINER: u32 = 4242;
@@ -47,14 +47,17 @@ fn snapshot(at: SystemTime) -> Snapshot {
     let mut devices = Vec::new();
     for (index, name) in [(0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB")] {
         let mut d = DeviceSample::empty(info(index, name), DeviceStatus::Ok);
-        d.utilization_gpu = Some(if index == 0 { 0.12 } else { 0.97 });
-        d.memory_used_bytes = Some(20 << 30);
-        d.memory_total_bytes = Some(80 << 30);
-        d.temperature_celsius = Some(61.0);
-        d.power_watts = Some(450.0);
-        d.power_limit_watts = Some(700.0);
-        d.sm_clock_mhz = Some(1755);
-        d.memory_clock_mhz = Some(2619);
+        d.set(
+            DeviceField::UtilizationGpu,
+            Some(if index == 0 { 0.12 } else { 0.97 }),
+        );
+        d.set(DeviceField::MemoryUsed, Some((20u64 << 30) as f64));
+        d.set(DeviceField::MemoryTotal, Some((80u64 << 30) as f64));
+        d.set(DeviceField::Temperature, Some(61.0));
+        d.set(DeviceField::Power, Some(450.0));
+        d.set(DeviceField::PowerLimit, Some(700.0));
+        d.set(DeviceField::SmClock, Some(1755.0));
+        d.set(DeviceField::MemoryClock, Some(2619.0));
         d.throttle_reasons = Some(if index == 1 { 0x4 } else { 0 });
         devices.push(d);
     }

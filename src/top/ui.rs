@@ -20,7 +20,7 @@ use ratatui::Frame;
 use super::app::{App, Mode, Row, RowKind, Series};
 use crate::diagnosis::{Finding, Severity};
 use crate::export::metrics::catalogue;
-use crate::sampling::{DeviceWindow, MigInstanceWindow};
+use crate::sampling::{DeviceField, DeviceWindow, MigInstanceWindow};
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
 const TALL: u16 = 40;
@@ -223,7 +223,10 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
         ),
         palette.title(),
     )];
-    let util = device.utilization_gpu.as_ref().map(|g| g.last * 100.0);
+    let util = device
+        .gauge(DeviceField::UtilizationGpu)
+        .as_ref()
+        .map(|g| g.last * 100.0);
     spans.push(Span::raw("UTIL "));
     spans.extend(bar(util, bar_width, palette));
     spans.push(Span::raw(match util {
@@ -238,7 +241,10 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
             spans.push(Span::raw(format!(" TC {:>3.0}%", tensor.last * 100.0)));
         }
     }
-    let mem = match (device.memory_used_bytes, device.memory_total_bytes) {
+    let mem = match (
+        device.last_u64(DeviceField::MemoryUsed),
+        device.last_u64(DeviceField::MemoryTotal),
+    ) {
         (Some(used), Some(total)) if total > 0 => Some((used, total)),
         _ => None,
     };
@@ -252,10 +258,13 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
         Some((used, total)) => format!(" {}/{} ", gib(used), gib(total)),
         None => " n/a ".into(),
     }));
-    if let Some(t) = &device.temperature_celsius {
+    if let Some(t) = &device.gauge(DeviceField::Temperature) {
         spans.push(Span::raw(format!(" {:.0}°C", t.last)));
     }
-    match (&device.power_watts, device.power_limit_watts) {
+    match (
+        &device.gauge(DeviceField::Power),
+        device.last(DeviceField::PowerLimit),
+    ) {
         (Some(p), Some(limit)) => spans.push(Span::raw(format!(" {:.0}/{:.0}W", p.last, limit))),
         (Some(p), None) => spans.push(Span::raw(format!(" {:.0}W", p.last))),
         _ => {}
@@ -321,8 +330,8 @@ fn gpu_second_line<'a>(
     };
     spans.push(Span::raw(format!(
         "clocks SM {} mem {} MHz  ",
-        clock(&device.sm_clock_mhz),
-        clock(&device.memory_clock_mhz)
+        clock(&device.gauge(DeviceField::SmClock)),
+        clock(&device.gauge(DeviceField::MemoryClock))
     )));
     let reasons = throttle_reasons(device);
     spans.push(Span::raw("throttle "));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::diagnosis::findings::{Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::HardwareErrors;
 use crate::diagnosis::xid;
-use crate::sampling::DeviceStatus;
+use crate::sampling::{DeviceField, DeviceStatus};
 
 use super::{device_ref, Inputs};
 
@@ -42,7 +42,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> {
         // The window's total counts from when gpulse first saw the device, so with no previous
         // window everything counted is new.
         let new_ecc = d
-            .ecc_uncorrected_total
+            .total_u64(DeviceField::EccUncorrected)
             .map(|total| total.saturating_sub(previous))
             .unwrap_or(0);
         let lost = d.status == DeviceStatus::Lost || d.lost_samples > 0;
@@ -173,9 +173,13 @@ mod tests {
     #[test]
     fn new_ecc_errors_since_previous_window_are_critical() {
         let mut w1 = window(60, vec![device(0, 0.5, GIB)], vec![]);
-        w1.devices[0].ecc_uncorrected_total = Some(2);
+        w1.devices[0]
+            .fields
+            .set_total(DeviceField::EccUncorrected, Some(2.0));
         let mut w2 = window(120, vec![device(0, 0.5, GIB)], vec![]);
-        w2.devices[0].ecc_uncorrected_total = Some(5);
+        w2.devices[0]
+            .fields
+            .set_total(DeviceField::EccUncorrected, Some(5.0));
         let f = Fixture::new(vec![w1.clone(), w2]);
         let found = evaluate(&f.inputs(), &HardwareErrors::default());
         assert_eq!(found.len(), 1);
@@ -183,7 +187,9 @@ mod tests {
         assert_eq!(found[0].severity, Severity::Critical);
         // Same total as the previous window: nothing new.
         let mut w3 = window(180, vec![device(0, 0.5, GIB)], vec![]);
-        w3.devices[0].ecc_uncorrected_total = Some(2);
+        w3.devices[0]
+            .fields
+            .set_total(DeviceField::EccUncorrected, Some(2.0));
         let f = Fixture::new(vec![w1, w3]);
         assert!(evaluate(&f.inputs(), &HardwareErrors::default()).is_empty());
     }

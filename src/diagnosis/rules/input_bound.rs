@@ -11,6 +11,7 @@
 use crate::diagnosis::findings::{human_bytes, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{LoaderSettings, ProcessEvidence, StepEvidence};
 use crate::diagnosis::thresholds::InputBound;
+use crate::sampling::DeviceField;
 
 use super::{process_device_ref, Inputs};
 
@@ -72,7 +73,9 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
                     d.gpm
                         .sm_activity
                         .map(|g| (g.mean, "device_sm_activity"))
-                        .or(d.utilization_gpu.map(|g| (g.mean, "device")))
+                        .or(d
+                            .gauge(DeviceField::UtilizationGpu)
+                            .map(|g| (g.mean, "device")))
                 }),
             };
             if let Some(u) = util {

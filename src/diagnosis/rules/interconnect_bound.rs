@@ -178,7 +178,7 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
 mod tests {
     use super::*;
     use crate::diagnosis::rules::testkit::*;
-    use crate::sampling::{NvLinkSample, NvLinkWindow};
+    use crate::sampling::{DeviceField, NvLinkSample, NvLinkWindow};
 
     const GIB_S: f64 = GIB as f64;
 
@@ -289,7 +289,8 @@ mod tests {
                     .map(|index| {
                         let mut d = device(index, 0.95, 40 * GIB);
                         d.gpm.sm_activity = Some(gauge(0.1));
-                        d.pcie_bytes_per_second = Some(gauge(20.0 * GIB_S));
+                        d.fields
+                            .set_gauge(DeviceField::PcieTx, Some(gauge(20.0 * GIB_S)));
                         d
                     })
                     .collect();

@@ -5,6 +5,7 @@
 
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::LowSmEfficiency;
+use crate::sampling::DeviceField;
 
 use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
 
@@ -32,7 +33,10 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
         seconds,
     } in sustained
     {
-        let (Some(util), Some(sm)) = (device.utilization_gpu, device.gpm.sm_activity) else {
+        let (Some(util), Some(sm)) = (
+            device.gauge(DeviceField::UtilizationGpu),
+            device.gpm.sm_activity,
+        ) else {
             continue;
         };
         let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));

@@ -11,6 +11,7 @@ use crate::diagnosis::findings::{
 };
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::thresholds::MemoryFragmentation;
+use crate::sampling::DeviceField;
 
 use super::{process_device_ref, Inputs};
 
@@ -42,15 +43,17 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
             continue;
         };
         let (Some(used), Some(total)) = (
-            device.memory_used_bytes,
-            device.memory_total_bytes.or(device.info.memory_total_bytes),
+            device.last_u64(DeviceField::MemoryUsed),
+            device
+                .last_u64(DeviceField::MemoryTotal)
+                .or(device.info.memory_total_bytes),
         ) else {
             continue;
         };
         if total == 0 {
             continue;
         }
-        let used = used + device.memory_reserved_bytes.unwrap_or(0);
+        let used = used + device.last_u64(DeviceField::MemoryReserved).unwrap_or(0);
         let used_ratio = used as f64 / total as f64;
         if used_ratio < t.device_used_at_least {
             continue;

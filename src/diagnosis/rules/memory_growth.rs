@@ -22,7 +22,7 @@ use crate::diagnosis::findings::{
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::Series;
 use crate::diagnosis::thresholds::MemoryGrowth;
-use crate::sampling::ProcessWindow;
+use crate::sampling::{DeviceField, ProcessWindow};
 
 use super::{process_device_ref, Inputs};
 
@@ -95,7 +95,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         }
         let free = inputs
             .device(&p.device_uuid)
-            .and_then(|d| d.memory_free_bytes);
+            .and_then(|d| d.last_u64(DeviceField::MemoryFree));
         let time_to_full = free.map(|f| f as f64 / trend.slope);
         let severity = match time_to_full {
             Some(s) if s < t.urgent_time_to_full.as_secs_f64() => Severity::Error,
@@ -277,7 +277,7 @@ fn with_allocator(
     let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
     let free = inputs
         .device(&p.device_uuid)
-        .and_then(|d| d.memory_free_bytes);
+        .and_then(|d| d.last_u64(DeviceField::MemoryFree));
     let mut values: Vec<(String, Value)> = Vec::new();
     if let Some(a) = latest.allocated_bytes {
         values.push(("allocated_bytes".into(), Value::from(a)));

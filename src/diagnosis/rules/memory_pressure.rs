@@ -5,6 +5,7 @@ use crate::diagnosis::findings::{
     human_bytes, pct, Finding, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::thresholds::MemoryPressure;
+use crate::sampling::DeviceField;
 
 use super::{device_ref, process_device_ref, Inputs};
 
@@ -19,11 +20,14 @@ on the same GPU (nvidia-smi) that should not be there.";
 pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in &inputs.window.devices {
-        let Some(total) = d.memory_total_bytes.filter(|&t| t > 0) else {
+        let Some(total) = d.last_u64(DeviceField::MemoryTotal).filter(|&t| t > 0) else {
             continue;
         };
         // Driver-reserved memory is not available to applications either: count it as taken.
-        let taken = match (d.memory_free_bytes, d.memory_used_bytes) {
+        let taken = match (
+            d.last_u64(DeviceField::MemoryFree),
+            d.last_u64(DeviceField::MemoryUsed),
+        ) {
             (Some(free), _) => total.saturating_sub(free),
             (None, Some(used)) => used,
             (None, None) => continue,
@@ -69,7 +73,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
         }
         let Some(free) = inputs
             .device(&p.device_uuid)
-            .and_then(|d| d.memory_free_bytes)
+            .and_then(|d| d.last_u64(DeviceField::MemoryFree))
         else {
             continue;
         };
@@ -159,8 +163,8 @@ mod tests {
     #[test]
     fn unknown_memory_is_not_pressure() {
         let mut d = device(0, 0.9, 79 * GIB);
-        d.memory_free_bytes = None;
-        d.memory_used_bytes = None;
+        d.fields.set_gauge(DeviceField::MemoryFree, None);
+        d.fields.set_gauge(DeviceField::MemoryUsed, None);
         let w = window(60, vec![d], vec![process(5, 0, 79 * GIB, None)]);
         let f = Fixture::new(vec![w]);
         assert!(evaluate(&f.inputs(), &MemoryPressure::default()).is_empty());

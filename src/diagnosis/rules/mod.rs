@@ -225,7 +225,8 @@ pub(crate) mod testkit {
     use crate::diagnosis::history::History;
     use crate::diagnosis::thresholds::HistoryLimits;
     use crate::sampling::{
-        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+        DeviceField, DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow,
+        Window,
     };
 
     pub const GIB: u64 = 1024 * 1024 * 1024;
@@ -261,42 +262,55 @@ pub(crate) mod testkit {
     }
 
     pub fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
-        DeviceWindow {
-            info: info(index),
-            status: DeviceStatus::Ok,
-            lost_samples: 0,
-            utilization_gpu: Some(gauge(util)),
-            utilization_memory: Some(gauge(util / 2.0)),
-            utilization_encoder: None,
-            utilization_decoder: None,
-            temperature_celsius: Some(gauge(60.0)),
-            power_watts: Some(gauge(300.0)),
-            sm_clock_mhz: Some(gauge(1980.0)),
-            memory_clock_mhz: Some(gauge(2619.0)),
-            graphics_clock_mhz: Some(gauge(1980.0)),
-            fan_speed: None,
-            memory_used_bytes: Some(used),
-            memory_free_bytes: Some(80 * GIB - used),
-            memory_reserved_bytes: Some(0),
-            memory_total_bytes: Some(80 * GIB),
-            power_limit_watts: Some(700.0),
-            performance_state: Some(0),
-            throttle_active_ratio: Some(Default::default()),
-            counters_start: t(0),
-            energy_joules_total: Some(1000.0),
-            pcie_tx_bytes_total: None,
-            pcie_rx_bytes_total: None,
-            ecc_corrected_total: Some(0),
-            ecc_uncorrected_total: Some(0),
-            xid_total: 0,
-            gpm: Default::default(),
-            remapped_rows: None,
-            pcie_replays_total: None,
-            violation: None,
-            xid_by_code: Default::default(),
-            pcie_bytes_per_second: None,
-            nvlink: Vec::new(),
-            mig_instances: Vec::new(),
+        {
+            let mut d = DeviceWindow {
+                info: info(index),
+                status: DeviceStatus::Ok,
+                lost_samples: 0,
+                throttle_active_ratio: Some(Default::default()),
+                counters_start: t(0),
+                xid_total: 0,
+                gpm: Default::default(),
+                remapped_rows: None,
+                violation: None,
+                xid_by_code: Default::default(),
+                nvlink: Vec::new(),
+                mig_instances: Vec::new(),
+                fields: Default::default(),
+            };
+            d.fields
+                .set_gauge(DeviceField::UtilizationGpu, Some(gauge(util)));
+            d.fields
+                .set_gauge(DeviceField::UtilizationMemory, Some(gauge(util / 2.0)));
+            d.fields
+                .set_gauge(DeviceField::Temperature, Some(gauge(60.0)));
+            d.fields.set_gauge(DeviceField::Power, Some(gauge(300.0)));
+            d.fields
+                .set_gauge(DeviceField::SmClock, Some(gauge(1980.0)));
+            d.fields
+                .set_gauge(DeviceField::MemoryClock, Some(gauge(2619.0)));
+            d.fields
+                .set_gauge(DeviceField::GraphicsClock, Some(gauge(1980.0)));
+            d.fields
+                .set_gauge(DeviceField::MemoryUsed, Some(Gauge::single(used as f64)));
+            d.fields.set_gauge(
+                DeviceField::MemoryFree,
+                Some(Gauge::single((80 * GIB - used) as f64)),
+            );
+            d.fields
+                .set_gauge(DeviceField::MemoryReserved, Some(Gauge::single(0.0)));
+            d.fields.set_gauge(
+                DeviceField::MemoryTotal,
+                Some(Gauge::single((80 * GIB) as f64)),
+            );
+            d.fields
+                .set_gauge(DeviceField::PowerLimit, Some(Gauge::single(700.0)));
+            d.fields
+                .set_gauge(DeviceField::PerformanceState, Some(Gauge::single(0.0)));
+            d.fields.set_total(DeviceField::Energy, Some(1000.0));
+            d.fields.set_total(DeviceField::EccCorrected, Some(0.0));
+            d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
+            d
         }
     }
 

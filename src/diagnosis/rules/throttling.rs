@@ -6,6 +6,7 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 
 use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::Throttling;
+use crate::sampling::DeviceField;
 
 use super::{device_ref, Inputs};
 
@@ -99,10 +100,12 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
             .map(|(r, ratio)| format!("{} {}", r.name, pct(*ratio)))
             .collect();
         let mut summary = format!("{subject} throttled: {} of the window", named.join(", "));
-        if let Some(temp) = d.temperature_celsius {
+        if let Some(temp) = d.gauge(DeviceField::Temperature) {
             summary.push_str(&format!(", up to {:.0} °C", temp.max));
         }
-        if let (Some(p), Some(limit)) = (d.power_watts, d.power_limit_watts) {
+        if let (Some(p), Some(limit)) =
+            (d.gauge(DeviceField::Power), d.last(DeviceField::PowerLimit))
+        {
             summary.push_str(&format!(", {:.0}/{limit:.0} W", p.mean));
         }
         let mut advice: Vec<&str> = Vec::new();
@@ -131,7 +134,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
                     .join(","),
             ),
         ));
-        if let Some(temp) = d.temperature_celsius {
+        if let Some(temp) = d.gauge(DeviceField::Temperature) {
             values.push(("temperature_max_celsius".into(), Value::from(temp.max)));
         }
         out.push(Finding {

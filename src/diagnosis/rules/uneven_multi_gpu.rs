@@ -11,7 +11,7 @@ use crate::diagnosis::findings::{
     pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::thresholds::UnevenMultiGpu;
-use crate::sampling::ProcessWindow;
+use crate::sampling::{DeviceField, ProcessWindow};
 
 use super::Inputs;
 
@@ -62,7 +62,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
             let util = own.map(|u| u.min(1.0)).or_else(|| {
                 inputs
                     .device(uuid)
-                    .and_then(|d| d.utilization_gpu)
+                    .and_then(|d| d.gauge(DeviceField::UtilizationGpu))
                     .map(|g| g.mean)
             });
             if let Some(u) = util {

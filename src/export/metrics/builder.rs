@@ -26,13 +26,17 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
-use super::catalogue::{throttle_reasons, MetricId};
+use std::sync::LazyLock;
+
+use super::catalogue::{throttle_reasons, Instrument, MetricId};
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{AttributedWindow, ProcessUsage, Workload};
 use crate::export::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
+use crate::sampling::fields::FIELD_COUNT;
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{
-    DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow,
+    DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow, WindowKind,
+    DEVICE_FIELDS,
 };
 
 use MetricId as M;
@@ -207,95 +211,7 @@ fn push_device(
         end: gauge_span.end,
     };
 
-    let util = family(
-        M::GpuUtilization,
-        Some(M::GpuUtilizationMax),
-        Some(M::GpuUtilizationMin),
-    );
-    for (task, gauge) in [
-        ("general", &d.utilization_gpu),
-        ("encoder", &d.utilization_encoder),
-        ("decoder", &d.utilization_decoder),
-    ] {
-        if let Some(g) = gauge {
-            let attrs = with(base, "hw.gpu.task", task);
-            push_gauge(b, util, attrs, gauge_span, g);
-        }
-    }
-    if let Some(g) = &d.utilization_memory {
-        let fam = family(
-            M::GpuMemoryUtilization,
-            Some(M::GpuMemoryUtilizationMax),
-            Some(M::GpuMemoryUtilizationMin),
-        );
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
-    }
-
-    let limit = d.memory_total_bytes.or(d.info.memory_total_bytes);
-    for (id, bytes) in [
-        (M::GpuMemoryUsage, d.memory_used_bytes),
-        (M::GpuMemoryLimit, limit),
-        (M::GpuMemoryFree, d.memory_free_bytes),
-        (M::GpuMemoryReserved, d.memory_reserved_bytes),
-    ] {
-        if let Some(bytes) = bytes {
-            b.push(id, PointAttributes::of(base), sum_span, int(bytes));
-        }
-    }
-
-    if let Some(g) = &d.temperature_celsius {
-        let fam = family(M::Temperature, Some(M::TemperatureMax), None);
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
-    }
-    if let Some(g) = &d.power_watts {
-        let fam = family(M::Power, Some(M::PowerMax), None);
-        push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
-    }
-    if let Some(limit) = d.power_limit_watts {
-        b.push(
-            M::PowerLimit,
-            PointAttributes::of(base),
-            gauge_span,
-            Value::F64(limit),
-        );
-    }
-    if let Some(joules) = d.energy_joules_total {
-        b.push(
-            M::Energy,
-            PointAttributes::of(base),
-            sum_span,
-            Value::F64(joules),
-        );
-    }
-
-    for (clock, gauge) in [
-        ("sm", &d.sm_clock_mhz),
-        ("memory", &d.memory_clock_mhz),
-        ("graphics", &d.graphics_clock_mhz),
-    ] {
-        if let Some(g) = gauge {
-            let attrs = with(base, "nvidia.gpu.clock.type", clock);
-            b.push(M::Clock, attrs, gauge_span, Value::F64(g.mean));
-        }
-    }
-    if let Some(g) = &d.fan_speed {
-        b.push(
-            M::FanSpeed,
-            PointAttributes::of(base),
-            gauge_span,
-            Value::F64(g.mean),
-        );
-    }
-
-    for (direction, bytes) in [
-        ("transmit", d.pcie_tx_bytes_total),
-        ("receive", d.pcie_rx_bytes_total),
-    ] {
-        if let Some(bytes) = bytes {
-            let attrs = with(base, "network.io.direction", direction);
-            b.push(M::GpuIo, attrs, sum_span, int(bytes));
-        }
-    }
+    push_fields(b, base, d, gauge_span, sum_span);
 
     if let Some(active) = &d.throttle_active_ratio {
         for &(bit, reason) in throttle_reasons() {
@@ -313,16 +229,6 @@ fn push_device(
                 );
                 b.push(M::Throttle, attrs, gauge_span, Value::F64(*ratio));
             }
-        }
-    }
-
-    for (error_type, count) in [
-        ("corrected", d.ecc_corrected_total),
-        ("uncorrected", d.ecc_uncorrected_total),
-    ] {
-        if let Some(count) = count {
-            let attrs = with(base, "error.type", error_type);
-            b.push(M::Errors, attrs, sum_span, int(count));
         }
     }
     push_xid(b, batch, d, driver_version, sum_span);
@@ -368,20 +274,61 @@ fn push_device(
             }
         }
     }
-    if let Some(replays) = d.pcie_replays_total {
-        let attrs = with(base, "error.type", "pcie_replay");
-        b.push(M::Errors, attrs, sum_span, int(replays));
-    }
     push_nvlink(b, batch, d, driver_version, gauge_span, sum_span);
+}
 
-    if let Some(pstate) = d.performance_state {
-        b.push(
-            M::PerformanceState,
-            PointAttributes::of(base),
-            gauge_span,
-            Value::I64(i64::from(pstate)),
-        );
+/// The scalar device fields, as the device field catalogue maps them to metrics: a gauge's
+/// window mean (with its `.max`/`.min` companions), a level's last value, a lifetime counter's or
+/// an integrated rate's total since `counters_start`. Gauge instruments span the window; sums
+/// start at `counters_start`.
+fn push_fields(
+    b: &mut MetricsBuilder,
+    base: AttributeSetId,
+    d: &DeviceWindow,
+    gauge_span: Span,
+    sum_span: Span,
+) {
+    for (spec, family) in DEVICE_FIELDS.iter().zip(field_families()) {
+        let (Some(metric), Some(family)) = (spec.metric, family) else {
+            continue;
+        };
+        let attrs = match metric.attribute {
+            Some((key, value)) => with(base, key, value),
+            None => PointAttributes::of(base),
+        };
+        let span = match family.mean.spec().instrument {
+            Instrument::Gauge => gauge_span,
+            Instrument::Counter | Instrument::UpDownCounter => sum_span,
+        };
+        if spec.window == WindowKind::Gauge {
+            if let Some(g) = d.gauge(spec.field) {
+                push_gauge(b, *family, attrs, span, &g);
+            }
+        } else if let Some(v) = d.fields.value(spec) {
+            let value = if spec.whole {
+                int(v.round().max(0.0) as u64)
+            } else {
+                Value::F64(v)
+            };
+            b.push(family.mean, attrs, span, value);
+        }
     }
+}
+
+/// Each field's metric and companions, resolved by name in the catalogue once.
+fn field_families() -> &'static [Option<Family>; FIELD_COUNT] {
+    static FAMILIES: LazyLock<[Option<Family>; FIELD_COUNT]> = LazyLock::new(|| {
+        std::array::from_fn(|i| {
+            let m = DEVICE_FIELDS[i].metric?;
+            let id = |name: &str| MetricId::by_name(name);
+            Some(Family {
+                mean: id(m.name)?,
+                max: m.max.then(|| id(&format!("{}.max", m.name))).flatten(),
+                min: m.min.then(|| id(&format!("{}.min", m.name))).flatten(),
+            })
+        })
+    });
+    &FAMILIES
 }
 
 /// `hw.errors{error.type=xid}`: one series per XID code seen since `counters_start`, with the
@@ -722,9 +669,9 @@ mod tests {
     use super::*;
     use crate::attribution::AttributionMethod;
     use crate::export::json::to_otlp_json_line;
-    use crate::export::metrics::catalogue::Instrument;
+
     use crate::export::metrics::data_point_count;
-    use crate::sampling::{DeviceInfo, ProcessKind, Window};
+    use crate::sampling::{DeviceField, DeviceInfo, ProcessKind, Window};
 
     fn t(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -849,18 +796,30 @@ mod tests {
     #[test]
     fn device_values_attributes_and_instruments() {
         let mut d = bare_device(0);
-        d.utilization_gpu = Some(g(0.6, 0.2, 0.95, 0.5));
-        d.utilization_encoder = Some(g(0.1, 0.0, 0.3, 0.1));
-        d.memory_used_bytes = Some(40 << 30);
-        d.temperature_celsius = Some(g(61.5, 60.0, 66.0, 62.0));
-        d.power_watts = Some(g(350.0, 100.0, 700.0, 300.0));
-        d.power_limit_watts = Some(700.0);
-        d.energy_joules_total = Some(12345.5);
-        d.sm_clock_mhz = Some(g(1800.0, 1500.0, 1980.0, 1800.0));
-        d.pcie_rx_bytes_total = Some(777);
-        d.ecc_uncorrected_total = Some(2);
+        d.fields
+            .set_gauge(DeviceField::UtilizationGpu, Some(g(0.6, 0.2, 0.95, 0.5)));
+        d.fields
+            .set_gauge(DeviceField::UtilizationEncoder, Some(g(0.1, 0.0, 0.3, 0.1)));
+        d.fields.set_gauge(
+            DeviceField::MemoryUsed,
+            Some(Gauge::single((40u64 << 30) as f64)),
+        );
+        d.fields
+            .set_gauge(DeviceField::Temperature, Some(g(61.5, 60.0, 66.0, 62.0)));
+        d.fields
+            .set_gauge(DeviceField::Power, Some(g(350.0, 100.0, 700.0, 300.0)));
+        d.fields
+            .set_gauge(DeviceField::PowerLimit, Some(Gauge::single(700.0)));
+        d.fields.set_total(DeviceField::Energy, Some(12345.5));
+        d.fields.set_gauge(
+            DeviceField::SmClock,
+            Some(g(1800.0, 1500.0, 1980.0, 1800.0)),
+        );
+        d.fields.set_total(DeviceField::PcieRx, Some(777.0));
+        d.fields.set_total(DeviceField::EccUncorrected, Some(2.0));
         d.xid_total = 3;
-        d.performance_state = Some(2);
+        d.fields
+            .set_gauge(DeviceField::PerformanceState, Some(Gauge::single(2.0)));
         let req = build(&window(vec![d], Vec::new()));
         let rm = &req.resource_metrics[0];
 
@@ -938,7 +897,8 @@ mod tests {
         assert_eq!(
             points(rm, "hw.errors").len(),
             2,
-            "corrected unknown: omitted"
+            "corrected unknown: omitted {:?}",
+            points(rm, "hw.errors")
         );
         assert!(
             metric(rm, "nvidia.gpu.throttle").is_none(),
@@ -1114,8 +1074,9 @@ mod tests {
     #[test]
     fn timestamps_gauges_window_sums_counters_start() {
         let mut d = bare_device(0);
-        d.utilization_gpu = Some(g(0.5, 0.5, 0.5, 0.5));
-        d.energy_joules_total = Some(1.0);
+        d.fields
+            .set_gauge(DeviceField::UtilizationGpu, Some(g(0.5, 0.5, 0.5, 0.5)));
+        d.fields.set_total(DeviceField::Energy, Some(1.0));
         let req = build(&window(vec![d], vec![process(42, 0)]));
         let node_rm = &req.resource_metrics[0];
         let gauge = &points(node_rm, "hw.gpu.utilization")[0];
@@ -1310,8 +1271,12 @@ mod tests {
     #[test]
     fn non_finite_values_yield_no_point() {
         let mut d = bare_device(0);
-        d.power_watts = Some(g(f64::NAN, 1.0, f64::INFINITY, 1.0));
-        d.power_limit_watts = Some(f64::NAN);
+        d.fields.set_gauge(
+            DeviceField::Power,
+            Some(g(f64::NAN, 1.0, f64::INFINITY, 1.0)),
+        );
+        d.fields
+            .set_gauge(DeviceField::PowerLimit, Some(Gauge::single(f64::NAN)));
         let req = build(&window(vec![d], Vec::new()));
         let rm = &req.resource_metrics[0];
         assert!(metric(rm, "hw.power").is_none());
@@ -1329,7 +1294,8 @@ mod tests {
     #[test]
     fn data_point_count_counts_every_point() {
         let mut d = bare_device(0);
-        d.utilization_gpu = Some(g(0.5, 0.1, 0.9, 0.5));
+        d.fields
+            .set_gauge(DeviceField::UtilizationGpu, Some(g(0.5, 0.1, 0.9, 0.5)));
         let req = build(&window(vec![d], vec![process(1, 0)]));
         // Node: 3 utilisation + memory limit (from DeviceInfo) + 2 status + 1 xid;
         // process: 1 memory + 3 utilisation.

@@ -5,7 +5,8 @@
 //! (`nvidia.gpu.*`, `gpulse.*`) or follow the conventions' patterns (`process.gpu.*`). Also the
 //! names of NVML's clock throttle reasons, taken from nvml-wrapper's `ThrottleReasons`.
 //!
-//! Pure data: depends on nothing else in gpulse.
+//! Pure data: depends on nothing else in gpulse (the device field catalogue,
+//! `sampling::fields`, names the metrics of its fields; a test holds it to this table).
 
 use std::sync::LazyLock;
 
@@ -105,10 +106,14 @@ pub(crate) enum MetricId {
 }
 
 impl MetricId {
-    /// This metric's row of [`METRICS`]. Only the `otel-sdk` library API reads it by id.
-    #[cfg_attr(not(feature = "otel-sdk"), allow(dead_code))]
+    /// This metric's row of [`METRICS`].
     pub(crate) fn spec(self) -> &'static MetricSpec {
         &METRICS[self as usize]
+    }
+
+    /// The metric with this name.
+    pub(crate) fn by_name(name: &str) -> Option<Self> {
+        METRICS.iter().find(|m| m.name == name).map(|m| m.id)
     }
 }
 
@@ -241,6 +246,29 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), METRICS.len());
+    }
+
+    /// Every metric the device field catalogue names is a row here, with the field's unit
+    /// (a rate's integral drops the `/s`), and the companions it asks for exist.
+    #[test]
+    fn device_fields_name_catalogue_metrics_in_their_units() {
+        use crate::sampling::{WindowKind, DEVICE_FIELDS};
+        for spec in &DEVICE_FIELDS {
+            let Some(m) = spec.metric else { continue };
+            let id = MetricId::by_name(m.name)
+                .unwrap_or_else(|| panic!("{} names {}, not in METRICS", spec.key, m.name));
+            let unit = match spec.window {
+                WindowKind::IntegratedRate => spec.unit.trim_end_matches("/s"),
+                _ => spec.unit,
+            };
+            assert_eq!(id.spec().unit, unit, "{}", spec.key);
+            for (wanted, suffix) in [(m.max, ".max"), (m.min, ".min")] {
+                if wanted {
+                    let companion = format!("{}{suffix}", m.name);
+                    assert!(MetricId::by_name(&companion).is_some(), "{companion}");
+                }
+            }
+        }
     }
 
     #[test]

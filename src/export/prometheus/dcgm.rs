@@ -20,7 +20,8 @@ use super::exposition::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
-use crate::sampling::{DeviceStatus, DeviceWindow, Gauge};
+use crate::sampling::fields::DcgmScale;
+use crate::sampling::{DeviceStatus, DeviceWindow, WindowKind, DEVICE_FIELDS};
 
 const MIB: u64 = 1 << 20;
 
@@ -105,10 +106,6 @@ fn pod_labels(attributed: &AttributedWindow, uuid: &str) -> Vec<(String, String)
     labels
 }
 
-fn last(gauge: &Option<Gauge>) -> Option<f64> {
-    gauge.as_ref().map(|g| g.last).filter(|v| v.is_finite())
-}
-
 fn int(v: f64) -> SampleValue {
     SampleValue::Int(v.round() as i64)
 }
@@ -145,46 +142,43 @@ pub(super) fn push_devices(
         }
         labels.extend(pod_labels(attributed, &info.uuid));
 
-        let percent = |g: &Option<Gauge>| last(g).map(|ratio| int(ratio * 100.0));
-        let mib = |bytes: Option<u64>| bytes.map(|v| SampleValue::Int((v / MIB) as i64));
-        let whole = |g: &Option<Gauge>| last(g).map(int);
-        #[rustfmt::skip]
-        let values: [(&str, &str, Option<SampleValue>); 13] = [
-            ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", percent(&d.utilization_gpu)),
-            ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", percent(&d.utilization_memory)),
-            ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", percent(&d.utilization_encoder)),
-            ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", percent(&d.utilization_decoder)),
-            ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", mib(d.memory_used_bytes)),
-            ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", mib(d.memory_free_bytes)),
-            ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", mib(d.memory_reserved_bytes)),
-            ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", whole(&d.temperature_celsius)),
-            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", last(&d.power_watts).map(SampleValue::Float)),
-            ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", whole(&d.sm_clock_mhz)),
-            ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", whole(&d.memory_clock_mhz)),
-            (
-                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-                "Total energy consumption since gpulse first saw the GPU (in mJ).",
-                d.energy_joules_total.map(|j| int(j * 1000.0)),
-            ),
-            (
-                "DCGM_FI_DEV_XID_ERRORS",
-                "Value of the last XID error encountered (0: none since gpulse started).",
-                Some(SampleValue::Int(
-                    last_xid.get(&info.uuid).map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
-                )),
-            ),
-        ];
-        for (name, help, value) in values {
-            if let Some(value) = value {
-                b.push(
-                    &dcgm_name(name),
-                    help,
-                    FamilyKind::Gauge,
-                    labels.clone(),
-                    value,
-                );
-            }
+        for spec in &DEVICE_FIELDS {
+            let Some(series) = spec.dcgm else { continue };
+            // dcgm-exporter reports its latest reading: the window's last value, or a
+            // counter's total.
+            let value = match spec.window {
+                WindowKind::LifetimeCounter | WindowKind::IntegratedRate => d.total(spec.field),
+                WindowKind::Gauge | WindowKind::Last => d.last(spec.field),
+            };
+            let Some(value) = value.filter(|v| v.is_finite()) else {
+                continue;
+            };
+            let value = match series.scale {
+                DcgmScale::Percent => int(value * 100.0),
+                DcgmScale::Mebibytes => SampleValue::Int((value.max(0.0) as u64 / MIB) as i64),
+                DcgmScale::Whole => int(value),
+                DcgmScale::Float => SampleValue::Float(value),
+                DcgmScale::Millijoules => int(value * 1000.0),
+            };
+            b.push(
+                &dcgm_name(series.name),
+                series.help,
+                FamilyKind::Gauge,
+                labels.clone(),
+                value,
+            );
         }
+        b.push(
+            &dcgm_name("DCGM_FI_DEV_XID_ERRORS"),
+            "Value of the last XID error encountered (0: none since gpulse started).",
+            FamilyKind::Gauge,
+            labels.clone(),
+            SampleValue::Int(
+                last_xid
+                    .get(&info.uuid)
+                    .map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
+            ),
+        );
         for (name, help, ratio) in profiling_ratios(d) {
             if let Some(ratio) = ratio {
                 b.push(

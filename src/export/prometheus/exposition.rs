@@ -298,6 +298,8 @@ fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use crate::sampling::DeviceField;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
@@ -349,14 +351,26 @@ mod tests {
             fan_count: None,
         });
         let mut device = DeviceWindow::empty(info, at(1000));
-        device.utilization_gpu = gauge(0.62);
-        device.memory_used_bytes = Some(30000 << 20);
-        device.memory_free_bytes = Some(51017 << 20);
-        device.temperature_celsius = gauge(58.0);
-        device.power_watts = gauge(420.5);
-        device.sm_clock_mhz = gauge(1980.0);
-        device.memory_clock_mhz = gauge(2619.0);
-        device.energy_joules_total = Some(1.5);
+        device
+            .fields
+            .set_gauge(DeviceField::UtilizationGpu, gauge(0.62));
+        device.fields.set_gauge(
+            DeviceField::MemoryUsed,
+            Some(crate::sampling::Gauge::single((30000u64 << 20) as f64)),
+        );
+        device.fields.set_gauge(
+            DeviceField::MemoryFree,
+            Some(crate::sampling::Gauge::single((51017u64 << 20) as f64)),
+        );
+        device
+            .fields
+            .set_gauge(DeviceField::Temperature, gauge(58.0));
+        device.fields.set_gauge(DeviceField::Power, gauge(420.5));
+        device.fields.set_gauge(DeviceField::SmClock, gauge(1980.0));
+        device
+            .fields
+            .set_gauge(DeviceField::MemoryClock, gauge(2619.0));
+        device.fields.set_total(DeviceField::Energy, Some(1.5));
         let processes = pids
             .iter()
             .map(|(pid, _)| ProcessWindow {
