@@ -15,8 +15,8 @@ mod request {
     };
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
-        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessKind, ProcessWindow,
-        RemappedRows, ViolationTimes, Window,
+        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmField, GpmWindow, ProcessKind,
+        ProcessWindow, RemappedRows, ViolationTimes, Window,
     };
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, Metric};
@@ -60,20 +60,20 @@ mod request {
                 throttle_active_ratio: Some(BTreeMap::from([(0x4, 0.3)])),
                 counters_start: t(1_000),
                 xid_total: 1,
-                gpm: GpmWindow {
-                    sm_activity: Some(g(0.8)),
-                    sm_occupancy: Some(g(0.5)),
-                    tensor_activity: Some(g(0.4)),
-                    tensor_hmma_activity: Some(g(0.35)),
-                    tensor_imma_activity: Some(g(0.05)),
-                    tensor_dfma_activity: Some(g(0.0)),
-                    dram_activity: Some(g(0.3)),
-                    fp16_activity: Some(g(0.1)),
-                    fp32_activity: Some(g(0.6)),
-                    fp64_activity: Some(g(0.0)),
-                    integer_activity: Some(g(0.1)),
-                    graphics_activity: Some(g(0.9)),
-                },
+                gpm: GpmWindow::of([
+                    (GpmField::SmActivity, g(0.8)),
+                    (GpmField::SmOccupancy, g(0.5)),
+                    (GpmField::TensorActivity, g(0.4)),
+                    (GpmField::TensorHmmaActivity, g(0.35)),
+                    (GpmField::TensorImmaActivity, g(0.05)),
+                    (GpmField::TensorDfmaActivity, g(0.0)),
+                    (GpmField::DramActivity, g(0.3)),
+                    (GpmField::Fp16Activity, g(0.1)),
+                    (GpmField::Fp32Activity, g(0.6)),
+                    (GpmField::Fp64Activity, g(0.0)),
+                    (GpmField::IntegerActivity, g(0.1)),
+                    (GpmField::GraphicsActivity, g(0.9)),
+                ]),
                 remapped_rows: Some(RemappedRows {
                     correctable: 3,
                     uncorrectable: 1,

@@ -15,9 +15,8 @@ use crate::diagnosis::Finding;
 use crate::export::metrics::throttle_reason_names;
 use crate::sampling::fields::{FieldReport, ReportValue, FIELD_COUNT};
 use crate::sampling::{
-    DeviceInfo, DeviceSample, DeviceStatus, DeviceWindow, GpmActivity, GpmWindow,
-    MigInstanceSample, MigInstanceWindow, ProcessKind, ProcessMig, ProcessSample, ProcessWindow,
-    Snapshot,
+    DeviceInfo, DeviceSample, DeviceStatus, DeviceWindow, GpmActivity, MigInstanceSample,
+    MigInstanceWindow, ProcessKind, ProcessMig, ProcessSample, ProcessWindow, Snapshot,
 };
 
 fn seconds(t: SystemTime) -> f64 {
@@ -73,7 +72,7 @@ pub struct DeviceReport<'a> {
     pub throttle_reasons: Option<Vec<&'static str>>,
     /// GPM activity ratios (Hopper and newer), `null` where the GPU gives none.
     #[serde(flatten)]
-    pub activity: GpmReport,
+    pub activity: GpmActivity,
     /// Row remapper state (Ampere and newer): rows remapped for correctable and uncorrectable
     /// errors, and whether a remapping waits for a GPU reset (`pending`) or failed (`failure`).
     pub remapped_rows: Option<crate::sampling::model::RemappedRows>,
@@ -98,62 +97,7 @@ pub struct MigInstanceReport<'a> {
     pub memory_used_bytes: Option<u64>,
     pub memory_free_bytes: Option<u64>,
     #[serde(flatten)]
-    pub activity: GpmReport,
-}
-
-/// GPM activity ratios under the keys a device report uses, `null` where NVML gave none.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct GpmReport {
-    pub sm_activity: Option<f64>,
-    pub sm_occupancy: Option<f64>,
-    pub tensor_activity: Option<f64>,
-    pub tensor_hmma_activity: Option<f64>,
-    pub tensor_imma_activity: Option<f64>,
-    pub tensor_dfma_activity: Option<f64>,
-    pub dram_activity: Option<f64>,
-    pub fp16_activity: Option<f64>,
-    pub fp32_activity: Option<f64>,
-    pub fp64_activity: Option<f64>,
-    pub integer_activity: Option<f64>,
-    pub graphics_activity: Option<f64>,
-}
-
-impl GpmReport {
-    fn of_sample(a: &GpmActivity) -> Self {
-        Self {
-            sm_activity: a.sm_activity,
-            sm_occupancy: a.sm_occupancy,
-            tensor_activity: a.tensor_activity,
-            tensor_hmma_activity: a.tensor_hmma_activity,
-            tensor_imma_activity: a.tensor_imma_activity,
-            tensor_dfma_activity: a.tensor_dfma_activity,
-            dram_activity: a.dram_activity,
-            fp16_activity: a.fp16_activity,
-            fp32_activity: a.fp32_activity,
-            fp64_activity: a.fp64_activity,
-            integer_activity: a.integer_activity,
-            graphics_activity: a.graphics_activity,
-        }
-    }
-
-    /// The window means.
-    pub fn of_window(w: &GpmWindow) -> Self {
-        let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
-        Self {
-            sm_activity: mean(w.sm_activity),
-            sm_occupancy: mean(w.sm_occupancy),
-            tensor_activity: mean(w.tensor_activity),
-            tensor_hmma_activity: mean(w.tensor_hmma_activity),
-            tensor_imma_activity: mean(w.tensor_imma_activity),
-            tensor_dfma_activity: mean(w.tensor_dfma_activity),
-            dram_activity: mean(w.dram_activity),
-            fp16_activity: mean(w.fp16_activity),
-            fp32_activity: mean(w.fp32_activity),
-            fp64_activity: mean(w.fp64_activity),
-            integer_activity: mean(w.integer_activity),
-            graphics_activity: mean(w.graphics_activity),
-        }
-    }
+    pub activity: GpmActivity,
 }
 
 impl<'a> MigInstanceReport<'a> {
@@ -166,7 +110,7 @@ impl<'a> MigInstanceReport<'a> {
             memory_total_bytes: m.memory_total_bytes,
             memory_used_bytes: m.memory_used_bytes,
             memory_free_bytes: m.memory_free_bytes,
-            activity: GpmReport::of_sample(&m.gpm),
+            activity: m.gpm,
         }
     }
 
@@ -180,7 +124,7 @@ impl<'a> MigInstanceReport<'a> {
             memory_total_bytes: m.memory_total_bytes,
             memory_used_bytes: m.memory_used_bytes,
             memory_free_bytes: m.memory_free_bytes,
-            activity: GpmReport::of_window(&m.gpm),
+            activity: m.gpm.means(),
         }
     }
 }
@@ -287,7 +231,7 @@ impl<'a> DeviceReport<'a> {
         Self {
             fields: FieldReport::of_values(&d.fields),
             throttle_reasons: d.throttle_reasons.map(throttle_reason_names),
-            activity: GpmReport::of_sample(&d.gpm),
+            activity: d.gpm,
             remapped_rows: d.remapped_rows,
             nvlink: d.nvlink.clone(),
             mig_instances: d
@@ -313,7 +257,7 @@ impl<'a> DeviceReport<'a> {
         Self {
             fields: d.fields.report(),
             throttle_reasons: throttle,
-            activity: GpmReport::of_window(&d.gpm),
+            activity: d.gpm.means(),
             remapped_rows: d.remapped_rows,
             nvlink: d.nvlink.iter().map(|l| l.last).collect(),
             mig_instances: d
@@ -335,7 +279,7 @@ impl<'a> DeviceReport<'a> {
             status,
             fields: FieldReport([ReportValue::Unknown; FIELD_COUNT]),
             throttle_reasons: None,
-            activity: GpmReport::of_sample(&GpmActivity::default()),
+            activity: GpmActivity::default(),
             remapped_rows: None,
             nvlink: Vec::new(),
             mig_instances: Vec::new(),

@@ -11,7 +11,8 @@ use crate::commands::report::SnapshotReport;
 use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::sampling::{
-    DeviceField as F, DeviceStatus, ProcessKind, Sampler, SessionError, Snapshot, WindowAggregator,
+    DeviceField as F, DeviceStatus, GpmField, ProcessKind, Sampler, SessionError, Snapshot,
+    WindowAggregator,
 };
 
 /// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
@@ -196,15 +197,17 @@ pub fn render_table(report: &SnapshotReport) -> String {
             pct(field(F::UtilizationMemory)),
             clocks
         );
-        if d.activity.sm_activity.is_some() || d.activity.tensor_activity.is_some() {
+        if d.activity.get(GpmField::SmActivity).is_some()
+            || d.activity.get(GpmField::TensorActivity).is_some()
+        {
             // GPM: what share of the GPU works, next to Util's "some kernel ran".
             let _ = writeln!(
                 out,
                 "    activity: SM {}  occupancy {}  tensor {}  DRAM {}",
-                pct(d.activity.sm_activity),
-                pct(d.activity.sm_occupancy),
-                pct(d.activity.tensor_activity),
-                pct(d.activity.dram_activity)
+                pct(d.activity.get(GpmField::SmActivity)),
+                pct(d.activity.get(GpmField::SmOccupancy)),
+                pct(d.activity.get(GpmField::TensorActivity)),
+                pct(d.activity.get(GpmField::DramActivity))
             );
         }
         if !d.nvlink.is_empty() {
@@ -252,9 +255,9 @@ pub fn render_table(report: &SnapshotReport) -> String {
                 truncate(profile, 10),
                 m.uuid,
                 format!("{}/{}", mib(m.memory_used_bytes), mib(m.memory_total_bytes)),
-                pct(m.activity.sm_activity),
-                pct(m.activity.tensor_activity),
-                pct(m.activity.dram_activity)
+                pct(m.activity.get(GpmField::SmActivity)),
+                pct(m.activity.get(GpmField::TensorActivity)),
+                pct(m.activity.get(GpmField::DramActivity))
             );
         }
         if let Some(reasons) = &d.throttle_reasons {

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::SystemTime;
 
-use crate::sampling::{DeviceField, Window};
+use crate::sampling::{DeviceField, GpmField, Window};
 
 use super::thresholds::HistoryLimits;
 
@@ -151,7 +151,10 @@ impl History {
             .iter()
             .map(|d| {
                 let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
-                let activity = (mean(d.gpm.sm_activity), mean(d.gpm.tensor_activity));
+                let activity = (
+                    mean(d.gpm.gauge(GpmField::SmActivity)),
+                    mean(d.gpm.gauge(GpmField::TensorActivity)),
+                );
                 (d.info.uuid.as_str(), activity)
             })
             .collect();

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::fields::{WindowKind, DEVICE_FIELDS, FIELD_COUNT};
+use super::fields::{WindowKind, DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT};
 use super::model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, RemappedRows, Snapshot, ViolationTimes, XidEvent,
@@ -227,52 +227,21 @@ impl MigAcc {
 
 /// Running summaries of the GPM activity gauges.
 #[derive(Debug, Default)]
-struct GpmAcc {
-    sm_activity: Option<GaugeAcc>,
-    sm_occupancy: Option<GaugeAcc>,
-    tensor_activity: Option<GaugeAcc>,
-    tensor_hmma_activity: Option<GaugeAcc>,
-    tensor_imma_activity: Option<GaugeAcc>,
-    tensor_dfma_activity: Option<GaugeAcc>,
-    dram_activity: Option<GaugeAcc>,
-    fp16_activity: Option<GaugeAcc>,
-    fp32_activity: Option<GaugeAcc>,
-    fp64_activity: Option<GaugeAcc>,
-    integer_activity: Option<GaugeAcc>,
-    graphics_activity: Option<GaugeAcc>,
-}
+struct GpmAcc([Option<GaugeAcc>; GPM_FIELD_COUNT]);
 
 impl GpmAcc {
     fn add(&mut self, a: &GpmActivity) {
-        GaugeAcc::add(&mut self.sm_activity, a.sm_activity);
-        GaugeAcc::add(&mut self.sm_occupancy, a.sm_occupancy);
-        GaugeAcc::add(&mut self.tensor_activity, a.tensor_activity);
-        GaugeAcc::add(&mut self.tensor_hmma_activity, a.tensor_hmma_activity);
-        GaugeAcc::add(&mut self.tensor_imma_activity, a.tensor_imma_activity);
-        GaugeAcc::add(&mut self.tensor_dfma_activity, a.tensor_dfma_activity);
-        GaugeAcc::add(&mut self.dram_activity, a.dram_activity);
-        GaugeAcc::add(&mut self.fp16_activity, a.fp16_activity);
-        GaugeAcc::add(&mut self.fp32_activity, a.fp32_activity);
-        GaugeAcc::add(&mut self.fp64_activity, a.fp64_activity);
-        GaugeAcc::add(&mut self.integer_activity, a.integer_activity);
-        GaugeAcc::add(&mut self.graphics_activity, a.graphics_activity);
+        for (acc, spec) in self.0.iter_mut().zip(&GPM_FIELDS) {
+            GaugeAcc::add(acc, a.get(spec.field));
+        }
     }
 
     fn finish(self) -> GpmWindow {
-        GpmWindow {
-            sm_activity: GaugeAcc::finish(self.sm_activity),
-            sm_occupancy: GaugeAcc::finish(self.sm_occupancy),
-            tensor_activity: GaugeAcc::finish(self.tensor_activity),
-            tensor_hmma_activity: GaugeAcc::finish(self.tensor_hmma_activity),
-            tensor_imma_activity: GaugeAcc::finish(self.tensor_imma_activity),
-            tensor_dfma_activity: GaugeAcc::finish(self.tensor_dfma_activity),
-            dram_activity: GaugeAcc::finish(self.dram_activity),
-            fp16_activity: GaugeAcc::finish(self.fp16_activity),
-            fp32_activity: GaugeAcc::finish(self.fp32_activity),
-            fp64_activity: GaugeAcc::finish(self.fp64_activity),
-            integer_activity: GaugeAcc::finish(self.integer_activity),
-            graphics_activity: GaugeAcc::finish(self.graphics_activity),
+        let mut window = GpmWindow::default();
+        for (acc, spec) in self.0.into_iter().zip(&GPM_FIELDS) {
+            window.set(spec.field, GaugeAcc::finish(acc));
         }
+        window
     }
 }
 

@@ -6,15 +6,18 @@
 //! JSON reports and the DCGM compatibility families walk [`DEVICE_FIELDS`]: so a new field is
 //! its NVML read (`sampling::nvml`), its row here, and its line in docs/metrics.md.
 //!
-//! Values that come as families rather than one number per device (throttle reason bits, GPM
-//! activity, NVLink links, MIG instances, the row remapper, violation times, XIDs) keep their
-//! own types and builders.
+//! GPM activity ratios (Hopper and newer) have a table of their own, [`GPM_FIELDS`], because
+//! they are read together from one GPM sample pair, for a GPU and for each of its MIG instances,
+//! and a window keeps the same summary (mean, min, max) of every one. Values that come as
+//! families rather than one number per device (throttle reason bits, NVLink links, MIG
+//! instances, the row remapper, violation times, XIDs) keep their own types and builders.
 //!
 //! Pure data: depends on nothing else in gpulse. A metric named here must be a row of the
 //! metric catalogue (`export::metrics::METRICS`); a test holds the two together.
 
 use std::fmt;
 
+use nvml_wrapper::enums::gpm::GpmMetricId;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// A scalar device field. The discriminant indexes [`DEVICE_FIELDS`] and the value arrays.
@@ -381,6 +384,104 @@ impl Serialize for ReportValue {
     }
 }
 
+/// A GPM activity ratio (0–1, NVML reports percent) over the interval between two GPM samples.
+/// The discriminant indexes [`GPM_FIELDS`] and the value arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpmField {
+    SmActivity,
+    SmOccupancy,
+    TensorActivity,
+    TensorHmmaActivity,
+    TensorImmaActivity,
+    TensorDfmaActivity,
+    DramActivity,
+    Fp16Activity,
+    Fp32Activity,
+    Fp64Activity,
+    IntegerActivity,
+    GraphicsActivity,
+}
+
+/// Number of [`GpmField`]s.
+pub const GPM_FIELD_COUNT: usize = GpmField::GraphicsActivity as usize + 1;
+
+/// One row of the GPM field catalogue. A window keeps every GPM field's mean, min and max, and
+/// exports them as the metric's mean with its `.max`/`.min` companions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpmFieldSpec {
+    pub field: GpmField,
+    /// Key in the device and MIG instance objects of the JSON reports.
+    pub key: &'static str,
+    /// The NVML GPM metric (`NVML_GPM_METRIC_*`) it is computed from.
+    pub nvml: GpmMetricId,
+    pub metric: FieldMetric,
+    /// dcgm-exporter's `DCGM_FI_PROF_*` series for it (the window's mean), if any.
+    pub dcgm: Option<DcgmSeries>,
+}
+
+impl GpmField {
+    /// This field's row of [`GPM_FIELDS`].
+    pub fn spec(self) -> &'static GpmFieldSpec {
+        &GPM_FIELDS[self as usize]
+    }
+}
+
+const fn gpm(
+    field: GpmField,
+    key: &'static str,
+    nvml: GpmMetricId,
+    metric: Option<FieldMetric>,
+    dcgm: Option<DcgmSeries>,
+) -> GpmFieldSpec {
+    let Some(metric) = extremes(metric, true) else {
+        panic!("a GPM field needs a metric");
+    };
+    GpmFieldSpec {
+        field,
+        key,
+        nvml,
+        metric,
+        dcgm,
+    }
+}
+
+const PIPE: &str = "nvidia.gpu.pipe";
+const PIPE_ACTIVITY: &str = "nvidia.gpu.pipe.activity";
+
+/// Every GPM field, in [`GpmField`] order (the key order of the JSON reports).
+#[rustfmt::skip]
+pub static GPM_FIELDS: [GpmFieldSpec; GPM_FIELD_COUNT] = [
+    gpm(GpmField::SmActivity, "sm_activity", GpmMetricId::SmUtil,
+        metric("nvidia.gpu.sm.activity"),
+        dcgm("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least one warp assigned.", Float)),
+    gpm(GpmField::SmOccupancy, "sm_occupancy", GpmMetricId::SmOccupancy,
+        metric("nvidia.gpu.sm.occupancy"),
+        dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "Ratio of warps resident on an SM to the maximum.", Float)),
+    gpm(GpmField::TensorActivity, "tensor_activity", GpmMetricId::AnyTensorUtil,
+        metric_with(PIPE_ACTIVITY, PIPE, "tensor"),
+        dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor pipes are active.", Float)),
+    gpm(GpmField::TensorHmmaActivity, "tensor_hmma_activity", GpmMetricId::HmmaTensorUtil,
+        metric_with(PIPE_ACTIVITY, PIPE, "tensor.hmma"), None),
+    gpm(GpmField::TensorImmaActivity, "tensor_imma_activity", GpmMetricId::ImmaTensorUtil,
+        metric_with(PIPE_ACTIVITY, PIPE, "tensor.imma"), None),
+    gpm(GpmField::TensorDfmaActivity, "tensor_dfma_activity", GpmMetricId::DfmaTensorUtil,
+        metric_with(PIPE_ACTIVITY, PIPE, "tensor.dfma"), None),
+    gpm(GpmField::DramActivity, "dram_activity", GpmMetricId::DramBwUtil,
+        metric("nvidia.gpu.dram.activity"),
+        dcgm("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.", Float)),
+    gpm(GpmField::Fp16Activity, "fp16_activity", GpmMetricId::Fp16Util,
+        metric_with(PIPE_ACTIVITY, PIPE, "fp16"), None),
+    gpm(GpmField::Fp32Activity, "fp32_activity", GpmMetricId::Fp32Util,
+        metric_with(PIPE_ACTIVITY, PIPE, "fp32"), None),
+    gpm(GpmField::Fp64Activity, "fp64_activity", GpmMetricId::Fp64Util,
+        metric_with(PIPE_ACTIVITY, PIPE, "fp64"), None),
+    gpm(GpmField::IntegerActivity, "integer_activity", GpmMetricId::IntegerUtil,
+        metric_with(PIPE_ACTIVITY, PIPE, "integer"), None),
+    gpm(GpmField::GraphicsActivity, "graphics_activity", GpmMetricId::GraphicsUtil,
+        metric("nvidia.gpu.graphics.activity"),
+        dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", Float)),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +512,24 @@ mod tests {
                 m.name
             );
             seen.push((m.name, m.attribute));
+        }
+    }
+
+    #[test]
+    fn gpm_rows_are_in_field_order_each_with_its_own_nvml_metric() {
+        for (i, spec) in GPM_FIELDS.iter().enumerate() {
+            assert_eq!(spec.field as usize, i, "{} is out of place", spec.key);
+            assert!(spec.metric.max && spec.metric.min, "{}", spec.key);
+        }
+        for (i, a) in GPM_FIELDS.iter().enumerate() {
+            for b in &GPM_FIELDS[i + 1..] {
+                assert_ne!(a.nvml, b.nvml, "{} and {}", a.key, b.key);
+                assert_ne!(a.key, b.key);
+                assert_ne!(
+                    (a.metric.name, a.metric.attribute),
+                    (b.metric.name, b.metric.attribute)
+                );
+            }
         }
     }
 

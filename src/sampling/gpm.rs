@@ -22,6 +22,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
 use nvml_wrapper::{Device, Nvml};
 
+use super::fields::{GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
 use super::model::GpmActivity;
 
 /// Two GPM samples closer than this give no metrics: NVIDIA documents GPM rates over intervals
@@ -31,38 +32,17 @@ pub const MIN_PAIR_INTERVAL: Duration = Duration::from_millis(100);
 /// How long GPM stays off after the driver refused it, before it is asked again.
 pub const PERMISSION_RETRY: Duration = Duration::from_secs(180);
 
-/// The metrics asked for, in the order of the slots they fill.
-const METRICS: [GpmMetricId; 12] = [
-    GpmMetricId::SmUtil,
-    GpmMetricId::SmOccupancy,
-    GpmMetricId::AnyTensorUtil,
-    GpmMetricId::HmmaTensorUtil,
-    GpmMetricId::ImmaTensorUtil,
-    GpmMetricId::DfmaTensorUtil,
-    GpmMetricId::DramBwUtil,
-    GpmMetricId::Fp16Util,
-    GpmMetricId::Fp32Util,
-    GpmMetricId::Fp64Util,
-    GpmMetricId::IntegerUtil,
-    GpmMetricId::GraphicsUtil,
-];
+/// The NVML GPM metrics gpulse asks for, in [`GPM_FIELDS`] order.
+fn metrics() -> [GpmMetricId; GPM_FIELD_COUNT] {
+    std::array::from_fn(|i| GPM_FIELDS[i].nvml)
+}
 
-fn slot(activity: &mut GpmActivity, metric: GpmMetricId) -> Option<&mut Option<f64>> {
-    Some(match metric {
-        GpmMetricId::SmUtil => &mut activity.sm_activity,
-        GpmMetricId::SmOccupancy => &mut activity.sm_occupancy,
-        GpmMetricId::AnyTensorUtil => &mut activity.tensor_activity,
-        GpmMetricId::HmmaTensorUtil => &mut activity.tensor_hmma_activity,
-        GpmMetricId::ImmaTensorUtil => &mut activity.tensor_imma_activity,
-        GpmMetricId::DfmaTensorUtil => &mut activity.tensor_dfma_activity,
-        GpmMetricId::DramBwUtil => &mut activity.dram_activity,
-        GpmMetricId::Fp16Util => &mut activity.fp16_activity,
-        GpmMetricId::Fp32Util => &mut activity.fp32_activity,
-        GpmMetricId::Fp64Util => &mut activity.fp64_activity,
-        GpmMetricId::IntegerUtil => &mut activity.integer_activity,
-        GpmMetricId::GraphicsUtil => &mut activity.graphics_activity,
-        _ => return None,
-    })
+/// The field an NVML GPM metric fills.
+fn field_of(metric: GpmMetricId) -> Option<GpmField> {
+    GPM_FIELDS
+        .iter()
+        .find(|spec| spec.nvml == metric)
+        .map(|spec| spec.field)
 }
 
 /// A GPM sample's raw handle, kept between ticks. `GpmSample` borrows the `Nvml` it came from,
@@ -285,7 +265,7 @@ impl GpmReader {
         // not freed; ManuallyDrop keeps ownership with the handle, which is freed below.
         let first =
             ManuallyDrop::new(unsafe { GpmSample::from_handle(&self.nvml, previous.handle) });
-        let result = gpm_metrics_get(&self.nvml, &first, &sample, &METRICS);
+        let result = gpm_metrics_get(&self.nvml, &first, &sample, &metrics());
         self.free(Some(previous));
         let state = self.devices.entry(source).or_default();
         state.previous = Some(HeldSample {
@@ -295,9 +275,10 @@ impl GpmReader {
         match result {
             Ok(values) => {
                 for value in values.into_iter().flatten() {
-                    if let Some(slot) = slot(&mut outcome.activity, value.metric_id) {
+                    if let Some(field) = field_of(value.metric_id) {
                         if value.value.is_finite() {
-                            *slot = Some((value.value / 100.0).clamp(0.0, 1.0));
+                            let ratio = (value.value / 100.0).clamp(0.0, 1.0);
+                            outcome.activity.set(field, Some(ratio));
                         }
                     }
                 }

@@ -13,7 +13,7 @@ pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
-pub use fields::{DeviceField, FieldSpec, WindowKind, DEVICE_FIELDS};
+pub use fields::{DeviceField, FieldSpec, GpmField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 pub use model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes,

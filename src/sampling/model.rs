@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::fields::{DeviceField, FieldValues};
+use super::fields::{DeviceField, FieldValues, GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
 
 /// One sampling pass: every device, every GPU process, and the XID events since the last pass.
 #[derive(Debug, Clone, Serialize)]
@@ -201,36 +201,44 @@ impl DeviceSample {
     }
 }
 
-/// GPM activity of one device over the interval between two GPM samples. Ratios 0–1 (NVML
-/// reports percent); `None` when the device does not give the metric.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct GpmActivity {
-    /// Ratio of SMs with at least one warp resident (`SM_UTIL`; DCGM's `PROF_SM_ACTIVE`).
-    pub sm_activity: Option<f64>,
-    /// Resident warps over the SMs' maximum (`SM_OCCUPANCY`; DCGM's `PROF_SM_OCCUPANCY`).
-    pub sm_occupancy: Option<f64>,
-    /// Any tensor pipe active (`ANY_TENSOR_UTIL`; DCGM's `PROF_PIPE_TENSOR_ACTIVE`).
-    pub tensor_activity: Option<f64>,
-    /// Half-precision matrix (HMMA) tensor pipe (`HMMA_TENSOR_UTIL`).
-    pub tensor_hmma_activity: Option<f64>,
-    /// Integer matrix (IMMA) tensor pipe (`IMMA_TENSOR_UTIL`).
-    pub tensor_imma_activity: Option<f64>,
-    /// Double-precision matrix (DFMA) tensor pipe (`DFMA_TENSOR_UTIL`).
-    pub tensor_dfma_activity: Option<f64>,
-    /// DRAM bandwidth used over its peak (`DRAM_BW_UTIL`; DCGM's `PROF_DRAM_ACTIVE`).
-    pub dram_activity: Option<f64>,
-    pub fp16_activity: Option<f64>,
-    pub fp32_activity: Option<f64>,
-    pub fp64_activity: Option<f64>,
-    pub integer_activity: Option<f64>,
-    /// Graphics engine active (`GRAPHICS_UTIL`; DCGM's `PROF_GR_ENGINE_ACTIVE`).
-    pub graphics_activity: Option<f64>,
-}
+/// GPM activity of one device over the interval between two GPM samples, one ratio (0–1) per
+/// [`GpmField`] (see [`GPM_FIELDS`](super::fields::GPM_FIELDS) for what each measures); `None`
+/// when the device does not give the metric. Serialises as the report keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmActivity([Option<f64>; GPM_FIELD_COUNT]);
 
 impl GpmActivity {
+    pub fn get(&self, field: GpmField) -> Option<f64> {
+        self.0[field as usize]
+    }
+
+    pub fn set(&mut self, field: GpmField, value: Option<f64>) {
+        self.0[field as usize] = value;
+    }
+
     /// Whether any metric has a value.
     pub fn is_empty(&self) -> bool {
-        *self == Self::default()
+        self.0.iter().all(Option::is_none)
+    }
+
+    /// The activity with these values, the other fields unknown.
+    pub fn of<const N: usize>(values: [(GpmField, f64); N]) -> Self {
+        let mut activity = Self::default();
+        for (field, value) in values {
+            activity.set(field, Some(value));
+        }
+        activity
+    }
+}
+
+impl Serialize for GpmActivity {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(GPM_FIELD_COUNT))?;
+        for (spec, value) in GPM_FIELDS.iter().zip(&self.0) {
+            map.serialize_entry(spec.key, value)?;
+        }
+        map.end()
     }
 }
 

@@ -11,11 +11,12 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::fields::{
-    DeviceField, FieldReport, FieldSpec, ReportValue, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
+    DeviceField, FieldReport, FieldSpec, GpmField, ReportValue, WindowKind, DEVICE_FIELDS,
+    FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT,
 };
 use super::model::{
-    DeviceInfo, DeviceStatus, MigInstanceInfo, NvLinkSample, ProcessKind, RemappedRows,
-    ViolationTimes, XidEvent,
+    DeviceInfo, DeviceStatus, GpmActivity, MigInstanceInfo, NvLinkSample, ProcessKind,
+    RemappedRows, ViolationTimes, XidEvent,
 };
 
 /// Summary of one gauge over the samples of a window in which it had a value.
@@ -246,22 +247,53 @@ pub struct MigInstanceWindow {
     pub pids: Vec<u32>,
 }
 
-/// The GPM activity of one device over one window: each metric's mean/min/max over the ticks
-/// that gave it (see [`GpmActivity`](super::model::GpmActivity) for what each one measures).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct GpmWindow {
-    pub sm_activity: Option<Gauge>,
-    pub sm_occupancy: Option<Gauge>,
-    pub tensor_activity: Option<Gauge>,
-    pub tensor_hmma_activity: Option<Gauge>,
-    pub tensor_imma_activity: Option<Gauge>,
-    pub tensor_dfma_activity: Option<Gauge>,
-    pub dram_activity: Option<Gauge>,
-    pub fp16_activity: Option<Gauge>,
-    pub fp32_activity: Option<Gauge>,
-    pub fp64_activity: Option<Gauge>,
-    pub integer_activity: Option<Gauge>,
-    pub graphics_activity: Option<Gauge>,
+/// The GPM activity of one device over one window: each [`GpmField`]'s mean/min/max over the
+/// ticks that gave it. Serialises as the report keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmWindow([Option<Gauge>; GPM_FIELD_COUNT]);
+
+impl GpmWindow {
+    pub fn gauge(&self, field: GpmField) -> Option<Gauge> {
+        self.0[field as usize]
+    }
+
+    /// The field's mean over the window.
+    pub fn mean(&self, field: GpmField) -> Option<f64> {
+        self.gauge(field).map(|g| g.mean)
+    }
+
+    pub fn set(&mut self, field: GpmField, gauge: Option<Gauge>) {
+        self.0[field as usize] = gauge;
+    }
+
+    /// The window with these gauges, the other fields unknown.
+    pub fn of<const N: usize>(gauges: [(GpmField, Gauge); N]) -> Self {
+        let mut window = Self::default();
+        for (field, gauge) in gauges {
+            window.set(field, Some(gauge));
+        }
+        window
+    }
+
+    /// The window means, as one tick's activity.
+    pub fn means(&self) -> GpmActivity {
+        let mut activity = GpmActivity::default();
+        for spec in &GPM_FIELDS {
+            activity.set(spec.field, self.mean(spec.field));
+        }
+        activity
+    }
+}
+
+impl Serialize for GpmWindow {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(GPM_FIELD_COUNT))?;
+        for (spec, gauge) in GPM_FIELDS.iter().zip(&self.0) {
+            map.serialize_entry(spec.key, gauge)?;
+        }
+        map.end()
+    }
 }
 
 impl DeviceWindow {

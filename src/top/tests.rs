@@ -376,7 +376,7 @@ fn before_the_first_window_it_says_it_is_waiting() {
 
 #[test]
 fn mig_devices_are_listed_under_their_gpu() {
-    use crate::sampling::{GpmActivity, MigInstanceInfo, MigInstanceSample};
+    use crate::sampling::{GpmActivity, GpmField, MigInstanceInfo, MigInstanceSample};
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_400_000);
     let mut s = snapshot(at);
     let instance = |gi: u32, profile: &str, used: u64, sm: f64| MigInstanceSample {
@@ -392,11 +392,10 @@ fn mig_devices_are_listed_under_their_gpu() {
         memory_used_bytes: Some(used),
         memory_free_bytes: None,
         memory_total_bytes: Some(40 << 30),
-        gpm: GpmActivity {
-            sm_activity: Some(sm),
-            tensor_activity: Some(sm / 2.0),
-            ..GpmActivity::default()
-        },
+        gpm: GpmActivity::of([
+            (GpmField::SmActivity, sm),
+            (GpmField::TensorActivity, sm / 2.0),
+        ]),
     };
     s.devices[0].mig_instances = vec![
         instance(1, "3g.40gb", 30 << 30, 0.85),

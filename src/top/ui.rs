@@ -20,7 +20,7 @@ use ratatui::Frame;
 use super::app::{App, Mode, Row, RowKind, Series};
 use crate::diagnosis::{Finding, Severity};
 use crate::export::metrics::catalogue;
-use crate::sampling::{DeviceField, DeviceWindow, MigInstanceWindow};
+use crate::sampling::{DeviceField, DeviceWindow, GpmField, MigInstanceWindow};
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
 const TALL: u16 = 40;
@@ -235,9 +235,9 @@ fn gpu_line<'a>(device: &DeviceWindow, width: u16, palette: &Palette) -> Line<'a
     }));
     // SM and tensor activity (GPM, Hopper and newer) tell busy from efficient: GPU-Util counts
     // any kernel running, these count the SMs and tensor pipes actually working.
-    if let Some(sm) = device.gpm.sm_activity {
+    if let Some(sm) = device.gpm.gauge(GpmField::SmActivity) {
         spans.push(Span::raw(format!(" SM {:>3.0}%", sm.last * 100.0)));
-        if let Some(tensor) = device.gpm.tensor_activity {
+        if let Some(tensor) = device.gpm.gauge(GpmField::TensorActivity) {
             spans.push(Span::raw(format!(" TC {:>3.0}%", tensor.last * 100.0)));
         }
     }
@@ -296,8 +296,8 @@ fn mig_line<'a>(m: &MigInstanceWindow, width: u16, palette: &Palette) -> Line<'a
     };
     spans.push(Span::raw(format!(
         " SM {} TC {}",
-        pct(m.gpm.sm_activity),
-        pct(m.gpm.tensor_activity)
+        pct(m.gpm.gauge(GpmField::SmActivity)),
+        pct(m.gpm.gauge(GpmField::TensorActivity))
     )));
     let mem = match (m.memory_used_bytes, m.memory_total_bytes) {
         (Some(used), Some(total)) if total > 0 => Some((used, total)),

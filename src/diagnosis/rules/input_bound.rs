@@ -11,7 +11,7 @@
 use crate::diagnosis::findings::{human_bytes, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{LoaderSettings, ProcessEvidence, StepEvidence};
 use crate::diagnosis::thresholds::InputBound;
-use crate::sampling::DeviceField;
+use crate::sampling::{DeviceField, GpmField};
 
 use super::{process_device_ref, Inputs};
 
@@ -71,7 +71,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
                 // kernel ran) where the GPU gives it.
                 None => inputs.device(&p.device_uuid).and_then(|d| {
                     d.gpm
-                        .sm_activity
+                        .gauge(GpmField::SmActivity)
                         .map(|g| (g.mean, "device_sm_activity"))
                         .or(d
                             .gauge(DeviceField::UtilizationGpu)

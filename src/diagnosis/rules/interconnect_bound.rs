@@ -178,7 +178,7 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
 mod tests {
     use super::*;
     use crate::diagnosis::rules::testkit::*;
-    use crate::sampling::{DeviceField, NvLinkSample, NvLinkWindow};
+    use crate::sampling::{DeviceField, GpmField, NvLinkSample, NvLinkWindow};
 
     const GIB_S: f64 = GIB as f64;
 
@@ -190,7 +190,7 @@ mod tests {
         links: u32,
     ) -> crate::sampling::DeviceWindow {
         let mut d = device(index, 0.95, 40 * GIB);
-        d.gpm.sm_activity = Some(gauge(sm));
+        d.gpm.set(GpmField::SmActivity, Some(gauge(sm)));
         d.nvlink = (0..links)
             .map(|link| NvLinkWindow {
                 last: NvLinkSample {
@@ -288,7 +288,7 @@ mod tests {
                 let devices = (0..2)
                     .map(|index| {
                         let mut d = device(index, 0.95, 40 * GIB);
-                        d.gpm.sm_activity = Some(gauge(0.1));
+                        d.gpm.set(GpmField::SmActivity, Some(gauge(0.1)));
                         d.fields
                             .set_gauge(DeviceField::PcieTx, Some(gauge(20.0 * GIB_S)));
                         d

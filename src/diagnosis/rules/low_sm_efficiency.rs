@@ -5,7 +5,7 @@
 
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::LowSmEfficiency;
-use crate::sampling::DeviceField;
+use crate::sampling::{DeviceField, GpmField};
 
 use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
 
@@ -35,7 +35,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
     {
         let (Some(util), Some(sm)) = (
             device.gauge(DeviceField::UtilizationGpu),
-            device.gpm.sm_activity,
+            device.gpm.gauge(GpmField::SmActivity),
         ) else {
             continue;
         };
@@ -73,7 +73,7 @@ mod tests {
         let windows = (1..=n)
             .map(|i| {
                 let mut d = device(0, util, 10 * GIB);
-                d.gpm.sm_activity = sm.map(gauge);
+                d.gpm.set(GpmField::SmActivity, sm.map(gauge));
                 window(i * 60, vec![d], vec![process(42, 0, 8 * GIB, None)])
             })
             .collect();

@@ -7,6 +7,7 @@ use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Se
 use crate::diagnosis::thresholds::TensorCoresIdle;
 
 use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
+use crate::sampling::GpmField;
 
 const ADVICE: &str = "The SMs work but the tensor cores do not: the math runs in FP32 on the \
 ordinary pipes. In PyTorch wrap the forward pass and loss in torch.autocast(\"cuda\", \
@@ -32,7 +33,10 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding> {
         seconds,
     } in sustained
     {
-        let (Some(sm), Some(tensor)) = (device.gpm.sm_activity, device.gpm.tensor_activity) else {
+        let (Some(sm), Some(tensor)) = (
+            device.gpm.gauge(GpmField::SmActivity),
+            device.gpm.gauge(GpmField::TensorActivity),
+        ) else {
             continue;
         };
         let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
@@ -71,8 +75,8 @@ mod tests {
         let windows = (1..=n)
             .map(|i| {
                 let mut d = device(0, 0.95, 10 * GIB);
-                d.gpm.sm_activity = Some(gauge(sm));
-                d.gpm.tensor_activity = Some(gauge(tensor));
+                d.gpm.set(GpmField::SmActivity, Some(gauge(sm)));
+                d.gpm.set(GpmField::TensorActivity, Some(gauge(tensor)));
                 window(
                     i * 60,
                     vec![d],

@@ -32,11 +32,11 @@ use super::catalogue::{throttle_reasons, Instrument, MetricId};
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{AttributedWindow, ProcessUsage, Workload};
 use crate::export::resource::{kv_int, kv_str, node_resource, process_resource, NodeIdentity};
-use crate::sampling::fields::FIELD_COUNT;
+use crate::sampling::fields::{FieldMetric, FIELD_COUNT, GPM_FIELD_COUNT};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{
     DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceWindow, ProcessWindow, WindowKind,
-    DEVICE_FIELDS,
+    DEVICE_FIELDS, GPM_FIELDS,
 };
 
 use MetricId as M;
@@ -315,17 +315,30 @@ fn push_fields(
     }
 }
 
-/// Each field's metric and companions, resolved by name in the catalogue once.
+/// A field's metric and the companions it asks for, resolved by name in the catalogue; `None`
+/// for a name the catalogue lacks (a test holds the field tables to the catalogue).
+fn resolve(m: &FieldMetric) -> Option<Family> {
+    let id = |name: &str| MetricId::by_name(name);
+    Some(Family {
+        mean: id(m.name)?,
+        max: m.max.then(|| id(&format!("{}.max", m.name))).flatten(),
+        min: m.min.then(|| id(&format!("{}.min", m.name))).flatten(),
+    })
+}
+
+/// Each device field's metric family, resolved once.
 fn field_families() -> &'static [Option<Family>; FIELD_COUNT] {
     static FAMILIES: LazyLock<[Option<Family>; FIELD_COUNT]> = LazyLock::new(|| {
+        std::array::from_fn(|i| DEVICE_FIELDS[i].metric.as_ref().and_then(resolve))
+    });
+    &FAMILIES
+}
+
+/// Each GPM field's metric family, resolved once.
+fn gpm_families() -> &'static [Family; GPM_FIELD_COUNT] {
+    static FAMILIES: LazyLock<[Family; GPM_FIELD_COUNT]> = LazyLock::new(|| {
         std::array::from_fn(|i| {
-            let m = DEVICE_FIELDS[i].metric?;
-            let id = |name: &str| MetricId::by_name(name);
-            Some(Family {
-                mean: id(m.name)?,
-                max: m.max.then(|| id(&format!("{}.max", m.name))).flatten(),
-                min: m.min.then(|| id(&format!("{}.min", m.name))).flatten(),
-            })
+            resolve(&GPM_FIELDS[i].metric).expect("every GPM metric is in the catalogue")
         })
     });
     &FAMILIES
@@ -412,65 +425,18 @@ fn push_nvlink(
     }
 }
 
-/// The GPM activity gauges of one device (Hopper and newer; nothing elsewhere).
+/// The GPM activity gauges of one device or MIG instance (Hopper and newer; nothing
+/// elsewhere), as the GPM field catalogue maps them: each a window mean with its extremes.
 fn push_gpm(b: &mut MetricsBuilder, base: AttributeSetId, gpm: &GpmWindow, span: Span) {
-    for (fam, gauge) in [
-        (
-            family(
-                M::SmActivity,
-                Some(M::SmActivityMax),
-                Some(M::SmActivityMin),
-            ),
-            &gpm.sm_activity,
-        ),
-        (
-            family(
-                M::SmOccupancy,
-                Some(M::SmOccupancyMax),
-                Some(M::SmOccupancyMin),
-            ),
-            &gpm.sm_occupancy,
-        ),
-        (
-            family(
-                M::DramActivity,
-                Some(M::DramActivityMax),
-                Some(M::DramActivityMin),
-            ),
-            &gpm.dram_activity,
-        ),
-        (
-            family(
-                M::GraphicsActivity,
-                Some(M::GraphicsActivityMax),
-                Some(M::GraphicsActivityMin),
-            ),
-            &gpm.graphics_activity,
-        ),
-    ] {
-        if let Some(g) = gauge {
-            push_gauge(b, fam, PointAttributes::of(base), span, g);
-        }
-    }
-    let pipe = family(
-        M::PipeActivity,
-        Some(M::PipeActivityMax),
-        Some(M::PipeActivityMin),
-    );
-    for (name, gauge) in [
-        ("tensor", &gpm.tensor_activity),
-        ("tensor.hmma", &gpm.tensor_hmma_activity),
-        ("tensor.imma", &gpm.tensor_imma_activity),
-        ("tensor.dfma", &gpm.tensor_dfma_activity),
-        ("fp16", &gpm.fp16_activity),
-        ("fp32", &gpm.fp32_activity),
-        ("fp64", &gpm.fp64_activity),
-        ("integer", &gpm.integer_activity),
-    ] {
-        if let Some(g) = gauge {
-            let attrs = with(base, "nvidia.gpu.pipe", name);
-            push_gauge(b, pipe, attrs, span, g);
-        }
+    for (spec, family) in GPM_FIELDS.iter().zip(gpm_families()) {
+        let Some(g) = gpm.gauge(spec.field) else {
+            continue;
+        };
+        let attrs = match spec.metric.attribute {
+            Some((key, value)) => with(base, key, value),
+            None => PointAttributes::of(base),
+        };
+        push_gauge(b, *family, attrs, span, &g);
     }
 }
 
@@ -1094,7 +1060,7 @@ mod tests {
 
     #[test]
     fn mig_instances_are_devices_under_their_gpu_and_carry_their_processes() {
-        use crate::sampling::{GpmWindow, MigInstanceInfo, MigInstanceWindow};
+        use crate::sampling::{GpmField, GpmWindow, MigInstanceInfo, MigInstanceWindow};
         let mut gpu = bare_device(0);
         let instance = |gi: u32, uuid: &str, pids: Vec<u32>, sm: f64| MigInstanceWindow {
             info: Arc::new(MigInstanceInfo {
@@ -1109,10 +1075,7 @@ mod tests {
             memory_used_bytes: Some(u64::from(gi) << 30),
             memory_free_bytes: Some(40 << 30),
             memory_total_bytes: Some(42_144_366_592),
-            gpm: GpmWindow {
-                sm_activity: Some(g(sm, sm, sm, sm)),
-                ..GpmWindow::default()
-            },
+            gpm: GpmWindow::of([(GpmField::SmActivity, g(sm, sm, sm, sm))]),
             pids,
         };
         gpu.mig_instances = vec![

@@ -21,7 +21,7 @@ use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
 use crate::sampling::fields::DcgmScale;
-use crate::sampling::{DeviceStatus, DeviceWindow, WindowKind, DEVICE_FIELDS};
+use crate::sampling::{DeviceStatus, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 const MIB: u64 = 1 << 20;
 
@@ -32,41 +32,6 @@ fn dcgm_name(name: &str) -> PromName {
         unit: None,
         counter: false,
     }
-}
-
-/// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios (the window's mean), from GPM (Hopper and
-/// later). A GPU without GPM gives `None` and no series: a dashboard panel on them shows
-/// "no data", never a made-up 0.
-pub fn profiling_ratios(device: &DeviceWindow) -> [(&'static str, &'static str, Option<f64>); 5] {
-    let gpm = &device.gpm;
-    let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
-    [
-        (
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-            "Ratio of time the graphics engine is active.",
-            mean(gpm.graphics_activity),
-        ),
-        (
-            "DCGM_FI_PROF_SM_ACTIVE",
-            "Ratio of cycles an SM has at least one warp assigned.",
-            mean(gpm.sm_activity),
-        ),
-        (
-            "DCGM_FI_PROF_SM_OCCUPANCY",
-            "Ratio of warps resident on an SM to the maximum.",
-            mean(gpm.sm_occupancy),
-        ),
-        (
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            "Ratio of cycles the tensor pipes are active.",
-            mean(gpm.tensor_activity),
-        ),
-        (
-            "DCGM_FI_PROF_DRAM_ACTIVE",
-            "Ratio of cycles the device memory interface is active.",
-            mean(gpm.dram_activity),
-        ),
-    ]
 }
 
 /// The pod using a device, as dcgm-exporter labels it: only when exactly one pod does.
@@ -179,16 +144,20 @@ pub(super) fn push_devices(
                     .map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
             ),
         );
-        for (name, help, ratio) in profiling_ratios(d) {
-            if let Some(ratio) = ratio {
-                b.push(
-                    &dcgm_name(name),
-                    help,
-                    FamilyKind::Gauge,
-                    labels.clone(),
-                    SampleValue::Float(ratio),
-                );
-            }
+        // dcgm-exporter's DCGM_FI_PROF_* fields, 0–1 ratios (the window's mean), from GPM
+        // (Hopper and later). A GPU without GPM has none: a dashboard panel on them shows
+        // "no data", never a made-up 0.
+        for spec in &GPM_FIELDS {
+            let (Some(series), Some(ratio)) = (spec.dcgm, d.gpm.mean(spec.field)) else {
+                continue;
+            };
+            b.push(
+                &dcgm_name(series.name),
+                series.help,
+                FamilyKind::Gauge,
+                labels.clone(),
+                SampleValue::Float(ratio),
+            );
         }
     }
 }
