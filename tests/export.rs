@@ -161,6 +161,14 @@ mod request {
                 DeviceField::PcieReplays,
                 Some(gpulse::sampling::Gauge::single(7.0)),
             );
+            d.fields.set_gauge(
+                DeviceField::PcieLinkGeneration,
+                Some(gpulse::sampling::Gauge::single(5.0)),
+            );
+            d.fields.set_gauge(
+                DeviceField::PcieLinkWidth,
+                Some(gpulse::sampling::Gauge::single(16.0)),
+            );
             d
         }
     }

@@ -82,6 +82,9 @@ power_limit_w = 400
 max_clocks_mhz = { graphics = 1410, sm = 1410, mem = 1593, video = 1290 }
 fans = 2
 energy_start_j = 5000
+pcie_generation = 3
+pcie_max_generation = 4
+pcie_width = 8
 
 [device.signals]
 gpu_util = 73
@@ -167,6 +170,9 @@ fn snapshot_reports_exactly_what_the_scenario_sets() {
     assert_eq!(d["ecc_corrected_total"], 7);
     assert_eq!(d["ecc_uncorrected_total"], 1);
     assert_eq!(d["performance_state"], 2);
+    // The link trained below its maximum (Gen 3 x8 of Gen 4 x16): what the scenario says.
+    assert_eq!(d["pcie_link_generation"], 3);
+    assert_eq!(d["pcie_link_width"], 8);
 
     // The second board has no fans: fan speed is unknown, not 0.
     let d1 = &devices[1];

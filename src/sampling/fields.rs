@@ -45,10 +45,12 @@ pub enum DeviceField {
     EccUncorrected,
     PerformanceState,
     PcieReplays,
+    PcieLinkGeneration,
+    PcieLinkWidth,
 }
 
 /// Number of [`DeviceField`]s.
-pub const FIELD_COUNT: usize = DeviceField::PcieReplays as usize + 1;
+pub const FIELD_COUNT: usize = DeviceField::PcieLinkWidth as usize + 1;
 
 /// What an export window keeps of a field, and so what `/status`, the metrics and the DCGM
 /// families report of it. Every field's sampled values are also summarised as a
@@ -284,6 +286,14 @@ pub static DEVICE_FIELDS: [FieldSpec; FIELD_COUNT] = [
     row(F::PcieReplays, "pcie_replays_total", "{error}", true, Last,
         metric_with("hw.errors", ERROR_TYPE, "pcie_replay"), None,
         "nvmlDeviceGetPcieReplayCounter (the driver's total since it loaded)"),
+    row(F::PcieLinkGeneration, "pcie_link_generation", "{generation}", true, Last,
+        metric("nvidia.gpu.pcie.link.generation"),
+        dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", Whole),
+        "nvmlDeviceGetCurrPcieLinkGeneration"),
+    row(F::PcieLinkWidth, "pcie_link_width", "{lane}", true, Last,
+        metric("nvidia.gpu.pcie.link.width"),
+        dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", Whole),
+        "nvmlDeviceGetCurrPcieLinkWidth"),
 ];
 
 /// One tick's value of every field of one device; `None` where NVML gave nothing.

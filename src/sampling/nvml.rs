@@ -462,6 +462,12 @@ impl Sampler {
         reader.field(&mut s, F::PcieReplays, || {
             device.pcie_replay_counter().map(f64::from)
         });
+        reader.field(&mut s, F::PcieLinkGeneration, || {
+            device.current_pcie_link_gen().map(f64::from)
+        });
+        reader.field(&mut s, F::PcieLinkWidth, || {
+            device.current_pcie_link_width().map(f64::from)
+        });
         s.remapped_rows = reader.read(Call::RemappedRows, || {
             super::health::remapped_rows(&nvml_for_memory, device)
         });
