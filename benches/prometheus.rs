@@ -65,11 +65,11 @@ fn window(gpus: u32, procs: u32) -> AttributedWindow {
             d.fields.set_gauge(DeviceField::MemoryClock, gauge(2619.0));
             d.fields.set_gauge(
                 DeviceField::MemoryUsed,
-                Some(gpulse::sampling::Gauge::single((30u64 << 30) as f64)),
+                Some(Gauge::single((30u64 << 30) as f64)),
             );
             d.fields.set_gauge(
                 DeviceField::MemoryFree,
-                Some(gpulse::sampling::Gauge::single((50u64 << 30) as f64)),
+                Some(Gauge::single((50u64 << 30) as f64)),
             );
             d.fields.set_total(DeviceField::Energy, Some(1e6));
             d

@@ -57,55 +57,25 @@ fn info(index: u32) -> Arc<DeviceInfo> {
 }
 
 fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
-    {
-        let mut d = DeviceWindow {
-            info: info(index),
-            status: DeviceStatus::Ok,
-            lost_samples: 0,
-            throttle_active_ratio: Some(Default::default()),
-            counters_start: t(0),
-            xid_total: 0,
-            gpm: Default::default(),
-            remapped_rows: None,
-            violation: None,
-            xid_by_code: Default::default(),
-            nvlink: Vec::new(),
-            mig_instances: Vec::new(),
-            fields: Default::default(),
-        };
-        d.fields
-            .set_gauge(DeviceField::UtilizationGpu, Some(gauge(util)));
-        d.fields
-            .set_gauge(DeviceField::Temperature, Some(gauge(55.0)));
-        d.fields.set_gauge(DeviceField::Power, Some(gauge(250.0)));
-        d.fields.set_gauge(
-            DeviceField::MemoryUsed,
-            Some(gpulse::sampling::Gauge::single(used as f64)),
-        );
-        d.fields.set_gauge(
-            DeviceField::MemoryFree,
-            Some(gpulse::sampling::Gauge::single((80 * GIB - used) as f64)),
-        );
-        d.fields.set_gauge(
-            DeviceField::MemoryReserved,
-            Some(gpulse::sampling::Gauge::single(0.0)),
-        );
-        d.fields.set_gauge(
-            DeviceField::MemoryTotal,
-            Some(gpulse::sampling::Gauge::single((80 * GIB) as f64)),
-        );
-        d.fields.set_gauge(
-            DeviceField::PowerLimit,
-            Some(gpulse::sampling::Gauge::single(400.0)),
-        );
-        d.fields.set_gauge(
-            DeviceField::PerformanceState,
-            Some(gpulse::sampling::Gauge::single(0.0)),
-        );
-        d.fields.set_total(DeviceField::EccCorrected, Some(0.0));
-        d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
-        d
+    use DeviceField as F;
+    let mut d = DeviceWindow::empty(info(index), t(0));
+    d.throttle_active_ratio = Some(Default::default());
+    for (field, value) in [
+        (F::UtilizationGpu, util),
+        (F::Temperature, 55.0),
+        (F::Power, 250.0),
+        (F::MemoryUsed, used as f64),
+        (F::MemoryFree, (80 * GIB - used) as f64),
+        (F::MemoryReserved, 0.0),
+        (F::MemoryTotal, (80 * GIB) as f64),
+        (F::PowerLimit, 400.0),
+        (F::PerformanceState, 0.0),
+    ] {
+        d.fields.set_gauge(field, Some(gauge(value)));
     }
+    d.fields.set_total(F::EccCorrected, Some(0.0));
+    d.fields.set_total(F::EccUncorrected, Some(0.0));
+    d
 }
 
 fn process(pid: u32, dev: u32, mem: u64, sm: f64) -> ProcessWindow {

@@ -52,125 +52,103 @@ mod request {
     }
 
     fn full_device(index: u32) -> DeviceWindow {
-        {
-            let mut d = DeviceWindow {
-                info: info(index, Some(80 << 30)),
-                status: DeviceStatus::Ok,
-                lost_samples: 0,
-                throttle_active_ratio: Some(BTreeMap::from([(0x4, 0.3)])),
-                counters_start: t(1_000),
-                xid_total: 1,
-                gpm: GpmWindow::of([
-                    (GpmField::SmActivity, g(0.8)),
-                    (GpmField::SmOccupancy, g(0.5)),
-                    (GpmField::TensorActivity, g(0.4)),
-                    (GpmField::TensorHmmaActivity, g(0.35)),
-                    (GpmField::TensorImmaActivity, g(0.05)),
-                    (GpmField::TensorDfmaActivity, g(0.0)),
-                    (GpmField::DramActivity, g(0.3)),
-                    (GpmField::Fp16Activity, g(0.1)),
-                    (GpmField::Fp32Activity, g(0.6)),
-                    (GpmField::Fp64Activity, g(0.0)),
-                    (GpmField::IntegerActivity, g(0.1)),
-                    (GpmField::GraphicsActivity, g(0.9)),
-                ]),
-                remapped_rows: Some(RemappedRows {
-                    correctable: 3,
-                    uncorrectable: 1,
-                    pending: true,
-                    failure: false,
-                }),
-                violation: Some(ViolationTimes {
-                    nanoseconds: [
-                        Some(1_500_000_000),
-                        Some(0),
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                    ],
-                }),
-                xid_by_code: [(79, 1)].into_iter().collect(),
-                nvlink: vec![gpulse::sampling::NvLinkWindow {
-                    last: gpulse::sampling::NvLinkSample {
-                        link: 0,
-                        active: Some(true),
-                        tx_bytes_total: Some(1 << 30),
-                        rx_bytes_total: Some(1 << 29),
-                        crc_flit_errors: Some(1),
-                        crc_data_errors: None,
-                        replay_errors: Some(0),
-                        recovery_errors: Some(0),
-                    },
-                    tx_bytes_per_second: None,
-                    rx_bytes_per_second: None,
-                }],
-                mig_instances: Vec::new(),
-                fields: Default::default(),
-            };
-            d.fields
-                .set_gauge(DeviceField::UtilizationGpu, Some(g(0.7)));
-            d.fields
-                .set_gauge(DeviceField::UtilizationMemory, Some(g(0.4)));
-            d.fields
-                .set_gauge(DeviceField::UtilizationEncoder, Some(g(0.1)));
-            d.fields
-                .set_gauge(DeviceField::UtilizationDecoder, Some(g(0.05)));
-            d.fields.set_gauge(DeviceField::Temperature, Some(g(65.0)));
-            d.fields.set_gauge(DeviceField::Power, Some(g(420.0)));
-            d.fields.set_gauge(DeviceField::SmClock, Some(g(1755.0)));
-            d.fields
-                .set_gauge(DeviceField::MemoryClock, Some(g(2619.0)));
-            d.fields
-                .set_gauge(DeviceField::GraphicsClock, Some(g(1755.0)));
-            d.fields.set_gauge(DeviceField::FanSpeed, Some(g(0.45)));
-            d.fields.set_gauge(
-                DeviceField::MemoryUsed,
-                Some(gpulse::sampling::Gauge::single((60u64 << 30) as f64)),
-            );
-            d.fields.set_gauge(
-                DeviceField::MemoryFree,
-                Some(gpulse::sampling::Gauge::single((19u64 << 30) as f64)),
-            );
-            d.fields.set_gauge(
-                DeviceField::MemoryReserved,
-                Some(gpulse::sampling::Gauge::single((1u64 << 30) as f64)),
-            );
-            d.fields.set_gauge(
-                DeviceField::MemoryTotal,
-                Some(gpulse::sampling::Gauge::single((80u64 << 30) as f64)),
-            );
-            d.fields.set_gauge(
-                DeviceField::PowerLimit,
-                Some(gpulse::sampling::Gauge::single(700.0)),
-            );
-            d.fields.set_gauge(
-                DeviceField::PerformanceState,
-                Some(gpulse::sampling::Gauge::single(0.0)),
-            );
-            d.fields.set_total(DeviceField::Energy, Some(98_765.4));
-            d.fields
-                .set_total(DeviceField::PcieTx, Some((1u64 << 40) as f64));
-            d.fields
-                .set_total(DeviceField::PcieRx, Some((1u64 << 41) as f64));
-            d.fields.set_total(DeviceField::EccCorrected, Some(3.0));
-            d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
-            d.fields.set_gauge(
-                DeviceField::PcieReplays,
-                Some(gpulse::sampling::Gauge::single(7.0)),
-            );
-            d.fields.set_gauge(
-                DeviceField::PcieLinkGeneration,
-                Some(gpulse::sampling::Gauge::single(5.0)),
-            );
-            d.fields.set_gauge(
-                DeviceField::PcieLinkWidth,
-                Some(gpulse::sampling::Gauge::single(16.0)),
-            );
-            d
+        let mut d = DeviceWindow {
+            info: info(index, Some(80 << 30)),
+            status: DeviceStatus::Ok,
+            lost_samples: 0,
+            throttle_active_ratio: Some(BTreeMap::from([(0x4, 0.3)])),
+            counters_start: t(1_000),
+            xid_total: 1,
+            gpm: GpmWindow::of([
+                (GpmField::SmActivity, g(0.8)),
+                (GpmField::SmOccupancy, g(0.5)),
+                (GpmField::TensorActivity, g(0.4)),
+                (GpmField::TensorHmmaActivity, g(0.35)),
+                (GpmField::TensorImmaActivity, g(0.05)),
+                (GpmField::TensorDfmaActivity, g(0.0)),
+                (GpmField::DramActivity, g(0.3)),
+                (GpmField::Fp16Activity, g(0.1)),
+                (GpmField::Fp32Activity, g(0.6)),
+                (GpmField::Fp64Activity, g(0.0)),
+                (GpmField::IntegerActivity, g(0.1)),
+                (GpmField::GraphicsActivity, g(0.9)),
+            ]),
+            remapped_rows: Some(RemappedRows {
+                correctable: 3,
+                uncorrectable: 1,
+                pending: true,
+                failure: false,
+            }),
+            violation: Some(ViolationTimes {
+                nanoseconds: [
+                    Some(1_500_000_000),
+                    Some(0),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
+            }),
+            xid_by_code: [(79, 1)].into_iter().collect(),
+            nvlink: vec![gpulse::sampling::NvLinkWindow {
+                last: gpulse::sampling::NvLinkSample {
+                    link: 0,
+                    active: Some(true),
+                    tx_bytes_total: Some(1 << 30),
+                    rx_bytes_total: Some(1 << 29),
+                    crc_flit_errors: Some(1),
+                    crc_data_errors: None,
+                    replay_errors: Some(0),
+                    recovery_errors: Some(0),
+                },
+                tx_bytes_per_second: None,
+                rx_bytes_per_second: None,
+            }],
+            mig_instances: Vec::new(),
+            fields: Default::default(),
+        };
+        use DeviceField as F;
+        // Averaged fields as gauges with a spread, levels as their last value, counters as
+        // totals.
+        for (field, value) in [
+            (F::UtilizationGpu, 0.7),
+            (F::UtilizationMemory, 0.4),
+            (F::UtilizationEncoder, 0.1),
+            (F::UtilizationDecoder, 0.05),
+            (F::Temperature, 65.0),
+            (F::Power, 420.0),
+            (F::SmClock, 1755.0),
+            (F::MemoryClock, 2619.0),
+            (F::GraphicsClock, 1755.0),
+            (F::FanSpeed, 0.45),
+        ] {
+            d.fields.set_gauge(field, Some(g(value)));
         }
+        for (field, value) in [
+            (F::MemoryUsed, (60u64 << 30) as f64),
+            (F::MemoryFree, (19u64 << 30) as f64),
+            (F::MemoryReserved, (1u64 << 30) as f64),
+            (F::MemoryTotal, (80u64 << 30) as f64),
+            (F::PowerLimit, 700.0),
+            (F::PerformanceState, 0.0),
+            (F::PcieReplays, 7.0),
+            (F::PcieLinkGeneration, 5.0),
+            (F::PcieLinkWidth, 16.0),
+        ] {
+            d.fields.set_gauge(field, Some(Gauge::single(value)));
+        }
+        for (field, total) in [
+            (F::Energy, 98_765.4),
+            (F::PcieTx, (1u64 << 40) as f64),
+            (F::PcieRx, (1u64 << 41) as f64),
+            (F::EccCorrected, 3.0),
+            (F::EccUncorrected, 0.0),
+        ] {
+            d.fields.set_total(field, Some(total));
+        }
+        d
     }
 
     fn empty_device(index: u32) -> DeviceWindow {

@@ -225,8 +225,7 @@ pub(crate) mod testkit {
     use crate::diagnosis::history::History;
     use crate::diagnosis::thresholds::HistoryLimits;
     use crate::sampling::{
-        DeviceField, DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow,
-        Window,
+        DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
     };
 
     pub const GIB: u64 = 1024 * 1024 * 1024;
@@ -262,56 +261,34 @@ pub(crate) mod testkit {
     }
 
     pub fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
-        {
-            let mut d = DeviceWindow {
-                info: info(index),
-                status: DeviceStatus::Ok,
-                lost_samples: 0,
-                throttle_active_ratio: Some(Default::default()),
-                counters_start: t(0),
-                xid_total: 0,
-                gpm: Default::default(),
-                remapped_rows: None,
-                violation: None,
-                xid_by_code: Default::default(),
-                nvlink: Vec::new(),
-                mig_instances: Vec::new(),
-                fields: Default::default(),
-            };
-            d.fields
-                .set_gauge(DeviceField::UtilizationGpu, Some(gauge(util)));
-            d.fields
-                .set_gauge(DeviceField::UtilizationMemory, Some(gauge(util / 2.0)));
-            d.fields
-                .set_gauge(DeviceField::Temperature, Some(gauge(60.0)));
-            d.fields.set_gauge(DeviceField::Power, Some(gauge(300.0)));
-            d.fields
-                .set_gauge(DeviceField::SmClock, Some(gauge(1980.0)));
-            d.fields
-                .set_gauge(DeviceField::MemoryClock, Some(gauge(2619.0)));
-            d.fields
-                .set_gauge(DeviceField::GraphicsClock, Some(gauge(1980.0)));
-            d.fields
-                .set_gauge(DeviceField::MemoryUsed, Some(Gauge::single(used as f64)));
-            d.fields.set_gauge(
-                DeviceField::MemoryFree,
-                Some(Gauge::single((80 * GIB - used) as f64)),
-            );
-            d.fields
-                .set_gauge(DeviceField::MemoryReserved, Some(Gauge::single(0.0)));
-            d.fields.set_gauge(
-                DeviceField::MemoryTotal,
-                Some(Gauge::single((80 * GIB) as f64)),
-            );
-            d.fields
-                .set_gauge(DeviceField::PowerLimit, Some(Gauge::single(700.0)));
-            d.fields
-                .set_gauge(DeviceField::PerformanceState, Some(Gauge::single(0.0)));
-            d.fields.set_total(DeviceField::Energy, Some(1000.0));
-            d.fields.set_total(DeviceField::EccCorrected, Some(0.0));
-            d.fields.set_total(DeviceField::EccUncorrected, Some(0.0));
-            d
+        use DeviceField as F;
+        let mut d = DeviceWindow::empty(info(index), t(0));
+        d.throttle_active_ratio = Some(Default::default());
+        for (field, value) in [
+            (F::UtilizationGpu, util),
+            (F::UtilizationMemory, util / 2.0),
+            (F::Temperature, 60.0),
+            (F::Power, 300.0),
+            (F::SmClock, 1980.0),
+            (F::MemoryClock, 2619.0),
+            (F::GraphicsClock, 1980.0),
+            (F::MemoryUsed, used as f64),
+            (F::MemoryFree, (80 * GIB - used) as f64),
+            (F::MemoryReserved, 0.0),
+            (F::MemoryTotal, (80 * GIB) as f64),
+            (F::PowerLimit, 700.0),
+            (F::PerformanceState, 0.0),
+        ] {
+            d.fields.set_gauge(field, Some(gauge(value)));
         }
+        for (field, total) in [
+            (F::Energy, 1000.0),
+            (F::EccCorrected, 0.0),
+            (F::EccUncorrected, 0.0),
+        ] {
+            d.fields.set_total(field, Some(total));
+        }
+        d
     }
 
     pub fn process(pid: u32, device: u32, mem: u64, sm: Option<f64>) -> ProcessWindow {

@@ -299,14 +299,15 @@ fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, 
 mod tests {
     use std::sync::Arc;
 
-    use crate::sampling::DeviceField;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
     use crate::attribution::Workload;
     use crate::diagnosis::{DeviceRef, Severity, Subject};
     use crate::export::prometheus::encode::{encode, Format, SelfMetrics};
-    use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+    use crate::sampling::{
+        DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
+    };
 
     const UUID: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
     const CONTAINER: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";
@@ -356,11 +357,11 @@ mod tests {
             .set_gauge(DeviceField::UtilizationGpu, gauge(0.62));
         device.fields.set_gauge(
             DeviceField::MemoryUsed,
-            Some(crate::sampling::Gauge::single((30000u64 << 20) as f64)),
+            Some(Gauge::single((30000u64 << 20) as f64)),
         );
         device.fields.set_gauge(
             DeviceField::MemoryFree,
-            Some(crate::sampling::Gauge::single((51017u64 << 20) as f64)),
+            Some(Gauge::single((51017u64 << 20) as f64)),
         );
         device
             .fields
