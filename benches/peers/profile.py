@@ -11,7 +11,7 @@ environment measure.py gives the tools. Wrap it in a profiler to see where the t
       target/release/gpulse run --nvml-lib {lib} --sample-interval 1s --export-interval 1s \\
       --otlp-endpoint {endpoint} --otlp-protocol http/protobuf --kubelet-socket none
 
-The command gets SIGINT after --seconds (gpulse flushes and exits 0; callgrind writes its file).
+The command's process group gets SIGINT after --seconds (gpulse flushes and exits 0; callgrind writes its file).
 CPU is whole-process (utime + stime of the process and of its waited-for children) over the
 whole run, start-up included; use benches/peers/run.sh for the figures BENCHMARKS.md reports.
 """
@@ -52,7 +52,8 @@ def main():
             f.write(measure.scenario_text(args.gpus, args.procs, sleepers.pids))
         env = dict(os.environ, LD_LIBRARY_PATH=args.sim_dir, NVML_SIM_SCENARIO=scenario)
         argv = [a.replace("{lib}", lib).replace("{endpoint}", endpoint) for a in command]
-        proc = subprocess.Popen(argv, env=env)
+        # Its own process group: SIGINT reaches a wrapper (perf stat) and the tool under it.
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
         peak = [0]
         stop = threading.Event()
 
@@ -66,7 +67,7 @@ def main():
         time.sleep(args.seconds)
         peak[0] = max(peak[0], measure.hwm_kib(proc.pid))
         stop.set()
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)
         usage_before = os.times()
         rc = proc.wait()
         usage = os.times()

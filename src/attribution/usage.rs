@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::procfiles::ProcFiles;
 use super::procfs::{list_pids, read_to_string, ProcDir, Stat};
 use super::workload::ProcessUsage;
 
@@ -57,22 +58,28 @@ impl ProcessTable {
     /// `CONFIG_PROC_CHILDREN`, or a procfs copy) or the threads outnumber the root's processes,
     /// every `stat` under the root is read instead ([`Self::scan`]): the same tree either way.
     pub fn scan_for(proc_root: &Path, pids: &[u32]) -> std::io::Result<Self> {
+        Self::scan_with(&mut ProcFiles::uncached(proc_root), pids)
+    }
+
+    /// [`Self::scan_for`] through `files`, which keeps the files it reads open for the next
+    /// window (one window: call `begin_window` before and `end_window` after).
+    pub fn scan_with(files: &mut ProcFiles, pids: &[u32]) -> std::io::Result<Self> {
         let mut table = Self::default();
         for &pid in pids {
-            if let Ok(Some(stat)) = ProcDir::new(proc_root, pid).stat() {
+            if let Ok(Some(stat)) = files.stat(pid) {
                 table.insert(pid, stat);
             }
         }
         if table.stats.is_empty() {
             return Ok(table);
         }
-        if table.add_descendants(proc_root).is_none() {
-            return Self::scan(proc_root);
+        if table.add_descendants(files).is_none() {
+            return Self::scan(files.root());
         }
         let parents: Vec<u32> = table.stats.values().map(|s| s.ppid).collect();
         for ppid in parents {
             if ppid > 0 && !table.stats.contains_key(&ppid) {
-                if let Ok(Some(stat)) = ProcDir::new(proc_root, ppid).stat() {
+                if let Ok(Some(stat)) = files.stat(ppid) {
                     table.insert(ppid, stat);
                 }
             }
@@ -83,7 +90,9 @@ impl ProcessTable {
     /// Adds the live descendants of every process in the table, walking the `children` file
     /// of each of their threads. `None` when that cannot give the whole tree cheaply (see
     /// [`Self::scan_for`]); the table is then incomplete and must be replaced.
-    fn add_descendants(&mut self, proc_root: &Path) -> Option<()> {
+    fn add_descendants(&mut self, files: &mut ProcFiles) -> Option<()> {
+        let proc_root = files.root().to_path_buf();
+        let proc_root = proc_root.as_path();
         // The walk gives up for a full scan once it has read more files than there are
         // processes. Counting the processes lists all of `/proc`, so that is done only once the
         // walk is long enough for the answer to matter.
@@ -100,8 +109,9 @@ impl ProcessTable {
                 .stats
                 .get(&pid)
                 .is_some_and(|s| s.num_threads == 1 && s.state != 'Z');
+            let main_thread = process.join("task").join(pid.to_string());
             let tasks: Vec<PathBuf> = if single_threaded {
-                vec![process.join("task").join(pid.to_string())]
+                vec![main_thread.clone()]
             } else {
                 match std::fs::read_dir(process.join("task")) {
                     Ok(tasks) => tasks.flatten().map(|task| task.path()).collect(),
@@ -118,7 +128,12 @@ impl ProcessTable {
                 {
                     return None;
                 }
-                let children = match read_to_string(&task.join("children")) {
+                let read = if task == main_thread {
+                    files.main_thread_children(pid)
+                } else {
+                    read_to_string(&task.join("children"))
+                };
+                let children = match read {
                     Ok(text) => text,
                     // The process exited meanwhile.
                     Err(_) if !process.exists() => continue,
@@ -134,7 +149,7 @@ impl ProcessTable {
                 {
                     if seen.insert(child) {
                         reads += 1;
-                        if let Ok(Some(stat)) = ProcDir::new(proc_root, child).stat() {
+                        if let Ok(Some(stat)) = files.stat(child) {
                             self.insert(child, stat);
                             todo.push(child);
                         }
