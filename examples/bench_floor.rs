@@ -15,13 +15,13 @@
 //! counts per NVML function match `gpulse run`'s over the same time (BENCHMARKS.md says how
 //! that was checked: uprobes on the library). Per export
 //! window: the GPU PIDs of the last sample, and for each of them the files gpulse's attribution
-//! reads for a process it has seen before (`stat` for its identity and CPU ticks, `status` for
-//! its RSS), plus one `stat` of every process under the root to find the GPU processes'
-//! descendants (their CPU is counted in the process tree's). Runs until killed (SIGTERM).
+//! reads for a process it has seen before, through gpulse's own reader (`stat` for its
+//! identity, CPU ticks and RSS, the `children` files that find its descendants, whose CPU is
+//! counted in the process tree's, their `stat`, and its parent's), the files kept open between
+//! windows as gpulse keeps them. Runs until killed (SIGTERM).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::{
@@ -31,6 +31,9 @@ use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
 use nvml_wrapper::{Device, Nvml};
+
+use gpulse::attribution::procfiles::ProcFiles;
+use gpulse::attribution::usage::ProcessTable;
 
 /// The violation policies gpulse reads each tick (`sampling::health::VIOLATION_POLICIES`).
 const POLICIES: [PerformancePolicy; 8] = [
@@ -301,38 +304,19 @@ fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Result<u64, NvmlError> {
     Ok(u64::from(a + b + c + d))
 }
 
-/// The per-window `/proc` reads: each GPU PID's `stat` and `status`, and every process's
-/// `stat` (for descendants). Returns a checksum of the bytes read.
-fn proc_window(root: &Path, pids: &BTreeSet<u32>, buf: &mut Vec<u8>) -> u64 {
-    let mut sum = 0u64;
-    let mut read = |path: &Path| {
-        buf.clear();
-        if let Ok(mut f) = std::fs::File::open(path) {
-            if f.read_to_end(buf).is_ok() {
-                sum = sum.wrapping_add(buf.len() as u64);
-            }
-        }
-    };
-    let visible: Vec<u32> = pids
-        .iter()
-        .copied()
-        .filter(|pid| root.join(pid.to_string()).exists())
-        .collect();
-    for pid in &visible {
-        let dir = root.join(pid.to_string());
-        read(&dir.join("stat"));
-        read(&dir.join("status"));
-    }
-    if !visible.is_empty() {
-        if let Ok(entries) = std::fs::read_dir(root) {
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().parse::<u32>().is_ok() {
-                    read(&entry.path().join("stat"));
-                }
-            }
-        }
-    }
-    sum
+/// The per-window `/proc` reads, made by gpulse's own reader: `ProcessTable::scan_with` over
+/// files kept open between windows (each GPU PID's `stat`, its main thread's `children` or,
+/// when it has several threads, its `task/` listing and each thread's `children`, the `stat`
+/// of each descendant found, and of each parent). Returns a checksum of what was read.
+fn proc_window(files: &mut ProcFiles, pids: &BTreeSet<u32>) -> u64 {
+    let pids: Vec<u32> = pids.iter().copied().collect();
+    files.begin_window();
+    let table = ProcessTable::scan_with(files, &pids).unwrap_or_default();
+    files.end_window();
+    pids.iter()
+        .filter_map(|&pid| table.stat(pid))
+        .map(|stat| stat.utime_ticks + stat.rss_pages)
+        .fold(0, u64::wrapping_add)
 }
 
 fn main() {
@@ -362,7 +346,7 @@ fn main() {
         pids: BTreeSet::new(),
         checksum: 0,
     };
-    let mut buf = Vec::with_capacity(4096);
+    let mut files = ProcFiles::for_root(&args.proc_root);
     let start = Instant::now();
     let mut next_sample = start;
     let mut next_window = start + args.export_interval;
@@ -376,10 +360,9 @@ fn main() {
             }
         }
         if now >= next_window {
-            floor.checksum =
-                floor
-                    .checksum
-                    .wrapping_add(proc_window(&args.proc_root, &floor.pids, &mut buf));
+            floor.checksum = floor
+                .checksum
+                .wrapping_add(proc_window(&mut files, &floor.pids));
             next_window += args.export_interval;
         }
         // Keeps the calls and reads from being optimised away.

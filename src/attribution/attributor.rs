@@ -34,6 +34,7 @@ use super::environ::{resolve_identity, scan_environ, OtelIdentity};
 use super::podresources::{
     spawn_refresher, DeviceMatch, PodContainer, PodDirectory, RefreshHandle, DEFAULT_KUBELET_SOCKET,
 };
+use super::procfiles::ProcFiles;
 use super::procfs::{executable_name, parse_cmdline, parse_passwd, ProcDir, Stat};
 use super::usage::{ProcessTable, UsageTracker};
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
@@ -128,6 +129,8 @@ pub struct Attributor {
     pods: Option<Arc<PodDirectory>>,
     refresher: Option<RefreshHandle>,
     usage: UsageTracker,
+    /// The `stat` and `children` files of the last window's processes, kept open.
+    files: ProcFiles,
     /// The last scan of `/proc/*/fd` for device-file holders, kept while the set of invisible
     /// NVML PIDs stays the same: the scan reads every fd of every process, the costliest thing
     /// attribution does, and a profile showed it dominating when host PIDs are not visible.
@@ -171,6 +174,7 @@ impl Attributor {
         };
         Self {
             usage: UsageTracker::new(&settings.proc_root),
+            files: ProcFiles::for_root(&settings.proc_root),
             holders_scan: None,
             settings,
             cache: HashMap::new(),
@@ -221,19 +225,24 @@ impl Attributor {
     /// descendants' (see [`ProcessTable::scan_for`]). Pass it to [`Self::resolve_window_in`],
     /// [`Self::usage_in`] and `ParentWatch::parent_alive_in`, so a process's `stat` is read
     /// once per window instead of once by each of them.
-    pub fn process_table(&self, window: &Window) -> ProcessTable {
+    pub fn process_table(&mut self, window: &Window) -> ProcessTable {
         let mut pids: Vec<u32> = window.processes.iter().map(|p| p.pid).collect();
         pids.sort_unstable();
         pids.dedup();
         self.process_table_of(&pids)
     }
 
-    /// [`Self::process_table`] for the given GPU PIDs.
-    pub fn process_table_of(&self, pids: &[u32]) -> ProcessTable {
-        if pids.is_empty() {
-            return ProcessTable::default();
-        }
-        ProcessTable::scan_for(&self.settings.proc_root, pids).unwrap_or_default()
+    /// [`Self::process_table`] for the given GPU PIDs. The `stat` and `children` files it
+    /// reads stay open until a table is made without them (see `procfiles`).
+    pub fn process_table_of(&mut self, pids: &[u32]) -> ProcessTable {
+        self.files.begin_window();
+        let table = if pids.is_empty() {
+            ProcessTable::default()
+        } else {
+            ProcessTable::scan_with(&mut self.files, pids).unwrap_or_default()
+        };
+        self.files.end_window();
+        table
     }
 
     /// [`Self::resolve_window`] with the `stat` of each PID taken from `table` when it is there

@@ -16,6 +16,7 @@ pub mod devicefile;
 pub mod environ;
 pub mod parents;
 pub mod podresources;
+pub mod procfiles;
 pub mod procfs;
 pub mod usage;
 pub mod windows;

@@ -1,5 +1,6 @@
 //! CPU and memory of GPU processes, for diagnosis (an input-bound job shows a busy CPU and an
-//! idle GPU): readings of `/proc/<pid>/stat` and `status`, and the tracker that turns two
+//! idle GPU): readings of `/proc/<pid>/stat` (CPU ticks and resident pages: `status` is not
+//! read, it costs the kernel several times more to render), and the tracker that turns two
 //! readings into `process.cpu.utilization`. Called once per export window, not per sample.
 //!
 //! The tree figure adds the process's live descendants (found by `ppid`, e.g. PyTorch DataLoader
@@ -11,7 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::procfs::{list_pids, ProcDir, Stat};
+use super::procfiles::ProcFiles;
+use super::procfs::{list_pids, read_to_string, ProcDir, Stat};
 use super::workload::ProcessUsage;
 
 /// One process's counters at one moment.
@@ -56,22 +58,28 @@ impl ProcessTable {
     /// `CONFIG_PROC_CHILDREN`, or a procfs copy) or the threads outnumber the root's processes,
     /// every `stat` under the root is read instead ([`Self::scan`]): the same tree either way.
     pub fn scan_for(proc_root: &Path, pids: &[u32]) -> std::io::Result<Self> {
+        Self::scan_with(&mut ProcFiles::uncached(proc_root), pids)
+    }
+
+    /// [`Self::scan_for`] through `files`, which keeps the files it reads open for the next
+    /// window (one window: call `begin_window` before and `end_window` after).
+    pub fn scan_with(files: &mut ProcFiles, pids: &[u32]) -> std::io::Result<Self> {
         let mut table = Self::default();
         for &pid in pids {
-            if let Ok(Some(stat)) = ProcDir::new(proc_root, pid).stat() {
+            if let Ok(Some(stat)) = files.stat(pid) {
                 table.insert(pid, stat);
             }
         }
         if table.stats.is_empty() {
             return Ok(table);
         }
-        if table.add_descendants(proc_root).is_none() {
-            return Self::scan(proc_root);
+        if table.add_descendants(files).is_none() {
+            return Self::scan(files.root());
         }
         let parents: Vec<u32> = table.stats.values().map(|s| s.ppid).collect();
         for ppid in parents {
             if ppid > 0 && !table.stats.contains_key(&ppid) {
-                if let Ok(Some(stat)) = ProcDir::new(proc_root, ppid).stat() {
+                if let Ok(Some(stat)) = files.stat(ppid) {
                     table.insert(ppid, stat);
                 }
             }
@@ -82,30 +90,57 @@ impl ProcessTable {
     /// Adds the live descendants of every process in the table, walking the `children` file
     /// of each of their threads. `None` when that cannot give the whole tree cheaply (see
     /// [`Self::scan_for`]); the table is then incomplete and must be replaced.
-    fn add_descendants(&mut self, proc_root: &Path) -> Option<()> {
-        let budget = list_pids(proc_root).ok()?.len();
+    fn add_descendants(&mut self, files: &mut ProcFiles) -> Option<()> {
+        let proc_root = files.root().to_path_buf();
+        let proc_root = proc_root.as_path();
+        // The walk gives up for a full scan once it has read more files than there are
+        // processes. Counting the processes lists all of `/proc`, so that is done only once the
+        // walk is long enough for the answer to matter.
+        let mut budget: Option<usize> = None;
         let mut reads = 0usize;
         let mut todo: Vec<u32> = self.stats.keys().copied().collect();
         let mut seen: HashSet<u32> = todo.iter().copied().collect();
         while let Some(pid) = todo.pop() {
             let process = proc_root.join(pid.to_string());
-            let tasks = match std::fs::read_dir(process.join("task")) {
-                Ok(tasks) => tasks,
-                // Exited meanwhile: no descendants to find through it.
-                Err(_) if !process.exists() => continue,
-                // No per-thread directories under this root.
-                Err(_) => return None,
+            // One live thread and a live main thread: that thread is the main one, whose task ID
+            // is the PID, so `task/` need not be listed. (A main thread that exited before the
+            // others leaves the process's state `Z` while they run.)
+            let single_threaded = self
+                .stats
+                .get(&pid)
+                .is_some_and(|s| s.num_threads == 1 && s.state != 'Z');
+            let main_thread = process.join("task").join(pid.to_string());
+            let tasks: Vec<PathBuf> = if single_threaded {
+                vec![main_thread.clone()]
+            } else {
+                match std::fs::read_dir(process.join("task")) {
+                    Ok(tasks) => tasks.flatten().map(|task| task.path()).collect(),
+                    // Exited meanwhile: no descendants to find through it.
+                    Err(_) if !process.exists() => continue,
+                    // No per-thread directories under this root.
+                    Err(_) => return None,
+                }
             };
-            for task in tasks.flatten() {
+            for task in tasks {
                 reads += 1;
-                if reads > budget {
+                if reads > WALK_READS_BEFORE_COUNTING
+                    && reads > *budget.get_or_insert_with(|| count_pids(proc_root))
+                {
                     return None;
                 }
-                let children = match std::fs::read_to_string(task.path().join("children")) {
+                let read = if task == main_thread {
+                    files.main_thread_children(pid)
+                } else {
+                    read_to_string(&task.join("children"))
+                };
+                let children = match read {
                     Ok(text) => text,
-                    // The thread exited meanwhile.
-                    Err(_) if !task.path().exists() => continue,
-                    // The kernel does not have the file.
+                    // The process exited meanwhile.
+                    Err(_) if !process.exists() => continue,
+                    // A listed thread exited meanwhile.
+                    Err(_) if !single_threaded && !task.exists() => continue,
+                    // The kernel does not have the file, or the root has no per-thread
+                    // directories (a copied procfs tree).
                     Err(_) => return None,
                 };
                 for child in children
@@ -114,7 +149,7 @@ impl ProcessTable {
                 {
                     if seen.insert(child) {
                         reads += 1;
-                        if let Ok(Some(stat)) = ProcDir::new(proc_root, child).stat() {
+                        if let Ok(Some(stat)) = files.stat(child) {
                             self.insert(child, stat);
                             todo.push(child);
                         }
@@ -176,6 +211,16 @@ impl ProcessTable {
     }
 }
 
+/// How many files the descendant walk reads before it counts the processes under the root to
+/// decide whether a full scan would be cheaper (see `ProcessTable::add_descendants`).
+const WALK_READS_BEFORE_COUNTING: usize = 1024;
+
+/// The number of processes under `proc_root`; 0 when it cannot be listed (so the walk falls
+/// back to a full scan, which then reports the error).
+fn count_pids(proc_root: &Path) -> usize {
+    list_pids(proc_root).map_or(0, |pids| pids.len())
+}
+
 /// CPU used between two tick counts over `elapsed_secs`, as a ratio of one core.
 pub fn cpu_utilization(
     before_ticks: u64,
@@ -235,16 +280,11 @@ impl UsageTracker {
             if table.stat(pid).is_none() {
                 continue; // gone, or not visible from here
             }
-            let rss_from_status = ProcDir::new(&self.proc_root, pid)
-                .status()
-                .ok()
-                .and_then(|s| s.vm_rss_bytes);
-            let rss = rss_from_status.or_else(|| {
-                table
-                    .stat(pid)
-                    .filter(|s| s.rss_pages > 0)
-                    .map(|s| s.rss_pages.saturating_mul(self.page_size))
-            });
+            // Zombies and kernel threads have no memory: 0 pages, as `status` has no `VmRSS`.
+            let rss = table
+                .stat(pid)
+                .filter(|s| s.rss_pages > 0)
+                .map(|s| s.rss_pages.saturating_mul(self.page_size));
             let Some(reading) = table.reading(pid, rss) else {
                 continue;
             };
@@ -296,6 +336,7 @@ mod tests {
             cutime_ticks: cutime,
             cstime_ticks: 0,
             start_time_ticks: start,
+            num_threads: 1,
             rss_pages: 10,
         }
     }
@@ -329,6 +370,25 @@ mod tests {
         let table = ProcessTable::scan_for(root.path(), &[10]).unwrap();
         assert_eq!(table.tree(10), vec![10, 11], "the child is found by ppid");
         assert!(table.stat(12).is_some(), "a full scan");
+
+        // A single-threaded process (field 20 is 1) in a copy without `task/` directories:
+        // its main thread's `children` file is missing, so the walk gives up for the full scan.
+        let single = root.path().join("20");
+        std::fs::create_dir_all(&single).unwrap();
+        std::fs::write(
+            single.join("stat"),
+            "20 (python3) S 1 20 20 0 -1 4194304 100 0 0 0 250 50 5 1 20 0 1 0 \
+             12345 1000000 2000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+        )
+        .unwrap();
+        write_stat(root.path(), 21, 20);
+        let table = ProcessTable::scan_for(root.path(), &[20]).unwrap();
+        assert_eq!(table.stat(20).map(|s| s.num_threads), Some(1));
+        assert_eq!(
+            table.tree(20),
+            vec![20, 21],
+            "the child is found by the full scan"
+        );
 
         let invisible = ProcessTable::scan_for(root.path(), &[4242, 4343]).unwrap();
         assert!(
@@ -440,7 +500,7 @@ mod tests {
             usage[&10].cpu_utilization, None,
             "first reading has no rate"
         );
-        // No status file in the temp root: RSS from stat's pages.
+        // RSS from stat's resident pages.
         assert_eq!(usage[&10].memory_rss_bytes, Some(10 * tracker.page_size));
 
         // 10 s later: the process used 5 s, its worker 10 s then exited and was reaped.

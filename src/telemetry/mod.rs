@@ -153,16 +153,13 @@ impl SelfTelemetry {
             .resource_metrics
             .iter()
             .flat_map(|rm| &rm.scope_metrics);
-        match splice::into_first_resource(&window, scopes) {
-            Some(body) => (body, points + health_points),
-            None => {
-                // Not a request this module can splice into (no first resource): keep both,
-                // the health as a resource of its own.
-                let mut body = window;
-                body.extend_from_slice(&health.encode_to_vec());
-                (body, points + health_points)
-            }
+        let mut body = window;
+        if !splice::into_first_resource(&mut body, scopes) {
+            // Not a request this module can splice into (no first resource): keep both, the
+            // health as a resource of its own.
+            body.extend_from_slice(&health.encode_to_vec());
         }
+        (body, points + health_points)
     }
 
     /// Stops the provider. The last window (`add_to_window` at shutdown) already carried the

@@ -218,6 +218,7 @@ mod tests {
             cutime_ticks: 0,
             cstime_ticks: 0,
             start_time_ticks: 7,
+            num_threads: 1,
             rss_pages: 2,
         }
     }

@@ -166,6 +166,7 @@ fn app(color: bool) -> App {
         cutime_ticks: 0,
         cstime_ticks: 0,
         start_time_ticks: 1,
+        num_threads: 1,
         rss_pages: 100,
     };
     let mut table = ProcessTable::default();
