@@ -194,6 +194,8 @@ impl Floor {
         self.call(index, "pstate", || d.performance_state(), |p| u(p.as_c()));
         self.call(index, "remap", || remapped_rows(nvml, d), |r| r);
         self.call(index, "replay", || d.pcie_replay_counter(), u);
+        self.call(index, "link_gen", || d.current_pcie_link_gen(), u);
+        self.call(index, "link_width", || d.current_pcie_link_width(), u);
         for policy in POLICIES {
             // gpulse asks every policy each tick and keeps the ones that answer.
             let _ = d
