@@ -355,12 +355,21 @@ impl FieldReport {
 
 impl Serialize for FieldReport {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(FIELD_COUNT))?;
-        for (spec, value) in DEVICE_FIELDS.iter().zip(&self.0) {
-            map.serialize_entry(spec.key, value)?;
-        }
-        map.end()
+        serialize_keyed(serializer, DEVICE_FIELDS.iter().map(|s| s.key), &self.0)
     }
+}
+
+/// Serialises `values` as a map under `keys` (a catalogue's keys, in its order).
+pub fn serialize_keyed<S: Serializer, T: Serialize>(
+    serializer: S,
+    keys: impl Iterator<Item = &'static str>,
+    values: &[T],
+) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(Some(values.len()))?;
+    for (key, value) in keys.zip(values) {
+        map.serialize_entry(key, value)?;
+    }
+    map.end()
 }
 
 /// A field's value in a JSON report: whole fields as integers, `null` when unknown.

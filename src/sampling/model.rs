@@ -9,7 +9,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::fields::{DeviceField, FieldValues, GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
+use super::fields::{
+    serialize_keyed, DeviceField, FieldValues, GpmField, GPM_FIELDS, GPM_FIELD_COUNT,
+};
 
 /// One sampling pass: every device, every GPU process, and the XID events since the last pass.
 #[derive(Debug, Clone, Serialize)]
@@ -233,12 +235,7 @@ impl GpmActivity {
 
 impl Serialize for GpmActivity {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(GPM_FIELD_COUNT))?;
-        for (spec, value) in GPM_FIELDS.iter().zip(&self.0) {
-            map.serialize_entry(spec.key, value)?;
-        }
-        map.end()
+        serialize_keyed(serializer, GPM_FIELDS.iter().map(|s| s.key), &self.0)
     }
 }
 

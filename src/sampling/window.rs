@@ -11,8 +11,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::fields::{
-    DeviceField, FieldReport, FieldSpec, GpmField, ReportValue, WindowKind, DEVICE_FIELDS,
-    FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT,
+    serialize_keyed, DeviceField, FieldReport, FieldSpec, GpmField, ReportValue, WindowKind,
+    DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT,
 };
 use super::model::{
     DeviceInfo, DeviceStatus, GpmActivity, MigInstanceInfo, NvLinkSample, ProcessKind,
@@ -287,12 +287,7 @@ impl GpmWindow {
 
 impl Serialize for GpmWindow {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(GPM_FIELD_COUNT))?;
-        for (spec, gauge) in GPM_FIELDS.iter().zip(&self.0) {
-            map.serialize_entry(spec.key, gauge)?;
-        }
-        map.end()
+        serialize_keyed(serializer, GPM_FIELDS.iter().map(|s| s.key), &self.0)
     }
 }
 
