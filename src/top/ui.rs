@@ -155,7 +155,7 @@ fn draw_header(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
                 "  {} GPU(s), {} process(es)  every {}  {}",
                 view.attributed.window.devices.len(),
                 view.attributed.workloads.len(),
-                crate::config::values::format_duration(app.interval),
+                crate::values::format_duration(app.interval),
                 clock_utc(view.at)
             )));
         }
