@@ -17,7 +17,8 @@ use ratatui::widgets::{
 };
 use ratatui::Frame;
 
-use super::app::{App, Mode, Row, RowKind, Series};
+use super::app::{App, Row, RowKind, Series};
+use super::input::Mode;
 use crate::diagnosis::{Finding, Severity};
 use crate::export::metrics::catalogue;
 use crate::sampling::{DeviceField, DeviceWindow, GpmField, MigInstanceWindow};
