@@ -188,13 +188,13 @@ fn push_findings(b: &mut Builder, findings: &[Finding], node_labels: &[(String, 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-
-    use std::time::{Duration, UNIX_EPOCH};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use super::*;
     use crate::attribution::Workload;
     use crate::diagnosis::{DeviceRef, Severity, Subject};
     use crate::export::prometheus::encode::{encode, Format, SelfMetrics};
+    use crate::export::prometheus::families::Sample;
     use crate::sampling::{
         DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
     };
