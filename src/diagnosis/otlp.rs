@@ -193,3 +193,96 @@ fn array(values: impl Iterator<Item = any_value::Value>) -> any_value::Value {
         values: values.map(|v| AnyValue { value: Some(v) }).collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnosis::findings::{Finding, JobKey, RuleId};
+    use crate::diagnosis::framework::Layer;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn attribute<'a>(record: &'a LogRecord, key: &str) -> Option<&'a any_value::Value> {
+        record
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+    }
+
+    fn started(subject: Subject, values: Vec<(String, Value)>) -> LogRecord {
+        let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        to_log_record(&FindingEvent {
+            state: FindingState::Started,
+            finding: Finding {
+                rule: RuleId::RankStraggler,
+                severity: Severity::Warning,
+                subject,
+                summary: "s".into(),
+                advice: "a".into(),
+                values,
+                since: at,
+                evidence: vec![Layer::Spans],
+            },
+            at,
+        })
+    }
+
+    #[test]
+    fn cause_rank_and_job_get_names_of_their_own() {
+        let record = started(
+            Subject::Workload {
+                pid: 7,
+                vpid: None,
+                device: None,
+                container_id: None,
+                pod_uid: None,
+                service_name: "train".into(),
+            },
+            vec![
+                ("cause".into(), Value::from("data_wait")),
+                ("rank".into(), Value::from(2u32)),
+                ("job_id".into(), Value::from("run-1")),
+                ("excess_seconds".into(), Value::from(0.2)),
+            ],
+        );
+        assert_eq!(
+            attribute(&record, "gpulse.diagnosis.cause"),
+            Some(&any_value::Value::StringValue("data_wait".into()))
+        );
+        assert_eq!(
+            attribute(&record, RANK),
+            Some(&any_value::Value::IntValue(2))
+        );
+        assert_eq!(
+            attribute(&record, JOB_ID),
+            Some(&any_value::Value::StringValue("run-1".into()))
+        );
+        assert_eq!(
+            attribute(&record, "gpulse.diagnosis.value.excess_seconds"),
+            Some(&any_value::Value::DoubleValue(0.2))
+        );
+        assert!(attribute(&record, "gpulse.diagnosis.value.cause").is_none());
+
+        // A job finding names its job once, from the subject.
+        let record = started(
+            Subject::Job {
+                key: JobKey::Distributed("run-1".into()),
+                pids: vec![1, 2],
+                devices: vec![],
+            },
+            vec![("job_id".into(), Value::from("run-1"))],
+        );
+        assert_eq!(
+            record
+                .attributes
+                .iter()
+                .filter(|kv| kv.key == JOB_ID)
+                .count(),
+            1
+        );
+        assert_eq!(
+            attribute(&record, "gpulse.diagnosis.job"),
+            Some(&any_value::Value::StringValue("job run-1".into()))
+        );
+    }
+}
