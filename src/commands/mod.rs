@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod check;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod snapshot;
