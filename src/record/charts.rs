@@ -145,15 +145,19 @@ fn draw_on(
                 .color(&RGBColor(0x44, 0x44, 0x44)),
         )
         .draw()?;
-    ctx.draw_series(chart.bands.iter().map(|b| {
-        Rectangle::new(
-            [
-                (b.start.max(0.0), 0.0),
-                (b.end.min(x_max).max(b.start), y_max),
-            ],
-            rgb(b.colour).mix(0.18).filled(),
-        )
-    }))?;
+    ctx.draw_series(
+        merge_bands(&chart.bands, x_max / f64::from(WIDTH))
+            .iter()
+            .map(|b| {
+                Rectangle::new(
+                    [
+                        (b.start.max(0.0), 0.0),
+                        (b.end.min(x_max).max(b.start), y_max),
+                    ],
+                    rgb(b.colour).mix(0.18).filled(),
+                )
+            }),
+    )?;
     for line in &chart.lines {
         let style = rgb(line.colour).stroke_width(2);
         for segment in segments(&line.points) {
@@ -167,6 +171,23 @@ fn draw_on(
         }
     }
     Ok(())
+}
+
+/// Bands of one colour closer than `gap` (about a pixel) merged into one, so thousands of
+/// training steps draw as a few rectangles rather than one each.
+pub fn merge_bands(bands: &[Band], gap: f64) -> Vec<Band> {
+    let mut sorted = bands.to_vec();
+    sorted.sort_by(|a, b| a.colour.cmp(&b.colour).then(a.start.total_cmp(&b.start)));
+    let mut out: Vec<Band> = Vec::with_capacity(sorted.len());
+    for band in sorted {
+        match out.last_mut() {
+            Some(last) if last.colour == band.colour && band.start <= last.end + gap => {
+                last.end = last.end.max(band.end);
+            }
+            _ => out.push(band),
+        }
+    }
+    out
 }
 
 /// The runs of known values, each drawn as its own line.
@@ -215,6 +236,22 @@ pub fn mhz(v: &f64) -> String {
 mod tests {
     use super::*;
     use crate::record::model::MemoryPoint;
+
+    #[test]
+    fn close_bands_of_one_colour_merge() {
+        let band = |start, end, colour| Band { start, end, colour };
+        let merged = merge_bands(
+            &[
+                band(0.0, 1.0, colours::STEP),
+                band(1.05, 2.0, colours::STEP),
+                band(5.0, 6.0, colours::STEP),
+                band(1.5, 1.6, colours::DATA_WAIT),
+            ],
+            0.1,
+        );
+        assert_eq!(merged.len(), 3, "{merged:?}");
+        assert!(merged.iter().any(|b| b.start == 0.0 && b.end == 2.0));
+    }
 
     #[test]
     fn gaps_break_the_line_instead_of_dropping_to_zero() {

@@ -526,6 +526,116 @@ fn processes(page: &mut String, summary: &Summary<'_>) {
 mod tests {
     use super::*;
 
+    use crate::record::model::{DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, SpanMark};
+    use std::time::{Duration, SystemTime};
+
+    /// A synthetic one-hour run at 100 ms on 8 GPUs, each with two processes of the command and
+    /// one other, noisy signals, throttling bursts, 7 200 steps with data waits and findings.
+    fn long_recording() -> Recording {
+        let mut rng = fastrand::Rng::with_seed(25);
+        let mut recording = Recording::empty(
+            vec!["python".into(), "train.py".into()],
+            SystemTime::UNIX_EPOCH,
+        );
+        recording.ended = SystemTime::UNIX_EPOCH + Duration::from_secs(3600);
+        recording.sample_interval_seconds = Some(0.1);
+        recording.samples = 36_000;
+        for index in 0..8 {
+            let mut track = DeviceTrack {
+                index,
+                uuid: format!("GPU-{index:08x}-1111-2222-3333-444444444444"),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_total_bytes: Some(80.0 * GIB),
+                ..DeviceTrack::default()
+            };
+            for i in 0..36_000u32 {
+                let t = f64::from(i) * 0.1;
+                track.series.push(DevicePoint {
+                    t,
+                    dt: 0.1,
+                    n: 1,
+                    utilization: Some(rng.f32()),
+                    sm_activity: Some(rng.f32()),
+                    tensor_activity: Some(rng.f32() * 0.5),
+                    dram_activity: Some(rng.f32() * 0.3),
+                    memory_used: Some(40.0 * GIB + rng.f64() * GIB),
+                    power_watts: Some(300.0 + rng.f32() * 400.0),
+                    sm_clock_mhz: Some(1400.0 + rng.f32() * 580.0),
+                    memory_clock_mhz: Some(2619.0),
+                    throttle: Some(if rng.u8(..) < 20 { 0x4 } else { 0 }),
+                    held_seconds: 0.1,
+                    idle_seconds: 0.0,
+                });
+            }
+            recording.devices.push(track);
+            for (pid, in_command) in [
+                (1000 + index, true),
+                (2000 + index, true),
+                (3000 + index, false),
+            ] {
+                let mut p = ProcessTrack {
+                    pid,
+                    device_index: index,
+                    in_command,
+                    name: Some("python".into()),
+                    ..ProcessTrack::default()
+                };
+                for i in 0..36_000u32 {
+                    p.series.push(MemoryPoint {
+                        t: f64::from(i) * 0.1,
+                        bytes: Some(10.0 * GIB + rng.f64() * GIB),
+                    });
+                }
+                recording.processes.push(p);
+            }
+        }
+        for step in 0..7200u32 {
+            let start = f64::from(step) * 0.5;
+            recording.spans.push(SpanMark {
+                kind: SpanKind::Step,
+                name: "step".into(),
+                start_seconds: start,
+                end_seconds: start + 0.4,
+            });
+            recording.spans.push(SpanMark {
+                kind: SpanKind::DataWait,
+                name: "data_wait".into(),
+                start_seconds: start,
+                end_seconds: start + 0.1,
+            });
+        }
+        for i in 0..20u32 {
+            recording.findings.push(FindingMark {
+                rule: "input_bound".into(),
+                severity: "warning".into(),
+                subject: "pid 1000 (python) on GPU 0".into(),
+                device_index: Some(i % 8),
+                summary: "the GPU waits for data".into(),
+                advice: "raise num_workers".into(),
+                evidence: vec!["nvml".into(), "spans".into()],
+                values: vec![("data_wait_ratio".into(), "0.4".into())],
+                start_seconds: f64::from(i) * 170.0,
+                end_seconds: Some(f64::from(i) * 170.0 + 60.0),
+            });
+        }
+        recording
+    }
+
+    /// The bound: a one-hour run at 100 ms makes a report under 2 MB.
+    #[test]
+    fn a_one_hour_run_at_100ms_on_8_gpus_stays_under_2_mb() {
+        let page = render(&long_recording());
+        let mb = page.len() as f64 / 1e6;
+        println!("report of 1 h at 100 ms on 8 GPUs: {mb:.2} MB");
+        assert!(page.len() < 2_000_000, "{mb:.2} MB");
+        assert_eq!(
+            page.matches("<svg").count(),
+            8 * 4 + 1,
+            "4 charts per GPU + the steps"
+        );
+        assert!(!page.contains("<script"));
+    }
+
     #[test]
     fn text_is_escaped() {
         assert_eq!(

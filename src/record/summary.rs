@@ -127,12 +127,15 @@ impl<'a> Summary<'a> {
             .iter()
             .filter_map(|d| d.energy_joules)
             .fold(None, |sum, e| Some(sum.unwrap_or(0.0) + e));
+        // Others on the GPUs the command used; on every GPU when it used none (then which GPU
+        // it waited for, or who held it, is the question).
         let used: Vec<u32> = recording
             .processes
             .iter()
             .filter(|p| p.in_command)
             .map(|p| p.device_index)
             .collect();
+        let relevant = |index: u32| used.is_empty() || used.contains(&index);
         let process = |p: &'a super::model::ProcessTrack| ProcessSummary {
             pid: p.pid,
             name: p.name.as_deref(),
@@ -169,7 +172,7 @@ impl<'a> Summary<'a> {
             other_processes: recording
                 .processes
                 .iter()
-                .filter(|p| !p.in_command && used.contains(&p.device_index))
+                .filter(|p| !p.in_command && relevant(p.device_index))
                 .map(process)
                 .collect(),
             idle_ratio: (held > 0.0).then(|| idle / held),
