@@ -10,15 +10,11 @@
 use std::fmt::Write as _;
 
 use super::charts::{self, colours, Band, Chart, Line, MAX_CHART_POINTS};
-use super::model::{DevicePoint, DeviceTrack, Recording, SpanKind};
+use super::model::{DevicePoint, DeviceTrack, Recording, SpanKind, NOT_A_SLOWDOWN};
 use super::summary::{duration, Summary};
 use crate::diagnosis::findings::human_bytes;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-
-/// Throttle reason bits that are not a slowdown: the GPU idling (`GpuIdle`) and the clocks an
-/// administrator set (`ApplicationsClocksSetting`).
-const NOT_A_SLOWDOWN: u64 = 0x1 | 0x2;
 
 const STYLE: &str = r#"
 .gpulse-report { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222; max-width: 1000px; margin: 0 auto; padding: 12px; line-height: 1.4; background: #fff; }
@@ -348,17 +344,22 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
             dashed: true,
         });
     }
-    let mut palette = colours::PROCESSES.iter().cycle();
-    for p in recording
-        .processes
-        .iter()
-        .filter(|p| p.device_index == device.index)
-    {
-        let colour = if p.in_command {
-            *palette.next().unwrap_or(&colours::OTHER_PROCESSES)
-        } else {
-            colours::OTHER_PROCESSES
-        };
+    // The command's processes take the palette in the order they appeared (its root first) and
+    // are drawn after the others, the root last: on top where lines meet.
+    let on_device = || {
+        recording
+            .processes
+            .iter()
+            .filter(move |p| p.device_index == device.index)
+    };
+    let others = on_device()
+        .filter(|p| !p.in_command)
+        .map(|p| (p, colours::OTHER_PROCESSES));
+    let mine: Vec<_> = on_device()
+        .filter(|p| p.in_command)
+        .zip(colours::PROCESSES.iter().copied().cycle())
+        .collect();
+    for (p, colour) in others.chain(mine.into_iter().rev()) {
         let series = charts::downsample(&p.series.points(), MAX_CHART_POINTS);
         memory.push(Line {
             label: format!(

@@ -20,6 +20,10 @@ pub const MAX_POINTS: usize = 65_536;
 /// Utilisation under which a GPU the command holds counts as idle.
 pub const IDLE_BELOW: f64 = 0.05;
 
+/// Throttle reason bits that are not a slowdown: the GPU idling (`GpuIdle`) and the clocks an
+/// administrator set (`ApplicationsClocksSetting`).
+pub const NOT_A_SLOWDOWN: u64 = 0x1 | 0x2;
+
 /// A value that can be merged with its neighbour when a series halves its resolution.
 pub trait Merge {
     fn merge(&mut self, later: &Self);

@@ -485,7 +485,7 @@ impl Builder {
                 p.dt = dt;
                 if held.contains_key(&(uuid.clone(), t)) {
                     p.held_seconds = dt;
-                    let busy = p.sm_activity.or(p.utilization).map(f64::from);
+                    let busy = p.utilization.or(p.sm_activity).map(f64::from);
                     if busy.is_some_and(|b| b < IDLE_BELOW) {
                         p.idle_seconds = dt;
                     }

@@ -21,6 +21,9 @@ use crate::sampling::Snapshot;
 /// stalled sampler must not make a GPU look busy or idle for the whole gap).
 const MAX_GAP_INTERVALS: f64 = 5.0;
 
+/// Every this many samples the names of the GPU processes are read again.
+const NAME_REFRESH_SAMPLES: u64 = 20;
+
 /// Feeds a [`Recording`] from snapshots and finding events.
 pub struct Recorder {
     recording: Recording,
@@ -99,6 +102,13 @@ impl Recorder {
                     self.recording.processes.len() - 1
                 }
             };
+            // The name as first seen may be a launcher's (a pyenv shim, a shell) that exec'd
+            // the real program since: refreshed now and then, not every sample.
+            if self.recording.samples % NAME_REFRESH_SAMPLES == 0 {
+                if let Some(name) = process_name(&self.proc_root, p.pid) {
+                    self.recording.processes[position].name = Some(name);
+                }
+            }
             let track = &mut self.recording.processes[position];
             let bytes = p.gpu_memory_bytes.map(|b| b as f64);
             track.series.push(MemoryPoint { t, bytes });
@@ -132,8 +142,9 @@ impl Recorder {
             let utilization = d.get(DeviceField::UtilizationGpu);
             let sm = d.gpm.get(GpmField::SmActivity);
             let is_held = held.contains_key(d.info.uuid.as_str());
-            // Idle: no kernel ran (NVML utilisation), or the SMs did nothing when GPM says so.
-            let busy = sm.or(utilization);
+            // Idle: no kernel ran (NVML utilisation; GPM's SM activity where that is missing).
+            // Low SM activity under running kernels is a different problem (low_sm_efficiency).
+            let busy = utilization.or(sm);
             let idle = is_held && busy.is_some_and(|b| b < IDLE_BELOW);
             let point = DevicePoint {
                 t,

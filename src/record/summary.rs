@@ -59,6 +59,8 @@ pub struct DeviceSummary<'a> {
     /// Seconds one of the command's processes held this GPU, and its idle share in them.
     pub held_by_command_seconds: f64,
     pub idle_ratio: Option<f64>,
+    /// Clock throttle reasons seen during the run (idling and administrator clocks left out:
+    /// they slow nothing down).
     pub throttle_reasons_seen: Vec<&'static str>,
 }
 
@@ -109,7 +111,9 @@ impl<'a> Summary<'a> {
                     energy_source: source,
                     held_by_command_seconds: t.held_seconds,
                     idle_ratio: (t.held_seconds > 0.0).then(|| t.idle_seconds / t.held_seconds),
-                    throttle_reasons_seen: throttle_reason_names(t.throttle_seen),
+                    throttle_reasons_seen: throttle_reason_names(
+                        t.throttle_seen & !super::model::NOT_A_SLOWDOWN,
+                    ),
                 }
             })
             .collect();
