@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::cli::{RecordArgs, ReportArgs};
-use crate::commands::analysis::Analyzer;
-use crate::commands::run::sampler_thread::{SamplerSettings, SamplerThread};
+use crate::pipeline::Analyzer;
+use crate::pipeline::{SamplerSettings, SamplerThread};
 use crate::config::Config;
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
