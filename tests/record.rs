@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::kernel::{require_root, KillOnDrop};
+use crate::kernel::{require_root, ChildGuard, KillOnDrop};
 use crate::sampling::{gpulse_bin, sim_lib};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -523,8 +523,7 @@ fn report_reads_what_run_exports_as_otlp_json() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
-    let sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let _guard = KillOnDrop(sleeper.id());
+    let sleeper = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("sleep runs");
     let lines = dir.path().join("run.jsonl");
     let mut run = Command::new(gpulse_bin())
         .args([
@@ -539,7 +538,7 @@ fn report_reads_what_run_exports_as_otlp_json() {
         .arg("--nvml-lib")
         .arg(sim_lib())
         .env("NVML_SIM_SCENARIO", &scenario)
-        .env("RECORD_TEST_PIDS", sleeper.id().to_string())
+        .env("RECORD_TEST_PIDS", sleeper.pid().to_string())
         .env("GPULSE_KUBELET_SOCKET", "none")
         .stdout(std::fs::File::create(&lines).unwrap())
         .stderr(Stdio::null())
@@ -582,7 +581,7 @@ fn report_reads_what_run_exports_as_otlp_json() {
     let processes = summary["processes"].as_array().unwrap();
     let sleeper_row = processes
         .iter()
-        .find(|p| p["pid"] == sleeper.id())
+        .find(|p| p["pid"] == sleeper.pid())
         .expect("the listed process");
     assert_eq!(sleeper_row["gpu_memory_peak_bytes"], 10000 * MIB);
     let page = std::fs::read_to_string(&html).unwrap();

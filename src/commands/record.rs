@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::cli::{RecordArgs, ReportArgs};
+use crate::config::Config;
 use crate::pipeline::Analyzer;
 use crate::pipeline::{SamplerSettings, SamplerThread};
-use crate::config::Config;
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;

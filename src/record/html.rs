@@ -109,9 +109,9 @@ fn header(page: &mut String, recording: &Recording, summary: &Summary<'_>) {
             .unwrap_or_default(),
     );
     if let Some(reason) = summary.no_gpu_reason {
-        let _ = write!(
+        let _ = writeln!(
             page,
-            "<p class=\"note\">No GPU figures: {}</p>\n",
+            "<p class=\"note\">No GPU figures: {}</p>",
             escape(reason)
         );
     }
@@ -179,11 +179,11 @@ fn findings(page: &mut String, recording: &Recording) {
             .iter()
             .map(|(n, v)| format!("{} = {}", escape(n), escape(v)))
             .collect();
-        let _ = write!(
+        let _ = writeln!(
             page,
             "<div class=\"finding {sev}\"><strong>[{sev}] {rule}</strong> · {subject} · {from}–{to}\
              <div>{summary}</div><div class=\"meta\">evidence: {evidence}{values}</div>\
-             <div class=\"advice\">Advice: {advice}</div></div>\n",
+             <div class=\"advice\">Advice: {advice}</div></div>",
             sev = escape(&f.severity),
             rule = escape(&f.rule),
             subject = escape(&f.subject),
@@ -257,9 +257,9 @@ fn spans(page: &mut String, recording: &Recording) {
 fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack) {
     let points = charts::downsample(&device.series.points(), MAX_CHART_POINTS);
     let duration_s = recording.duration_seconds();
-    let _ = write!(
+    let _ = writeln!(
         page,
-        "<div class=\"gpu\"><h2>GPU {} · {} <span class=\"meta\">{}</span></h2>\n",
+        "<div class=\"gpu\"><h2>GPU {} · {} <span class=\"meta\">{}</span></h2>",
         device.index,
         escape(&device.name),
         escape(&device.uuid)

@@ -532,11 +532,11 @@ impl Builder {
                 if let Some(i) = open.remove(&f.key) {
                     recording.findings[i].end_seconds = Some(secs(t));
                 }
-            } else if !open.contains_key(&f.key) {
+            } else if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(f.key) {
                 let mut mark = f.mark;
                 mark.start_seconds = secs(f.since.unwrap_or(t));
                 recording.findings.push(mark);
-                open.insert(f.key, recording.findings.len() - 1);
+                slot.insert(recording.findings.len() - 1);
             }
         }
         recording.spans = self
