@@ -20,3 +20,4 @@ pub mod record;
 pub mod sampling;
 pub mod telemetry;
 pub mod top;
+pub mod values;
