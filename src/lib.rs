@@ -16,5 +16,6 @@ pub mod export;
 #[cfg(feature = "otel-sdk")]
 pub mod otel;
 pub mod sampling;
+pub mod schema;
 pub mod telemetry;
 pub mod top;

@@ -26,10 +26,10 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
-use super::fields::DeviceField;
 use super::gpm::GpmReader;
 use super::mig::MigReader;
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot};
+use crate::schema::DeviceField;
 
 use DeviceField as F;
 

@@ -19,8 +19,9 @@ use ratatui::Frame;
 
 use super::app::{App, Mode, Row, RowKind, Series};
 use crate::diagnosis::{Finding, Severity};
-use crate::export::metrics::catalogue;
-use crate::sampling::{DeviceField, DeviceWindow, GpmField, MigInstanceWindow};
+use crate::sampling::{DeviceWindow, MigInstanceWindow};
+use crate::schema;
+use crate::schema::{DeviceField, GpmField};
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
 const TALL: u16 = 40;
@@ -372,7 +373,7 @@ fn throttle_reasons(device: &DeviceWindow) -> Vec<&'static str> {
     let Some(ratios) = &device.throttle_active_ratio else {
         return Vec::new();
     };
-    catalogue::throttle_reasons()
+    schema::throttle_reasons()
         .iter()
         .filter(|(bit, _)| ratios.get(bit).is_some_and(|r| *r > 0.0))
         .map(|(_, name)| *name)
