@@ -290,7 +290,7 @@ impl GpmReader {
 
     fn fail(&mut self, source: Source, error: NvmlError, mut outcome: GpmOutcome) -> GpmOutcome {
         let index = source.gpu;
-        outcome.error = Some(super::nvml::error_kind(&error));
+        outcome.error = Some(super::calls::error_kind(&error));
         match error {
             NvmlError::NotSupported
             | NvmlError::FailedToLoadSymbol(_)

@@ -2,6 +2,8 @@
 //! the `Window` that aggregates the snapshots of one export interval.
 
 pub mod aggregate;
+mod calls;
+mod device;
 pub mod events;
 pub mod gpm;
 pub mod health;
