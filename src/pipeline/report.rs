@@ -10,14 +10,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::attribution::Workload;
-use crate::commands::analysis::View;
 use crate::diagnosis::Finding;
+use crate::pipeline::View;
 use crate::sampling::{
     DeviceInfo, DeviceSample, DeviceStatus, DeviceWindow, GpmActivity, MigInstanceSample,
     MigInstanceWindow, ProcessKind, ProcessMig, ProcessSample, ProcessWindow, Snapshot,
 };
-use crate::schema::throttle_reason_names;
-use crate::schema::{FieldReport, ReportValue, FIELD_COUNT};
+use crate::schema::{throttle_reason_names, FieldReport, ReportValue, FIELD_COUNT};
 
 fn seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
