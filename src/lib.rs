@@ -20,3 +20,4 @@ pub mod sampling;
 pub mod schema;
 pub mod telemetry;
 pub mod top;
+pub mod values;
