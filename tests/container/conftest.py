@@ -3,7 +3,7 @@ real Collector with its file exporter, and cleanup of every `gpulse-test-*` cont
 
 import pytest
 
-from engine import REPO, build_images, podman, require_engine
+from engine import BUSYBOX_IMAGE_OR_BUILD, REPO, build_images, name, podman, require_engine
 from backend_stack import Stack, backend, free_port, port_open
 
 
@@ -44,3 +44,14 @@ def collector(stack, tmp_path):
                 + [f"--set={s}" for s in sets], cwd=tmp_path)
     stack.wait_until("the collector's OTLP/HTTP port", lambda: port_open(port), timeout=60)
     return port, tmp_path / "otlp.jsonl"
+
+
+@pytest.fixture
+def workload(engine):
+    """A process in another real container: busybox `sleep` under a busybox shell, so the GPU
+    process is not its container's PID 1 and its namespace PID is not 1."""
+    ctr = name("workload")
+    podman("run", "-d", "--name", ctr, BUSYBOX_IMAGE_OR_BUILD(),
+           "/bin/busybox", "sh", "-c", "/bin/busybox sleep 600 & wait")
+    yield ctr
+    podman("rm", "-f", "-t", "0", ctr, check=False)

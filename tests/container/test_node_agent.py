@@ -31,17 +31,6 @@ LEAST_PRIVILEGE = ["--user", "65532:65532", "--read-only", "--cap-drop", "ALL",
                    "--security-opt", "no-new-privileges"]
 
 
-@pytest.fixture
-def workload(engine):
-    """A process in another real container: busybox `sleep` under a busybox shell, so the GPU
-    process is not its container's PID 1 and its namespace PID is not 1."""
-    ctr = name("workload")
-    podman("run", "-d", "--name", ctr, BUSYBOX_IMAGE_OR_BUILD(),
-           "/bin/busybox", "sh", "-c", "/bin/busybox sleep 600 & wait")
-    yield ctr
-    podman("rm", "-f", "-t", "0", ctr, check=False)
-
-
 def scenario_for(host_pid: int) -> str:
     return f"""
 [[device]]
