@@ -18,4 +18,5 @@ mod prometheus;
 mod reliability;
 mod run;
 mod sampling;
+mod snapshot_window;
 mod top;
