@@ -238,6 +238,69 @@ fn environ_gives_service_name_and_keeps_no_secret() {
     }
 }
 
+/// Spawns `sleep 30` with `env` and waits until the kernel shows its new environment.
+fn sleeper_with_env(env: &[(&str, &str)]) -> ChildGuard {
+    let mut command = Command::new("sleep");
+    command.arg("30");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = ChildGuard::spawn(&mut command).expect("spawn sleep");
+    let (marker_key, _) = env.first().expect("at least one variable");
+    let environ = format!("/proc/{}/environ", child.pid());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read(&environ)
+        .map(|e| {
+            e.windows(marker_key.len())
+                .any(|w| w == marker_key.as_bytes())
+        })
+        .unwrap_or(false)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn environ_gives_the_job_id_in_its_order_and_keeps_nothing_else() {
+    use gpulse::attribution::JobIdSource;
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+
+    let slurm = sleeper_with_env(&[("SLURM_JOB_ID", "4242"), ("SLURM_JOB_NAME", "secret-name")]);
+    let workload = resolve_one(&mut attributor, slurm.pid());
+    assert_eq!(workload.job_id.as_deref(), Some("4242"));
+    assert_eq!(workload.job_id_source, Some(JobIdSource::Slurm));
+    assert!(!format!("{workload:?}").contains("secret-name"));
+
+    let both = sleeper_with_env(&[("TORCHELASTIC_RUN_ID", "run-7"), ("SLURM_JOB_ID", "4242")]);
+    let workload = resolve_one(&mut attributor, both.pid());
+    assert_eq!(workload.job_id.as_deref(), Some("run-7"));
+    assert_eq!(workload.job_id_source, Some(JobIdSource::TorchElastic));
+
+    // torchrun's placeholder run id names no job; the companion's attribute outranks both.
+    let placeholder = sleeper_with_env(&[("TORCHELASTIC_RUN_ID", "none")]);
+    let workload = resolve_one(&mut attributor, placeholder.pid());
+    assert_eq!(workload.job_id, None);
+    let attributed = sleeper_with_env(&[
+        ("OTEL_RESOURCE_ATTRIBUTES", "pytorch.distributed.job.id=j-1"),
+        ("TORCHELASTIC_RUN_ID", "run-7"),
+    ]);
+    let workload = resolve_one(&mut attributor, attributed.pid());
+    assert_eq!(workload.job_id.as_deref(), Some("j-1"));
+    assert_eq!(
+        workload.job_id_source,
+        Some(JobIdSource::ResourceAttributes)
+    );
+
+    // With the environment switched off, no job id either.
+    let mut no_environ = Attributor::new(AttributionSettings {
+        read_environ: false,
+        ..settings(Path::new("/proc"))
+    });
+    assert_eq!(resolve_one(&mut no_environ, both.pid()).job_id, None);
+}
+
 #[test]
 fn usage_counts_a_busy_descendant() {
     // The shell waits (idle) while its child spins without forking: own CPU low, tree CPU high.

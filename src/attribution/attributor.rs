@@ -529,6 +529,8 @@ fn workload_of(pid: u32, identity: &ProcessIdentity, method: AttributionMethod) 
         container_name: None,
         service_name: identity.otel.service_name.clone(),
         resource_attributes: identity.otel.resource_attributes.clone(),
+        job_id: identity.otel.job.as_ref().map(|job| job.id.clone()),
+        job_id_source: identity.otel.job.as_ref().map(|job| job.source),
         attributed_by: method,
     }
 }

@@ -1,5 +1,5 @@
 //! Attribution: from the host PIDs NVML reports to `Workload`s — container, pod, namespaced PID,
-//! executable, owner and the process's own service name — read from a procfs root and the
+//! executable, owner, the process's own service name and its job — read from a procfs root and the
 //! kubelet pod-resources API.
 //!
 //! `WindowAttributor` turns a whole window into the stage's one output, an `AttributedWindow`;
@@ -27,6 +27,7 @@ pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
 };
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
+pub use environ::{JobId, JobIdSource};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use super::environ::JobIdSource;
+
 /// How a workload was tied to the process NVML listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -44,6 +46,11 @@ pub struct Workload {
     pub service_name: Option<String>,
     /// The process's own `OTEL_RESOURCE_ATTRIBUTES`, parsed, in order.
     pub resource_attributes: Vec<(String, String)>,
+    /// The job the process belongs to (`gpulse.job.id`): the companion's
+    /// `pytorch.distributed.job.id`, else the process's environment (`environ` says the order).
+    pub job_id: Option<String>,
+    /// Where `job_id` came from.
+    pub job_id_source: Option<JobIdSource>,
     pub attributed_by: AttributionMethod,
 }
 
@@ -64,7 +71,20 @@ impl Workload {
             container_name: None,
             service_name: None,
             resource_attributes: Vec::new(),
+            job_id: None,
+            job_id_source: None,
             attributed_by: AttributionMethod::Unresolved,
+        }
+    }
+
+    /// Takes the job id the PyTorch companion reports for this process
+    /// (`pytorch.distributed.job.id` on its telemetry's resource): the process says it itself,
+    /// so it outranks what its environment suggested. A blank id changes nothing.
+    pub fn adopt_companion_job_id(&mut self, job_id: &str) {
+        let job_id = job_id.trim();
+        if !job_id.is_empty() {
+            self.job_id = Some(job_id.to_string());
+            self.job_id_source = Some(JobIdSource::Companion);
         }
     }
 
@@ -88,4 +108,22 @@ pub struct ProcessUsage {
     pub tree_cpu_utilization: Option<f64>,
     /// Resident set size (`process.memory.usage`).
     pub memory_rss_bytes: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_companion_job_id_outranks_the_environment_and_blank_is_ignored() {
+        let mut workload = Workload::unresolved(7);
+        workload.job_id = Some("4242".into());
+        workload.job_id_source = Some(JobIdSource::Slurm);
+        workload.adopt_companion_job_id("  ");
+        assert_eq!(workload.job_id.as_deref(), Some("4242"));
+        assert_eq!(workload.job_id_source, Some(JobIdSource::Slurm));
+        workload.adopt_companion_job_id("run-7");
+        assert_eq!(workload.job_id.as_deref(), Some("run-7"));
+        assert_eq!(workload.job_id_source, Some(JobIdSource::Companion));
+    }
 }

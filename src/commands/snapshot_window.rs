@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::cli::SnapshotArgs;
-use crate::commands::analysis::Analyzer;
-use crate::commands::report::SnapshotReport;
+use crate::pipeline::{Analyzer, SnapshotReport};
 use crate::config::{values, InspectConfig, MIN_SAMPLE_INTERVAL};
 use crate::sampling::{Sampler, SessionError, WindowAggregator};
 

@@ -196,7 +196,8 @@ pub fn attribution_method_name(method: AttributionMethod) -> &'static str {
 ///    `deployment.environment.name` match its traces); its `service.name` entry is already
 ///    folded into step 1;
 /// 3. the identity gpulse observed, which always wins: `process.*`, `container.*`, `k8s.*`,
-///    `host.name` (and `k8s.node.name` when the node knows it), `gpulse.attribution.method`.
+///    `host.name` (and `k8s.node.name` when the node knows it), `gpulse.attribution.method`,
+///    and the job (`gpulse.job.id`, `gpulse.job.id.source`) when one is known.
 ///
 /// The join key with the application's own telemetry: `container.id` + `process.vpid` here
 /// equals `container.id` + `process.pid` there.
@@ -219,6 +220,7 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
         ("k8s.pod.name", &workload.pod_name),
         ("k8s.namespace.name", &workload.namespace_name),
         ("k8s.container.name", &workload.container_name),
+        ("gpulse.job.id", &workload.job_id),
     ];
     if let Some(vpid) = workload.vpid {
         attrs.set(kv_int("process.vpid", i64::from(vpid)));
@@ -236,6 +238,9 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
         "gpulse.attribution.method",
         attribution_method_name(workload.attributed_by),
     ));
+    if let Some(source) = workload.job_id_source {
+        attrs.set(kv_str("gpulse.job.id.source", source.as_str()));
+    }
     attrs.into_resource()
 }
 
@@ -364,7 +369,10 @@ mod tests {
                 ("process.pid".into(), "1".into()),
                 ("container.id".into(), "spoofed".into()),
                 ("host.name".into(), "spoofed".into()),
+                ("gpulse.job.id".into(), "spoofed".into()),
             ],
+            job_id: Some("run-7".into()),
+            job_id_source: Some(crate::attribution::JobIdSource::TorchElastic),
             attributed_by: AttributionMethod::HostPid,
         }
     }
@@ -393,6 +401,8 @@ mod tests {
         assert_eq!(attr_str(&r, "process.executable.name"), Some("python3"));
         assert_eq!(attr_str(&r, "process.owner"), Some("alice"));
         assert_eq!(attr_str(&r, "gpulse.attribution.method"), Some("host_pid"));
+        assert_eq!(attr_str(&r, "gpulse.job.id"), Some("run-7"));
+        assert_eq!(attr_str(&r, "gpulse.job.id.source"), Some("torchelastic"));
         assert_eq!(
             attr(&r, "process.command_line"),
             None,
@@ -416,6 +426,7 @@ mod tests {
         );
         assert_eq!(attr(&r, "process.vpid"), None);
         assert_eq!(attr(&r, "container.id"), None);
+        assert_eq!(attr(&r, "gpulse.job.id"), None);
         assert_eq!(
             attr_str(&r, "gpulse.attribution.method"),
             Some("unresolved")

@@ -6,7 +6,7 @@
 //! shared reading of gpulse's own [`Sampler`] (the same NVML code the sidecar runs, no second
 //! implementation), taken at most once per collection: the first callback of a collection samples,
 //! the others reuse that reading while it is younger than [`GpuMetricsOptions::max_reading_age`].
-//! Names, units and attributes are the sidecar's (README, "Metric reference"), with one
+//! Names, units and attributes are the sidecar's (docs/metrics.md, "Metric reference"), with one
 //! difference in meaning: the sidecar's gauges are means over its export window, these are the
 //! values NVML gives at collection time.
 //!

@@ -199,7 +199,7 @@ def start_gpulse(stack: Stack, workloads, env: dict, args=(), name="gpulse") -> 
 
 
 PROMETHEUS_OTLP = {
-    # What a gpulse user promotes (README, "Prometheus's own OTLP endpoint"): the per-process
+    # What a gpulse user promotes (docs/prometheus.md, "Prometheus 3 without a Collector"): the per-process
     # resource attributes that tell GPU processes apart and join them to their workload.
     "promote_resource_attributes": [
         "service.name", "service.namespace", "service.instance.id", "host.name",

@@ -1,6 +1,6 @@
 """gpulse → Prometheus 3's own OTLP endpoint (--web.enable-otlp-receiver), no Collector between:
 PromQL returns the simulated node's device values and each GPU process's values, with the
-resource attributes the README tells users to promote (otlp.promote_resource_attributes) as
+resource attributes docs/prometheus.md tells users to promote (otlp.promote_resource_attributes) as
 labels: container.id and k8s.pod.uid from the trainer's real pod cgroup, service.name from its
 environment, process.pid. Findings (log records) go to a real OTLP receiver beside it, as a
 Prometheus user sends logs to a log backend."""
