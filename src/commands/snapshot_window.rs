@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crate::cli::SnapshotArgs;
-use crate::pipeline::{Analyzer, SnapshotReport};
 use crate::config::{values, InspectConfig, MIN_SAMPLE_INTERVAL};
+use crate::pipeline::{Analyzer, SnapshotReport};
 use crate::sampling::{Sampler, SessionError, WindowAggregator};
 
 /// Samples taken over a window, at most: enough for means and throttle shares, few enough
