@@ -62,7 +62,6 @@ pub mod file;
 mod layers;
 pub mod otlp;
 pub mod prometheus;
-pub mod values;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -75,6 +74,7 @@ pub use prometheus::{PrometheusNames, PrometheusSettings};
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
+use crate::values;
 use layers::{first, Layers};
 use otlp::ExporterKind;
 
