@@ -7,9 +7,10 @@
 use std::time::{Duration, Instant};
 
 use crate::cli::SnapshotArgs;
-use crate::config::{values, InspectConfig, MIN_SAMPLE_INTERVAL};
+use crate::config::{InspectConfig, MIN_SAMPLE_INTERVAL};
 use crate::pipeline::{Analyzer, SnapshotReport};
 use crate::sampling::{Sampler, SessionError, WindowAggregator};
+use crate::values;
 
 /// Samples taken over a window, at most: enough for means and throttle shares, few enough
 /// that a long window does not sample faster than `run` would.
