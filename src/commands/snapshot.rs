@@ -12,9 +12,9 @@ use crate::diagnosis::framework::Layer;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::pipeline::SnapshotReport;
 use crate::sampling::{
-    DeviceField as F, DeviceStatus, GpmField, ProcessKind, Sampler, SessionError, Snapshot,
-    WindowAggregator,
+    DeviceStatus, ProcessKind, Sampler, SessionError, Snapshot, WindowAggregator,
 };
+use crate::schema::{DeviceField as F, GpmField};
 
 /// Takes one sample (or, with a `window`, samples for that long: see
 /// [`super::snapshot_window`]), resolves its processes' workloads as `run` would, and renders it
