@@ -693,6 +693,7 @@ mod tests {
             device_uuid: format!("GPU-{device:04}"),
             kind: ProcessKind::Compute,
             first_seen: t(900 + u64::from(device)),
+            samples: 1,
             gpu_memory_bytes: Some(g(1e9, 5e8, 2e9, 1.5e9)),
             sm_utilization: Some(g(0.5, 0.1, 0.9, 0.4)),
             memory_utilization: None,
@@ -1191,6 +1192,7 @@ mod tests {
             workloads,
             usage,
             parent_alive: HashMap::new(),
+            accounts: Default::default(),
         };
         let req = metrics_request(&attributed, &node());
         assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
