@@ -30,6 +30,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::workload::Workload;
+pub use crate::config::values::Prices;
 use crate::sampling::{DeviceField, DeviceWindow, GpmField, ProcessWindow, Window};
 
 /// A window in which a process's activity reaches this share of the time counts as active.
@@ -123,20 +124,12 @@ pub struct Rollup {
     idle_hours: f64,
 }
 
-/// Prices a roll-up's cost is figured with.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Prices {
-    pub per_gpu_hour: Option<f64>,
-    pub per_kwh: Option<f64>,
-}
-
-impl Prices {
-    fn cost(&self, gpu_hours: f64, kwh: f64) -> Option<f64> {
-        match (self.per_gpu_hour, self.per_kwh) {
-            (None, None) => None,
-            (hour, kwh_price) => {
-                Some(hour.map_or(0.0, |p| p * gpu_hours) + kwh_price.map_or(0.0, |p| p * kwh))
-            }
+/// `gpu_hours` × the price per GPU-hour plus `kwh` × the price per kWh, for the prices given.
+fn cost(prices: &Prices, gpu_hours: f64, kwh: f64) -> Option<f64> {
+    match (prices.per_gpu_hour, prices.per_kwh) {
+        (None, None) => None,
+        (hour, kwh_price) => {
+            Some(hour.map_or(0.0, |p| p * gpu_hours) + kwh_price.map_or(0.0, |p| p * kwh))
         }
     }
 }
@@ -368,7 +361,7 @@ impl GpuAccountant {
             group.processes = members.get(&(*kind, id.clone())).copied().unwrap_or(0);
             group.idle_share =
                 (group.known_hours > 0.0).then(|| group.idle_hours / group.known_hours);
-            group.cost = self.prices.cost(group.gpu_hours, group.energy_kwh);
+            group.cost = cost(&self.prices, group.gpu_hours, group.energy_kwh);
         }
         if self.groups.len() > MAX_GROUPS {
             let mut by_age: Vec<(u64, (GroupKind, String))> = self

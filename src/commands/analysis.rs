@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use crate::attribution::cpu_quota::CpuQuotas;
+use crate::attribution::Prices;
 use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
 use crate::config::downward::DownwardApi;
 use crate::config::{Config, InspectConfig};
@@ -60,6 +61,7 @@ impl Analyzer {
             },
             config.diagnosis.clone(),
             &config.downward,
+            config.prices,
         )
     }
 
@@ -75,6 +77,7 @@ impl Analyzer {
             },
             config.diagnosis.clone(),
             &config.downward,
+            config.prices,
         )
     }
 
@@ -82,10 +85,11 @@ impl Analyzer {
         attribution: AttributionSettings,
         diagnosis: Thresholds,
         downward: &DownwardApi,
+        prices: Prices,
     ) -> Self {
         Self {
             cpu_quotas: CpuQuotas::new(&attribution.proc_root, CGROUP_ROOT),
-            attribution: WindowAttributor::new(attribution, own_pod(downward)),
+            attribution: WindowAttributor::new(attribution, own_pod(downward)).with_prices(prices),
             diagnoser: Diagnoser::new(diagnosis),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
