@@ -15,6 +15,7 @@ pub mod enrich;
 pub mod export;
 #[cfg(feature = "otel-sdk")]
 pub mod otel;
+pub mod pipeline;
 pub mod sampling;
 pub mod telemetry;
 pub mod top;

@@ -1,11 +1,9 @@
-//! The commands a user runs: `snapshot` (one sample, printed), `run` (the sidecar pipeline),
-//! `check` (the health checklist) and `top` (the live terminal view). They wire the pipeline
-//! stages together; the stages themselves live in `sampling`, `attribution`, `diagnosis` and
-//! `export` (and the view's drawing in `top`).
+//! The commands a user runs, one thin file each: `snapshot` (one sample, printed), `run` (the
+//! sidecar), `check` (the health checklist) and `top` (the live terminal view). They wire the
+//! stages together; the stages themselves live in `sampling`, `attribution`, `diagnosis`,
+//! `pipeline` (what run, top and `/status` share) and `export` (and the view's drawing in `top`).
 
-pub mod analysis;
 pub mod check;
-pub mod report;
 pub mod run;
 pub mod snapshot;
 pub mod top;

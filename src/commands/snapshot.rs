@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::attribution::{AttributedWindow, AttributionSettings, Attributor, Workload};
-use crate::commands::report::SnapshotReport;
 use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
+use crate::pipeline::SnapshotReport;
 use crate::sampling::{
     DeviceField as F, DeviceStatus, GpmField, ProcessKind, Sampler, SessionError, Snapshot,
     WindowAggregator,

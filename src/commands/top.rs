@@ -1,6 +1,6 @@
 //! `gpulse top`: the live view's loop. It runs the same stages as `gpulse run` — the sampler
 //! thread, the window aggregator and the [`Analyzer`] (attribution and diagnosis) — with one
-//! window per `--interval`, and hands each analysed [`View`](super::analysis::View) to the view
+//! window per `--interval`, and hands each analysed [`View`](crate::pipeline::View) to the view
 //! state in [`crate::top`] instead of the exporter.
 //!
 //! The loop waits on one channel fed by two threads, the snapshot forwarder and the key reader,
@@ -10,9 +10,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::cli::TopArgs;
-use crate::commands::analysis::Analyzer;
-use crate::commands::run::sampler_thread::{SamplerSettings, SamplerThread};
 use crate::config::{values, InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
+use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread};
 use crate::sampling::{SessionError, Snapshot, WindowAggregator};
 use crate::top::input::{action, Action};
 use crate::top::logs::LogLines;

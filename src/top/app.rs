@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::input::Action;
 use super::procinfo::Family;
-use crate::commands::analysis::View;
 use crate::diagnosis::{Finding, Subject};
+use crate::pipeline::View;
 use crate::sampling::DeviceField;
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.

@@ -1,5 +1,5 @@
 //! `gpulse top`: the live terminal view. It shows what `gpulse run` would export, from the same
-//! sampler thread, window aggregator and [`crate::commands::analysis::Analyzer`]; this module
+//! sampler thread, window aggregator and [`crate::pipeline::Analyzer`]; this module
 //! only keeps the view's own state and draws it.
 //!
 //! - `app`: the state (latest `View`, sparkline history, sort, filter, tree, selection, detail);

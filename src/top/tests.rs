@@ -17,8 +17,8 @@ use super::ui;
 use crate::attribution::procfs::Stat;
 use crate::attribution::usage::ProcessTable;
 use crate::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
-use crate::commands::analysis::View;
 use crate::diagnosis::{DeviceRef, Finding, RuleId, Severity, Subject};
+use crate::pipeline::View;
 use crate::sampling::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 use crate::sampling::{DeviceField, Snapshot, WindowAggregator};
 

@@ -5,7 +5,7 @@
 //! connection; no listening port unless asked for.
 //!
 //! Nothing here calls NVML or reads `/proc`: `/readyz` reads the sampler's health counters and
-//! `/status` the last published [`View`](crate::commands::analysis::View).
+//! `/status` the last published [`View`](crate::pipeline::View).
 //!
 //! The accept loop backs off when accepting fails (out of file descriptors, `EMFILE`), from
 //! 10 ms doubling to 1 s, instead of spinning on the error; one warning per streak of failures.
@@ -23,9 +23,9 @@ use http_body_util::Full;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::sampler_thread::SamplerHealth;
 use super::status::status_json;
-use crate::commands::analysis::ViewReceiver;
+use crate::pipeline::SamplerHealth;
+use crate::pipeline::ViewReceiver;
 
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(pending.headers()[CONTENT_TYPE], "application/json");
         assert_eq!(pending.headers()[RETRY_AFTER], "1");
         let window = crate::diagnosis::rules::testkit::window(60, vec![], vec![]);
-        sender.send_replace(Some(Arc::new(crate::commands::analysis::View {
+        sender.send_replace(Some(Arc::new(crate::pipeline::View {
             attributed: Arc::new(crate::attribution::AttributedWindow::unattributed(window)),
             findings: Vec::new(),
             at: std::time::SystemTime::now(),

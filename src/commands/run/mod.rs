@@ -14,7 +14,6 @@
 
 mod health;
 mod prometheus;
-pub mod sampler_thread;
 mod self_health;
 pub mod status;
 
@@ -25,7 +24,6 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::attribution::AttributedWindow;
-use crate::commands::analysis::Analyzer;
 use crate::config::Config;
 use crate::diagnosis::FindingEvent;
 use crate::export::logs::{findings_request, log_record_count};
@@ -33,9 +31,9 @@ use crate::export::metrics::{metrics_batch, MetricsBatch};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
+use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread};
 use crate::sampling::{SessionError, WindowAggregator};
 use crate::telemetry::SelfTelemetry;
-use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
 #[derive(Debug, thiserror::Error)]

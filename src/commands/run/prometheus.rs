@@ -5,10 +5,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::commands::analysis::ViewReceiver;
 use crate::config::PrometheusSettings;
 use crate::export::prometheus::{server, Published};
 use crate::export::resource::NodeIdentity;
+use crate::pipeline::ViewReceiver;
 
 /// The two tasks of the endpoint; aborted when dropped with the pipeline.
 pub struct MetricsEndpoint {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::sampler_thread::SamplerHealth;
-use crate::commands::analysis::ViewReceiver;
 use crate::diagnosis::RuleId;
 use crate::export::queue::QueueHandle;
+use crate::pipeline::SamplerHealth;
+use crate::pipeline::ViewReceiver;
 use crate::telemetry::{HealthReading, HealthSource};
 
 /// The closure `SelfTelemetry` calls once per collection.

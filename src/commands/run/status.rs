@@ -1,5 +1,5 @@
 //! `/status`: the running pipeline's latest [`View`] as the snapshot JSON contract
-//! (`commands::report::SnapshotReport`, the same shape as `gpulse snapshot --format json`),
+//! (`pipeline::SnapshotReport`, the same shape as `gpulse snapshot --format json`),
 //! plus the window it summarises (`window`: start, end, samples) and when it was analysed
 //! (`at`), and each process's CPU use (`usage`). Built from the published view only: answering
 //! never calls NVML or reads `/proc`, so a busy notebook polling it costs the sampler nothing.
@@ -9,8 +9,8 @@
 
 use http::StatusCode;
 
-use crate::commands::analysis::View;
-use crate::commands::report::SnapshotReport;
+use crate::pipeline::SnapshotReport;
+use crate::pipeline::View;
 
 /// The status code and JSON body of a `/status` answer.
 pub fn status_json(view: Option<&View>) -> (StatusCode, String) {

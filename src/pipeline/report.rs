@@ -10,9 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::attribution::Workload;
-use crate::commands::analysis::View;
 use crate::diagnosis::Finding;
 use crate::export::metrics::throttle_reason_names;
+use crate::pipeline::View;
 use crate::sampling::fields::{FieldReport, ReportValue, FIELD_COUNT};
 use crate::sampling::{
     DeviceInfo, DeviceSample, DeviceStatus, DeviceWindow, GpmActivity, MigInstanceSample,

@@ -1,37 +1,21 @@
 //! What `gpulse run` and `gpulse top` both do with a closed window: attribute its processes,
-//! run the diagnosis rules over the result, and publish the outcome to observers. One
+//! run the diagnosis rules over the result, and publish the outcome as a [`View`]. One
 //! implementation, so the live view, `/metrics` and `/status` show exactly what is exported.
-//!
-//! Observers (`/status`, `/metrics`, the live view) never call NVML or `/proc` themselves: they
-//! read the latest [`View`] from a `tokio::sync::watch` channel, which always holds the newest
-//! value and never makes the pipeline wait on a slow reader.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::sync::watch;
 
+use super::view::{View, ViewReceiver};
 use crate::attribution::cpu_quota::CpuQuotas;
 use crate::attribution::Prices;
 use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
 use crate::config::downward::DownwardApi;
 use crate::config::{Config, InspectConfig};
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
-use crate::diagnosis::{Diagnoser, Finding, FindingEvent, Thresholds};
+use crate::diagnosis::{Diagnoser, FindingEvent, Thresholds};
 use crate::sampling::Window;
-
-/// The state of a running pipeline as of its last closed window.
-#[derive(Debug, Clone)]
-pub struct View {
-    pub attributed: Arc<AttributedWindow>,
-    /// Findings active after this window, as the tracker holds them.
-    pub findings: Vec<Finding>,
-    /// When the window was analysed.
-    pub at: SystemTime,
-}
-
-/// Where observers subscribe: `None` until the first window has been analysed.
-pub type ViewReceiver = watch::Receiver<Option<Arc<View>>>;
 
 /// Attribution and diagnosis, with the state they keep between windows.
 pub struct Analyzer {
