@@ -18,4 +18,5 @@ mod prometheus;
 mod reliability;
 mod run;
 mod sampling;
+mod shared;
 mod top;
