@@ -34,7 +34,7 @@ fn sleeper(env: &[(&str, &str)]) -> ChildGuard {
     ChildGuard::spawn(&mut command).expect("spawn sleep")
 }
 
-fn account<'a>(status: &'a Value, pid: u32) -> &'a Value {
+fn account(status: &Value, pid: u32) -> &Value {
     status["processes"]
         .as_array()
         .expect("processes")
