@@ -483,6 +483,24 @@ def workload_checks(report: Report, args, out: Path) -> None:
     lines = [json.loads(l) for l in (out / "gpulse-run.jsonl").read_text().splitlines() if l.strip()]
     activity_checks(report, lines, t_burn, t_burn_end)
     join_checks(report, lines, out)
+    companion_cuda_tests(report, python, out)
+
+
+def companion_cuda_tests(report: Report, python: str, out: Path) -> None:
+    """The companion's tests marked `cuda` (deselected everywhere else): the allocator gauges of
+    a real device. They fail, not skip, when torch sees no device."""
+    # Appended to workload.log: the output folder keeps to its 8 files.
+    with open(out / "workload.log", "a") as log:
+        log.write("\n--- examples/pytorch: pytest -m cuda ---\n")
+        log.flush()
+        tests = subprocess.run(
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"],
+            cwd=REPO / "examples/pytorch", stdout=log, stderr=subprocess.STDOUT, timeout=600,
+        )
+    # pytest's exit status 5 is "no test selected": a marker that matched nothing is a failure too.
+    report.add(Row("workload", "companion tests marked cuda (pytest -m cuda)", tests.returncode, 0,
+                   "examples/pytorch/tests", "exact", tests.returncode == 0,
+                   "see the end of workload.log"))
 
 
 def _wait_port(port: int, seconds: float) -> None:

@@ -305,7 +305,7 @@ fn environ_gives_the_job_id_in_its_order_and_keeps_nothing_else() {
 fn usage_counts_a_busy_descendant() {
     // The shell waits (idle) while its child spins without forking: own CPU low, tree CPU high.
     let parent = ChildGuard::spawn(
-        Command::new("sh").args(["-c", "timeout 10 sh -c 'while :; do :; done' & wait"]),
+        Command::new("sh").args(["-c", "timeout 30 sh -c 'while :; do :; done' & wait"]),
     )
     .expect("spawn sh");
     let timeout = child_of(parent.pid()).expect("the timeout process");
@@ -320,7 +320,13 @@ fn usage_counts_a_busy_descendant() {
         None,
         "first reading has no rate"
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until the spinner has had 0.5 s of CPU (50 ticks of 10 ms, so its rate is good to a few
+    // per cent), or 3 s have passed on a machine too loaded to give it that (the rates are then
+    // compared over those 3 s, well inside the spinner's 30 s life).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while cpu_seconds(spinner) - spun_before < 0.5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let second = attributor.usage(&[parent.pid()]);
     // What the spinner really got: on a loaded machine that can be far below one core, so the
     // tree's rate is compared with it rather than with a fixed share.

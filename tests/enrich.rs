@@ -638,7 +638,14 @@ fn spans_wait_in_the_queue_while_upstream_is_down_and_a_full_queue_says_429() {
         rpc_message(&second.body)
     );
 
-    std::thread::sleep(Duration::from_secs(1));
+    // Upstream stays down until it has refused gpulse's forwarding of the queued spans.
+    upstream.wait_for(
+        |r| {
+            r.iter()
+                .any(|r| r["signal"] == "traces" && r["answer"] != "ok")
+        },
+        Duration::from_secs(30),
+    );
     std::fs::remove_file(&down).expect("bring upstream back");
     let requests = upstream.wait_for(
         |r| {

@@ -433,9 +433,21 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
         &http_env(&receiver),
     );
     let down_since = std::time::SystemTime::now();
-    // About fifteen windows while the backend refuses everything.
-    std::thread::sleep(Duration::from_secs(3));
-    receiver.wait_for(|r| r.iter().any(|r| r["answer"] != "ok"), PATIENCE);
+    let down_ns = down_since
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    // The outage lasts until gpulse retries a window that ends more than 1.2 s into it: the queue
+    // is retried oldest first and nothing was delivered, so every older window was dropped to
+    // make room by then.
+    receiver.wait_for(
+        |r| {
+            refused_window_ends(r)
+                .into_iter()
+                .any(|end| end > down_ns + 1_200_000_000)
+        },
+        Duration::from_secs(60),
+    );
     std::fs::remove_file(&outage).expect("end the outage");
     // Both kinds of request: gpulse's health (with the drops) and a surviving window.
     let requests = receiver.wait_for(
@@ -459,10 +471,6 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
         .expect("gpulse's health delivered");
     assert!(node_total(last, "gpulse.export.data_points.dropped").unwrap_or(0.0) > 0.0);
     // Oldest first: no window from the first second of the outage survived.
-    let down_ns = down_since
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64;
     let first_window_end = delivered
         .iter()
         .find_map(|r| {
@@ -489,7 +497,18 @@ fn queued_requests_older_than_max_age_expire_and_are_counted() {
     let mut args = FAST.to_vec();
     args.extend(["--queue-max-age", "1s"]);
     let gpulse = Gpulse::start(STEADY, &[], &args, &http_env(&receiver));
-    std::thread::sleep(Duration::from_secs(4));
+    // The outage lasts until gpulse retries a window made 1.5 s after the first one it tried:
+    // the windows between (three at this export interval) were older than the 1 s max age and
+    // expired, since nothing was delivered and the queue is far from full.
+    receiver.wait_for(
+        |r| {
+            let ends = refused_window_ends(r);
+            let first = ends.iter().min().copied().unwrap_or(u64::MAX);
+            ends.iter()
+                .any(|&end| end > first.saturating_add(1_500_000_000))
+        },
+        Duration::from_secs(60),
+    );
     std::fs::remove_file(&outage).expect("end the outage");
     let requests = receiver.wait_for(
         |r| {
@@ -655,8 +674,24 @@ fn init_failure_without_wait_for_gpu_exits_non_zero() {
     assert!(sidecar.metrics().is_empty(), "nothing exported");
 }
 
+/// The end (`timeUnixNano` of `hw.gpu.utilization`) of each export window the receiver refused:
+/// what gpulse was retrying at the head of its queue while the backend was down.
+fn refused_window_ends(requests: &[Value]) -> Vec<u64> {
+    requests
+        .iter()
+        .filter(|r| r["signal"] == "metrics" && r["answer"] != "ok")
+        .filter_map(|r| {
+            let m = metric(node(r), "hw.gpu.utilization")?;
+            points(m).first()?["timeUnixNano"]
+                .as_str()?
+                .parse::<u64>()
+                .ok()
+        })
+        .collect()
+}
+
 /// Free loopback port for the health endpoint.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -675,7 +710,8 @@ fn http_get(port: u16, path: &str) -> Option<u16> {
     response.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn wait_http(port: u16, path: &str, want: u16) {
+/// Polls `GET path` on the health endpoint until it answers `want` (panics after PATIENCE).
+pub(crate) fn wait_http(port: u16, path: &str, want: u16) {
     let deadline = Instant::now() + PATIENCE;
     let mut last = None;
     while Instant::now() < deadline {

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::common::{Receiver, ReceiverOptions};
 use crate::kernel::{child_of, join_cgroup, require_cgroups, CgroupGuard, ChildGuard, KillOnDrop};
+use crate::reliability::{free_port, wait_http};
 use crate::sampling::{gpulse_bin, sim_lib};
 
 pub const DOCKER_ID: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";
@@ -510,16 +511,26 @@ fn run_exports_each_process_under_its_own_resource_over_http() {
 #[test]
 fn sigterm_flushes_the_partial_window_and_exits_zero() {
     let receiver = Receiver::start(ReceiverOptions::default());
+    let port = free_port();
+    let health = format!("127.0.0.1:{port}");
     let gpulse = Gpulse::start(
         SCENARIO,
         &[],
-        &["--sample-interval", "100ms", "--export-interval", "1m"],
+        &[
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1m",
+            "--health-addr",
+            &health,
+        ],
         &[
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
         ],
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    // Ready once the sampler has ticked: the window SIGTERM cuts short then holds a sample.
+    wait_http(port, "/readyz", 200);
     let (status, stderr) = gpulse.terminate();
     assert!(status.success(), "exit {status}: {stderr}");
     let requests = receiver.wait_for(

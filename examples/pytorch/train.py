@@ -11,6 +11,11 @@ takes seconds on a CPU and uses the GPU when one is present. Built to be watched
 * ``--data-delay`` makes the DataLoader slow (time lands in ``data_wait``), ``--sleep-per-step``
   stretches each step, so a step outlasts several gpulse samples.
 
+Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains data-parallel: ``init_process_group`` (NCCL on
+CUDA, gloo on the CPU), the model wrapped in ``DistributedDataParallel`` with its all-reduces timed
+(``tel.watch_ddp``), each rank on its own seeded data. ``--slow-rank R`` applies ``--data-delay``
+to rank R only: a straggler. ``{rank}`` in ``--pid-file`` is replaced by the rank.
+
 Telemetry goes where the ``OTEL_*`` variables say (``OTEL_TRACES_EXPORTER=console`` prints spans).
 """
 
@@ -69,7 +74,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="SECONDS",
         help="sleep this long at the end of each step, outside the phases",
     )
-    parser.add_argument("--pid-file", type=Path, help="write this process's PID here")
+    parser.add_argument(
+        "--slow-rank",
+        type=int,
+        default=None,
+        metavar="RANK",
+        help="under torchrun, apply --data-delay to this rank only (a straggler)",
+    )
+    parser.add_argument(
+        "--pid-file", type=Path, help="write this process's PID here ({rank}: the rank)"
+    )
     parser.add_argument(
         "--start-after", type=Path, metavar="FILE", help="wait until FILE exists before training"
     )
@@ -92,6 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def announce_pid(pid_file) -> None:
     print(f"PID {os.getpid()}", flush=True)
     if pid_file is not None:
+        pid_file = Path(str(pid_file).replace("{rank}", os.environ.get("RANK", "0")))
         # Written whole then renamed, so a reader polling for the file never sees it half-written.
         partial = pid_file.with_name(pid_file.name + ".partial")
         partial.write_text(f"{os.getpid()}\n")
@@ -155,11 +170,28 @@ def main(argv=None) -> int:
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if use_cuda else "cpu")
     torch.manual_seed(args.seed)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world_size > 1:
+        import torch.distributed as dist
+
+        if use_cuda:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    data_delay = args.data_delay
+    if args.slow_rank is not None and args.slow_rank != rank:
+        data_delay = 0.0
 
     samples = args.steps_per_epoch * args.batch_size
+    # Each rank its own shard of the synthetic data; the teacher is the same everywhere.
     generator = torch.Generator().manual_seed(args.seed)
+    teacher_generator = generator
+    if world_size > 1:
+        teacher_generator = torch.Generator().manual_seed(args.seed)
+        generator = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
     images = torch.randn(samples, 1, 16, 16, generator=generator)
-    teacher = torch.randn(256, 10, generator=generator)
+    teacher = torch.randn(256, 10, generator=teacher_generator)
     labels = (images.flatten(1) @ teacher).argmax(dim=1)
     loader = DataLoader(
         TensorDataset(images, labels),
@@ -167,7 +199,7 @@ def main(argv=None) -> int:
         shuffle=True,
         generator=torch.Generator().manual_seed(args.seed + 1),
         num_workers=args.num_workers,
-        collate_fn=SlowCollate(args.data_delay),
+        collate_fn=SlowCollate(data_delay),
         pin_memory=use_cuda,
         drop_last=True,
     )
@@ -176,6 +208,12 @@ def main(argv=None) -> int:
     loss_fn = torch.nn.CrossEntropyLoss()
 
     tel = TrainingTelemetry(model_name=args.model, memory_summary_after=args.memory_summary_after)
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = tel.watch_ddp(
+            DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
+        )
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.autocast)
     last_loss = float("nan")
     with tel.run(epochs=args.epochs, device=device.type, seed=args.seed):
@@ -201,6 +239,8 @@ def main(argv=None) -> int:
                 step += 1
             print(f"epoch {epoch} loss {last_loss:.4f}", flush=True)
     tel.shutdown()
+    if world_size > 1:
+        torch.distributed.destroy_process_group()
     print(f"done: {step} steps, final loss {last_loss:.4f}", flush=True)
     return 0
 

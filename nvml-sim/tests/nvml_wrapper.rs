@@ -416,36 +416,49 @@ fn init_failure_faults_reach_the_caller() {
     assert!(matches!(r, Err(NvmlError::NoPermission)), "{r:?}");
 }
 
-/// Run as a child process by `bad_scenario_prints_one_message_and_init_fails_unknown`.
+/// The simulator reads its scenario once per process and keeps a bad one's error, so the bad
+/// scenario is loaded in a child process: this same test, run again with `NVML_SIM_TEST_CHILD`
+/// set. The child asserts that init fails (twice); the parent, that it succeeded and printed the
+/// parse error once.
 #[test]
-fn bad_scenario_child() {
-    if std::env::var_os("NVML_SIM_TEST_CHILD").is_none() {
-        return;
+fn bad_scenario_prints_one_message_and_init_fails_unknown() {
+    if std::env::var_os("NVML_SIM_TEST_CHILD").is_some() {
+        load_the_bad_scenario_twice();
+    } else {
+        run_this_test_as_a_child_and_check_its_stderr();
     }
-    let (r, _dir) = try_load("[[device]]\nname = \"x\"\nfans = \"two\"\n");
+}
+
+fn load_the_bad_scenario_twice() {
+    let (r, dir) = try_load("[[device]]\nname = \"x\"\nfans = \"two\"\n");
     assert!(matches!(r, Err(NvmlError::Unknown)), "{r:?}");
     // A second init attempt fails the same way without printing again.
     let again = Nvml::builder()
-        .lib_path(OsStr::new(&_dir.path().join("libnvidia-ml.so.1")))
+        .lib_path(OsStr::new(&dir.path().join("libnvidia-ml.so.1")))
         .init();
     assert!(matches!(again, Err(NvmlError::Unknown)), "{again:?}");
 }
 
-#[test]
-fn bad_scenario_prints_one_message_and_init_fails_unknown() {
+fn run_this_test_as_a_child_and_check_its_stderr() {
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
         .args([
             "--exact",
-            "bad_scenario_child",
+            "bad_scenario_prints_one_message_and_init_fails_unknown",
             "--nocapture",
             "--test-threads=1",
         ])
         .env("NVML_SIM_TEST_CHILD", "1")
         .output()
         .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stderr}");
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    // The child must have run the test, not filtered it out (a renamed test would pass vacuously).
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test:\n{stdout}"
+    );
     let msgs: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("nvml-sim:"))

@@ -26,11 +26,13 @@ pub enum RuleId {
     TensorCoresIdle,
     LowSmEfficiency,
     InterconnectBound,
+    RankStraggler,
+    CollectiveBound,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 11] = [
+    pub const ALL: [RuleId; 13] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -42,6 +44,8 @@ impl RuleId {
         RuleId::TensorCoresIdle,
         RuleId::LowSmEfficiency,
         RuleId::InterconnectBound,
+        RuleId::RankStraggler,
+        RuleId::CollectiveBound,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -57,6 +61,8 @@ impl RuleId {
             RuleId::TensorCoresIdle => "tensor_cores_idle",
             RuleId::LowSmEfficiency => "low_sm_efficiency",
             RuleId::InterconnectBound => "interconnect_bound",
+            RuleId::RankStraggler => "rank_straggler",
+            RuleId::CollectiveBound => "collective_bound",
         }
     }
 }
@@ -115,6 +121,8 @@ pub enum JobKey {
     ContainerId(String),
     /// One process using several GPUs, with neither pod nor container known.
     Pid(u32),
+    /// The ranks of one torch.distributed job (`pytorch.distributed.job.id`).
+    Distributed(String),
 }
 
 impl fmt::Display for JobKey {
@@ -123,6 +131,7 @@ impl fmt::Display for JobKey {
             JobKey::PodUid(uid) => write!(f, "pod {uid}"),
             JobKey::ContainerId(id) => write!(f, "container {}", short_id(id)),
             JobKey::Pid(pid) => write!(f, "pid {pid}"),
+            JobKey::Distributed(id) => write!(f, "job {id}"),
         }
     }
 }
@@ -169,6 +178,7 @@ impl Subject {
                 JobKey::PodUid(uid) => format!("job:pod:{uid}"),
                 JobKey::ContainerId(id) => format!("job:container:{id}"),
                 JobKey::Pid(pid) => format!("job:pid:{pid}"),
+                JobKey::Distributed(id) => format!("job:distributed:{id}"),
             },
         }
     }

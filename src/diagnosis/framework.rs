@@ -29,6 +29,15 @@ pub const MAX_ALLOCATED: &str = "pytorch.cuda.memory.max_allocated";
 /// The companion's span names (`telemetry.py`).
 pub const STEP_SPAN: &str = "step";
 pub const DATA_WAIT_SPAN: &str = "data_wait";
+/// The seconds of a step with a torch.distributed collective in flight, on the companion's step
+/// span (`distributed.py`).
+pub const COLLECTIVE_WAIT_ATTRIBUTE: &str = "pytorch.distributed.collective.wait";
+/// The companion's resource attributes naming the process's place in a distributed job.
+pub const RANK: &str = "pytorch.distributed.rank";
+pub const LOCAL_RANK: &str = "pytorch.distributed.local_rank";
+pub const WORLD_SIZE: &str = "pytorch.distributed.world_size";
+pub const BACKEND: &str = "pytorch.distributed.backend";
+pub const JOB_ID: &str = "pytorch.distributed.job.id";
 /// DataLoader settings on the companion's run and epoch spans.
 pub const LOADER_ATTRIBUTES: [&str; 5] = [
     "pytorch.dataloader.num_workers",
@@ -137,6 +146,18 @@ impl LoaderSettings {
     }
 }
 
+/// A process's place in a torch.distributed job, from the companion's resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DistributedIdentity {
+    pub rank: u32,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub backend: Option<String>,
+    /// Equal on every rank of one job (`TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, or the rendezvous
+    /// address); `None` when the launcher gave none, and then the rank is compared with nobody.
+    pub job_id: Option<String>,
+}
+
 /// Bounds of the [`FrameworkHistory`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FrameworkLimits {
@@ -162,7 +183,13 @@ struct ProcessRecord {
     allocator: HashMap<String, VecDeque<AllocatorPoint>>,
     steps: VecDeque<SpanTiming>,
     data_waits: VecDeque<SpanTiming>,
+    /// `pytorch.distributed.collective.wait` of each step: `end` is the step's end.
+    collective_waits: VecDeque<SpanTiming>,
     loader: LoaderSettings,
+    distributed: Option<DistributedIdentity>,
+    /// The end of the first step heard from this process (how long it has been observed, beyond
+    /// what the bounded rings still hold).
+    first_step_end: Option<SystemTime>,
     last_heard: Option<SystemTime>,
 }
 
@@ -234,7 +261,32 @@ impl FrameworkHistory {
     /// Records a finished `step` span of `pid`.
     pub fn record_step(&mut self, pid: u32, timing: SpanTiming) {
         let max = self.limits.max_points;
-        push_bounded(&mut self.process(pid, timing.end).steps, timing, max);
+        let record = self.process(pid, timing.end);
+        record.first_step_end = Some(
+            record
+                .first_step_end
+                .map_or(timing.end, |t| t.min(timing.end)),
+        );
+        push_bounded(&mut record.steps, timing, max);
+    }
+
+    /// Records the collective wait of a step of `pid` that ended at `step_end`.
+    pub fn record_collective_wait(&mut self, pid: u32, step_end: SystemTime, wait: Duration) {
+        let max = self.limits.max_points;
+        let timing = SpanTiming {
+            end: step_end,
+            duration: wait,
+        };
+        push_bounded(
+            &mut self.process(pid, step_end).collective_waits,
+            timing,
+            max,
+        );
+    }
+
+    /// Records where `pid` sits in a distributed job (the latest resource wins).
+    pub fn record_distributed(&mut self, pid: u32, identity: DistributedIdentity, at: SystemTime) {
+        self.process(pid, at).distributed = Some(identity);
     }
 
     /// Records a finished `data_wait` span of `pid`.
@@ -264,7 +316,11 @@ impl FrameworkHistory {
                 }
             }
             record.allocator.retain(|_, ring| !ring.is_empty());
-            for ring in [&mut record.steps, &mut record.data_waits] {
+            for ring in [
+                &mut record.steps,
+                &mut record.data_waits,
+                &mut record.collective_waits,
+            ] {
                 while ring.front().is_some_and(|s| s.end < oldest) {
                     ring.pop_front();
                 }
@@ -308,6 +364,7 @@ impl FrameworkHistory {
                     steps,
                     loader: record.loader.clone(),
                     cpu_quota_cores: None,
+                    distributed: record.distributed.clone(),
                 },
             );
         }
@@ -342,6 +399,14 @@ fn step_evidence(
         .map(|s| s.end.checked_sub(s.duration).unwrap_or(s.end))
         .min()
         .unwrap_or(newest);
+    let collective: Vec<f64> = record
+        .collective_waits
+        .iter()
+        .filter(in_range)
+        .map(|s| s.duration.as_secs_f64())
+        .collect();
+    let count = steps.len() as f64;
+    let collective_total: f64 = collective.iter().sum();
     Some(StepEvidence {
         // A data_wait that began before the first counted step's own data_wait can push the sum
         // just past the steps' at the edge; the ratio is a share, so it is capped at 1.
@@ -351,17 +416,48 @@ fn step_evidence(
             .duration_since(first)
             .unwrap_or_default()
             .as_secs_f64(),
+        step_seconds_mean: step_total / count,
+        data_wait_seconds_mean: wait_total / count,
+        // Only when every counted step said how long it waited: a mix would understate it.
+        collective_wait_seconds_mean: (collective.len() == steps.len())
+            .then(|| collective_total / count),
+        heard_seconds: record
+            .first_step_end
+            .and_then(|f| newest.duration_since(f).ok())
+            .map_or(0.0, |d| d.as_secs_f64()),
     })
 }
 
-/// Share of step time spent waiting on the DataLoader, over the recent steps.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Step timings over the recent steps: the share spent waiting on the DataLoader, and the means
+/// the distributed rules compare across ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepEvidence {
     pub data_wait_ratio: f64,
     /// Step spans it is computed from.
     pub steps: usize,
     /// From the start of the first counted step to the end of the last.
     pub observed_seconds: f64,
+    pub step_seconds_mean: f64,
+    pub data_wait_seconds_mean: f64,
+    /// Mean `pytorch.distributed.collective.wait` per step, when every counted step carried it.
+    pub collective_wait_seconds_mean: Option<f64>,
+    /// From the end of the first step ever heard from the process to the newest (not bounded by
+    /// the lookback): how long the process has been observed training.
+    pub heard_seconds: f64,
+}
+
+impl StepEvidence {
+    /// Mean seconds of a step outside collectives (data wait, compute, the rest of the loop).
+    pub fn busy_seconds_mean(&self) -> Option<f64> {
+        self.collective_wait_seconds_mean
+            .map(|w| (self.step_seconds_mean - w).max(0.0))
+    }
+
+    /// Share of step time spent with a collective in flight.
+    pub fn collective_wait_ratio(&self) -> Option<f64> {
+        let wait = self.collective_wait_seconds_mean?;
+        (self.step_seconds_mean > 0.0).then(|| (wait / self.step_seconds_mean).min(1.0))
+    }
 }
 
 /// What the framework said about one process.
@@ -373,6 +469,8 @@ pub struct ProcessEvidence {
     pub loader: LoaderSettings,
     /// CPUs the process's cgroup may use (`cpu.max` / `cpu.cfs_quota_us`), when limited.
     pub cpu_quota_cores: Option<f64>,
+    /// Its rank and job, when the companion reported them.
+    pub distributed: Option<DistributedIdentity>,
 }
 
 impl ProcessEvidence {

@@ -23,6 +23,7 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, SeverityNumber};
 use crate::sampling::model::unix_nanos;
 
 use super::findings::{Severity, Subject, Value};
+use super::framework::{JOB_ID, RANK};
 use super::tracker::{FindingEvent, FindingState};
 
 /// `event_name` of every diagnosis record.
@@ -134,6 +135,9 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
                 super::findings::JobKey::Pid(pid) => {
                     attributes.push(kv_int("process.pid", i64::from(*pid)));
                 }
+                super::findings::JobKey::Distributed(id) => {
+                    attributes.push(kv_str(JOB_ID, id));
+                }
             }
         }
     }
@@ -143,7 +147,16 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
             Value::Float(x) => any_value::Value::DoubleValue(*x),
             Value::Text(s) => any_value::Value::StringValue(s.clone()),
         };
-        attributes.push(kv(&format!("{VALUE_PREFIX}{name}"), v));
+        // A few values have a name of their own: the cause a rule told apart, and the rank and
+        // job a distributed finding is about, named as the job's own telemetry names them.
+        let key = match name.as_str() {
+            "cause" => "gpulse.diagnosis.cause".to_string(),
+            "rank" => RANK.to_string(),
+            "job_id" if !attributes.iter().any(|a| a.key == JOB_ID) => JOB_ID.to_string(),
+            "job_id" => continue,
+            _ => format!("{VALUE_PREFIX}{name}"),
+        };
+        attributes.push(kv(&key, v));
     }
     LogRecord {
         time_unix_nano: time,

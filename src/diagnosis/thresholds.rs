@@ -7,6 +7,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use super::rules::collective_bound::CollectiveBound;
+pub use super::rules::rank_straggler::RankStraggler;
+
 /// Thresholds of every rule, the history bounds and the tracker's hysteresis.
 ///
 /// ```toml
@@ -35,6 +38,8 @@ pub struct Thresholds {
     pub tensor_cores_idle: TensorCoresIdle,
     pub low_sm_efficiency: LowSmEfficiency,
     pub interconnect_bound: InterconnectBound,
+    pub rank_straggler: RankStraggler,
+    pub collective_bound: CollectiveBound,
 }
 
 impl Default for Thresholds {
@@ -54,6 +59,8 @@ impl Default for Thresholds {
             tensor_cores_idle: TensorCoresIdle::default(),
             low_sm_efficiency: LowSmEfficiency::default(),
             interconnect_bound: InterconnectBound::default(),
+            rank_straggler: RankStraggler::default(),
+            collective_bound: CollectiveBound::default(),
         }
     }
 }
@@ -573,6 +580,8 @@ impl Thresholds {
                 return Err(ThresholdsError::NotPositive { key, value });
             }
         }
+        self.rank_straggler.validate()?;
+        self.collective_bound.validate()?;
         Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! The framework's own telemetry, taken from what the receivers accept: the PyTorch companion's
 //! allocator gauges (`pytorch.cuda.memory.allocated`, `.reserved`, `.max_allocated`, each point
 //! with `hw.id`), its `step` and `data_wait` spans, and the DataLoader settings on its run and
-//! epoch spans. Each resource is tied to its process as spans are for enrichment (`identity`,
+//! epoch spans, the `pytorch.distributed.collective.wait` of each step span and the resource's
+//! `pytorch.distributed.*` rank and job. Each resource is tied to its process as spans are for enrichment (`identity`,
 //! then the connection's peer); what belongs to a known GPU process goes into the diagnosis
 //! stage's [`FrameworkHistory`]. The requests themselves are forwarded unchanged.
 
@@ -14,8 +15,9 @@ use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberD
 
 use super::spans::ResourcePids;
 use crate::diagnosis::framework::{
-    AllocatorPoint, FrameworkHistory, LoaderSettings, SpanTiming, ALLOCATED, DATA_WAIT_SPAN,
-    LOADER_ATTRIBUTES, MAX_ALLOCATED, RESERVED, STEP_SPAN,
+    AllocatorPoint, DistributedIdentity, FrameworkHistory, LoaderSettings, SpanTiming, ALLOCATED,
+    BACKEND, COLLECTIVE_WAIT_ATTRIBUTE, DATA_WAIT_SPAN, JOB_ID, LOADER_ATTRIBUTES, LOCAL_RANK,
+    MAX_ALLOCATED, RANK, RESERVED, STEP_SPAN, WORLD_SIZE,
 };
 
 /// Whether a metrics request carries any allocator gauge (so resolving its resources is worth
@@ -55,6 +57,13 @@ pub fn record_metrics(
     let mut recorded = 0;
     for (rm, pid) in request.resource_metrics.iter().zip(pids) {
         let Some((pid, _)) = *pid else { continue };
+        if let Some(identity) = rm
+            .resource
+            .as_ref()
+            .and_then(|r| distributed(&r.attributes))
+        {
+            history.record_distributed(pid, identity, SystemTime::now());
+        }
         for m in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
             let points: &[NumberDataPoint] = match &m.data {
                 Some(metric::Data::Gauge(g)) => &g.data_points,
@@ -99,6 +108,13 @@ pub fn record_spans(
     let mut recorded = 0;
     for (rs, pid) in request.resource_spans.iter().zip(pids) {
         let Some((pid, _)) = *pid else { continue };
+        if let Some(identity) = rs
+            .resource
+            .as_ref()
+            .and_then(|r| distributed(&r.attributes))
+        {
+            history.record_distributed(pid, identity, SystemTime::now());
+        }
         for span in rs.scope_spans.iter().flat_map(|ss| &ss.spans) {
             let end = span.end_time_unix_nano;
             let start = span.start_time_unix_nano;
@@ -119,7 +135,17 @@ pub fn record_spans(
                 duration: Duration::from_nanos(end - start),
             };
             match span.name.as_str() {
-                STEP_SPAN => history.record_step(pid, timing),
+                STEP_SPAN => {
+                    history.record_step(pid, timing);
+                    let wait = span
+                        .attributes
+                        .iter()
+                        .find(|kv| kv.key == COLLECTIVE_WAIT_ATTRIBUTE)
+                        .and_then(seconds);
+                    if let Some(wait) = wait {
+                        history.record_collective_wait(pid, timing.end, wait);
+                    }
+                }
                 DATA_WAIT_SPAN => history.record_data_wait(pid, timing),
                 _ => continue,
             }
@@ -127,6 +153,38 @@ pub fn record_spans(
         }
     }
     recorded
+}
+
+/// The process's rank and job from the companion's resource attributes; `None` without a rank.
+fn distributed(attributes: &[KeyValue]) -> Option<DistributedIdentity> {
+    let find = |key: &str| attributes.iter().find(|kv| kv.key == key);
+    let rank = find(RANK).and_then(unsigned)?;
+    Some(DistributedIdentity {
+        rank,
+        local_rank: find(LOCAL_RANK).and_then(unsigned),
+        world_size: find(WORLD_SIZE).and_then(unsigned),
+        backend: find(BACKEND).and_then(string),
+        job_id: find(JOB_ID).and_then(text).filter(|id| !id.is_empty()),
+    })
+}
+
+/// A rank or a count: an int (or an int written as text, as `OTEL_RESOURCE_ATTRIBUTES` gives).
+fn unsigned(kv: &KeyValue) -> Option<u32> {
+    match kv.value.as_ref()?.value.as_ref()? {
+        Value::IntValue(i) => u32::try_from(*i).ok(),
+        Value::StringValue(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A duration in seconds (double or int), non-negative and finite.
+fn seconds(kv: &KeyValue) -> Option<Duration> {
+    let value = match kv.value.as_ref()?.value.as_ref()? {
+        Value::DoubleValue(d) => *d,
+        Value::IntValue(i) => *i as f64,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(value).ok()
 }
 
 fn time_of(nanos: u64) -> SystemTime {
@@ -276,5 +334,58 @@ mod tests {
         let steps = p.steps.unwrap();
         assert!((steps.data_wait_ratio - 0.7).abs() < 1e-9, "{steps:?}");
         assert_eq!(p.loader.describe(), "num_workers=4, pin_memory=true");
+    }
+
+    #[test]
+    fn the_resource_gives_rank_and_job_and_step_spans_their_collective_wait() {
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let spans = (0..4u64)
+            .map(|i| Span {
+                name: STEP_SPAN.into(),
+                start_time_unix_nano: T0 + i * 1_000_000_000,
+                end_time_unix_nano: T0 + (i + 1) * 1_000_000_000,
+                attributes: vec![kv(COLLECTIVE_WAIT_ATTRIBUTE, Value::DoubleValue(0.25))],
+                ..Default::default()
+            })
+            .collect();
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv(RANK, Value::IntValue(3)),
+                        // From OTEL_RESOURCE_ATTRIBUTES everything is text.
+                        kv(WORLD_SIZE, Value::StringValue("4".into())),
+                        kv(BACKEND, Value::StringValue("gloo".into())),
+                        kv(JOB_ID, Value::StringValue("run-7".into())),
+                    ],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut h = FrameworkHistory::default();
+        record_spans(&mut h, &request, &vec![Some((9, MatchedBy::Resource))]);
+        let e = h.evidence(&[9], time_of(T0 + 5_000_000_000), Duration::from_secs(60));
+        let p = e.process(9).unwrap();
+        let identity = p.distributed.as_ref().unwrap();
+        assert_eq!(
+            (identity.rank, identity.local_rank, identity.world_size),
+            (3, None, Some(4))
+        );
+        assert_eq!(identity.job_id.as_deref(), Some("run-7"));
+        let steps = p.steps.unwrap();
+        assert!((steps.step_seconds_mean - 1.0).abs() < 1e-9, "{steps:?}");
+        assert_eq!(steps.collective_wait_seconds_mean, Some(0.25));
+        assert_eq!(steps.busy_seconds_mean(), Some(0.75));
+        assert!((steps.heard_seconds - 3.0).abs() < 1e-9);
+        // Without a rank there is no identity, whatever else the resource says.
+        assert_eq!(
+            distributed(&[kv(JOB_ID, Value::StringValue("x".into()))]),
+            None
+        );
     }
 }

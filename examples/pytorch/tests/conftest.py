@@ -40,7 +40,49 @@ def torch():
     return require_torch()
 
 
+@pytest.fixture
+def cuda_torch():
+    """torch with a CUDA device, for tests marked `cuda`. Those are deselected unless asked for
+    (-m cuda); asked for on a machine where torch sees no device, they fail: a GPU test that
+    passed by skipping would say the GPU path works when nothing checked it."""
+    torch = require_torch()
+    if not torch.cuda.is_available():
+        pytest.fail(
+            "this test was selected (-m cuda) but torch sees no CUDA device: run it on a GPU "
+            "machine (scripts/device-check does), or leave -m cuda out to deselect it",
+            pytrace=False,
+        )
+    return torch
+
+
+_CPU_ONLY_DESELECTED = []
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the `cpu_only` tests where torch sees a CUDA device: they check what the
+    companion does when CUDA is unavailable, which such a machine cannot show. Said at the end of
+    the run, with the count."""
+    cpu_only = [item for item in items if item.get_closest_marker("cpu_only")]
+    if not cpu_only:
+        return
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return  # the tests themselves fail (CI=true) or skip, loudly, through require_torch
+    if not torch.cuda.is_available():
+        return
+    _CPU_ONLY_DESELECTED.extend(item.nodeid for item in cpu_only)
+    config.hook.pytest_deselected(items=cpu_only)
+    items[:] = [item for item in items if not item.get_closest_marker("cpu_only")]
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _CPU_ONLY_DESELECTED:
+        terminalreporter.write_sep("-", "cpu_only tests deselected")
+        terminalreporter.write_line(
+            f"{len(_CPU_ONLY_DESELECTED)} test(s) of the no-CUDA path did not run: torch sees a "
+            "CUDA device here. They run on machines without one (CI)."
+        )
     if _TORCH_SKIPS:
         terminalreporter.write_sep("!", "torch missing", red=True, bold=True)
         terminalreporter.write_line(

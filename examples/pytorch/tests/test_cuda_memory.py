@@ -160,9 +160,9 @@ def test_without_torch_the_default_backend_has_no_devices(monkeypatch):
     assert backend.devices() == []
 
 
+@pytest.mark.cpu_only
 def test_real_torch_without_cuda_gives_no_points(torch):
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: this test covers the CPU-only case")
+    assert not torch.cuda.is_available()  # cpu_only tests are deselected where it is
     backend = default_backend()
     assert isinstance(backend, TorchCuda)
     assert backend.devices() == []
@@ -178,13 +178,14 @@ def test_real_torch_without_cuda_gives_no_points(torch):
     assert torch.cuda.is_initialized() is False  # nothing here created a CUDA context
 
 
-def test_real_torch_with_cuda_reports_the_device(torch):
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: this test runs on a GPU machine only")
-    torch.ones(1024, 1024, device="cuda")
+@pytest.mark.cuda
+def test_real_torch_with_cuda_reports_the_device(cuda_torch):
+    torch = cuda_torch
+    kept = torch.ones(1024, 1024, device="cuda")  # 4 MiB live while the reader collects
     backend = TorchCuda(torch)
     tel, reader, _ = setup(backend)
     found = points(reader)
     (attrs, value), *_ = found["pytorch.cuda.memory.allocated"]
     assert attrs["hw.id"].startswith("GPU-")
     assert value >= 4 * MiB
+    del kept

@@ -337,9 +337,9 @@ def test_the_environment_points_status_at_gpulse(serve, monkeypatch):
     assert report.gpulse.host_pids == [me]
 
 
+@pytest.mark.cpu_only
 def test_real_torch_on_cpu_says_cuda_is_unavailable(torch):
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: this test covers the CPU-only case")
+    assert not torch.cuda.is_available()  # cpu_only tests are deselected where it is
     report = status("http://127.0.0.1:9/status", timeout=0.5)
     assert report.torch.torch_version == torch.__version__
     assert report.torch.devices == []

@@ -291,6 +291,7 @@ mod tests {
                     data_wait_ratio: ratio,
                     steps: 20,
                     observed_seconds: 30.0,
+                    ..Default::default()
                 }),
                 loader: LoaderSettings {
                     settings: vec![("pytorch.dataloader.num_workers".into(), "2".into())],

@@ -3,6 +3,7 @@
 //! and the rule's thresholds to the findings of this window. No rule keeps state; the history
 //! and the tracker do.
 
+pub mod collective_bound;
 pub mod hardware_errors;
 pub mod idle_holder;
 pub mod input_bound;
@@ -11,6 +12,7 @@ pub mod low_sm_efficiency;
 pub mod memory_fragmentation;
 pub mod memory_growth;
 pub mod memory_pressure;
+pub mod rank_straggler;
 pub mod tensor_cores_idle;
 pub mod throttling;
 pub mod uneven_multi_gpu;
@@ -210,6 +212,16 @@ pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
     }
     if t.interconnect_bound.enabled {
         out.extend(interconnect_bound::evaluate(inputs, &t.interconnect_bound));
+    }
+    if t.rank_straggler.enabled {
+        out.extend(rank_straggler::evaluate(inputs, &t.rank_straggler));
+    }
+    if t.collective_bound.enabled {
+        out.extend(collective_bound::evaluate(
+            inputs,
+            &t.collective_bound,
+            &t.rank_straggler,
+        ));
     }
     out
 }

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Dict, Iterable, List, Optional, Protocol
+from typing import Any, Dict, Iterable, List, Optional, Protocol
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -171,6 +171,17 @@ def default_backend() -> CudaMemory:
         except ImportError:
             return NoCuda()
     return TorchCuda(torch)
+
+
+def torch_cuda_module() -> Any:
+    """``torch.cuda`` when the application imported torch and a GPU is usable, else ``None``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        return torch.cuda if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - a broken driver means no CUDA timing, not a failed run
+        return None
 
 
 def device_attributes(backend: CudaMemory, device: int) -> Dict[str, object]:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.resources import (
     Resource,
 )
 
+from . import distributed
 from .identity import ContainerIdentity, detect_container
 
 #: Used when neither ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` names the service.
@@ -54,6 +55,8 @@ def detected_attributes(
         attributes[CONTAINER_ID] = identity.container_id
     if identity.pod_uid:
         attributes[K8S_POD_UID] = identity.pod_uid
+    # The rank and job (pytorch.distributed.*), when a launcher started this process.
+    attributes.update(distributed.attributes())
     return attributes
 
 

@@ -48,7 +48,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
-from . import cuda_memory
+from . import cuda_memory, distributed
 from .cuda_memory import CudaMemory
 from .framework_facts import PrecisionWatch, loader_attributes
 from .memory_summary import DEFAULT_MAX_CHARS, PeakGrowthWatch
@@ -224,7 +224,9 @@ class _Run:
         self._attributes = attributes
 
     def __enter__(self) -> Span:
-        self._span = self._telemetry._tracer.start_span(RUN_SPAN, attributes=self._attributes)
+        attributes = dict(self._attributes)
+        attributes.update(distributed.attributes())
+        self._span = self._telemetry._tracer.start_span(RUN_SPAN, attributes=attributes)
         self._telemetry._run_span = self._span
         self._token = otel_context.attach(set_span_in_context(self._span))
         return self._span
@@ -266,6 +268,10 @@ class TrainingTelemetry:
     :param memory_summary_max_chars: the longest summary sent; longer ones are cut, and say so.
     :param logger_provider: where that log record goes; by default the global one when the
         application installed a real one, else one built from ``OTEL_LOGS_EXPORTER``.
+    :param collectives: time torch.distributed's collectives called in a step (distributed.py):
+        ``pytorch.distributed.collective.wait`` on the step span and as a histogram. DDP's own
+        all-reduces need ``watch_ddp(model)``. Only in a distributed job (torch.distributed
+        initialised); nothing is wrapped without torch.distributed.
     """
 
     def __init__(
@@ -283,6 +289,7 @@ class TrainingTelemetry:
         memory_summary_after: Optional[int] = None,
         memory_summary_max_chars: int = DEFAULT_MAX_CHARS,
         logger_provider: Optional[otel_logs.LoggerProvider] = None,
+        collectives: bool = True,
     ) -> None:
         if step_spans_every < 1:
             raise ValueError(f"step_spans_every must be 1 or more, got {step_spans_every}")
@@ -337,6 +344,19 @@ class TrainingTelemetry:
         self._run_loader_described = False
         self._warned_no_step = False
         self._shut_down = False
+        self._collectives: Optional[distributed.CollectiveClock] = None
+        self._collective_wait = None
+        if collectives and distributed.install_available():
+            torch_cuda = cuda_memory.torch_cuda_module()
+            self._collectives = distributed.CollectiveClock(cuda=torch_cuda)
+            distributed.install(self._collectives)
+            meter = self.meter_provider.get_meter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION)
+            self._collective_wait = meter.create_histogram(
+                distributed.COLLECTIVE_WAIT,
+                unit="s",
+                description="Time of a training step with a torch.distributed collective in "
+                "flight (waiting for the other ranks, or transferring)",
+            )
 
     def _own(self, service_name: Optional[str]) -> Providers:
         if self._owned is None:
@@ -397,6 +417,8 @@ class TrainingTelemetry:
             if self._pending:
                 self._settle(None)
             self._last_error = None
+            if self._collectives is not None:
+                self._collectives.reset()
             start = time_ns()
             traced = self._global_step % self._every == 0
             try:
@@ -464,6 +486,22 @@ class TrainingTelemetry:
                 return _PhaseTimer(self, step, name)
         return _Phase(self, name)
 
+    def watch_ddp(self, model: Any, hook: Any = None, state: Any = None) -> Any:
+        """Times the gradient all-reduces of a ``DistributedDataParallel`` model.
+
+        Registers a communication hook (DDP allows one per model) that runs ``hook`` with
+        ``state`` (default: DDP's own all-reduce over the model's process group) and records how
+        long each bucket's reduction takes. Call it once, before the first step. Returns the model.
+        """
+        if self._collectives is None:
+            raise RuntimeError(
+                "watch_ddp() needs torch.distributed and TrainingTelemetry(collectives=True)"
+            )
+        if hook is None and state is None:
+            state = getattr(model, "process_group", None)
+        model.register_comm_hook(state, distributed.ddp_hook(self._collectives, hook))
+        return model
+
     def record_step(
         self, loss: Optional[float] = None, batch_size: Optional[int] = None, **attributes: Any
     ) -> None:
@@ -509,6 +547,8 @@ class TrainingTelemetry:
         self._settle(None)
         if not self._shut_down:
             self._shut_down = True
+            if self._collectives is not None:
+                distributed.uninstall(self._collectives)
             if self._owned is not None:
                 self._owned.shutdown()
             if self._owned_logs is not None:
@@ -527,6 +567,12 @@ class TrainingTelemetry:
         span = state.span
         if span is not None and state.phases:
             span.set_attributes(state.phases)
+        if self._collectives is not None and distributed.initialized():
+            wait, count = self._collectives.take()
+            self._collective_wait.record(wait)
+            if span is not None:
+                span.set_attribute(distributed.COLLECTIVE_WAIT, wait)
+                span.set_attribute(distributed.COLLECTIVE_COUNT, count)
         if span is not None and size:
             span.set_attribute(BATCH_SIZE, size)
             elapsed = (end - state.start) / 1e9
