@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::otlp::SecretString;
-use crate::config::values;
+use crate::values;
+use crate::values::SecretString;
 
 /// NVIDIA GPU metrics as OpenTelemetry (OTLP), each GPU process under its own resource.
 ///

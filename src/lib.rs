@@ -19,3 +19,4 @@ pub mod pipeline;
 pub mod sampling;
 pub mod telemetry;
 pub mod top;
+pub mod values;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser;
 use gpulse::cli::{Cli, Command, GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use gpulse::config::otlp::{Compression, ExporterKind, Protocol, SignalEndpoint};
-use gpulse::config::{self, values, Config, ConfigError, InspectConfig, LoadedFile, LogFormat};
+use gpulse::config::{self, Config, ConfigError, InspectConfig, LoadedFile, LogFormat};
+use gpulse::values;
 use proptest::prelude::*;
 
 /// An environment for one test.

@@ -661,12 +661,13 @@ mod transport {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use gpulse::config::otlp::{Compression, Protocol, SecretString, SignalEndpoint, TlsFiles};
+    use gpulse::config::otlp::{Compression, Protocol, SignalEndpoint, TlsFiles};
     use gpulse::export::queue::{BackoffPolicy, Count, DeliveryQueue, QueueLimits};
     use gpulse::export::transport::{
         AnyTransport, EncodedRequest, FailureReason, GrpcTransport, HttpTransport, Retryability,
         SendError, Signal, Transport,
     };
+    use gpulse::values::SecretString;
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};

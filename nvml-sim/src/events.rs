@@ -3,13 +3,45 @@
 //! sleeps (never spins) until one is due or the timeout passes.
 //!
 //! As with the driver, an event is only delivered to a set registered for it before it
-//! happened, and each set delivers each event once.
+//! happened, and each set delivers each event once. The sets a client holds open are
+//! process-wide, as the driver's are; the compiled simulation (`model`) knows nothing of them.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::abi::{self, Ret};
 use crate::model::Sim;
+
+/// The sets the client has created and not yet freed. A handful at most, so a list.
+static OPEN_SETS: Mutex<Vec<Arc<EventSet>>> = Mutex::new(Vec::new());
+
+/// Creates a set and returns it; its address is the client's handle.
+pub fn create() -> Arc<EventSet> {
+    let set = Arc::new(EventSet::default());
+    open_sets().push(Arc::clone(&set));
+    set
+}
+
+/// The open set whose handle (address) is `handle`.
+pub fn lookup(handle: usize) -> Option<Arc<EventSet>> {
+    open_sets()
+        .iter()
+        .find(|set| Arc::as_ptr(set) as usize == handle)
+        .cloned()
+}
+
+/// Frees the set whose handle is `handle`; `false` when no such set is open. A wait running
+/// on another thread keeps its own reference and finishes normally.
+pub fn free(handle: usize) -> bool {
+    let mut sets = open_sets();
+    let before = sets.len();
+    sets.retain(|set| Arc::as_ptr(set) as usize != handle);
+    sets.len() != before
+}
+
+fn open_sets() -> std::sync::MutexGuard<'static, Vec<Arc<EventSet>>> {
+    OPEN_SETS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 #[derive(Debug, Default)]
 struct Registration {

@@ -2,14 +2,12 @@
 //! signals, processes and faults, the event timeline and the clock. Everything a call needs is
 //! precomputed here so that a call is arithmetic on elapsed time, never parsing or allocation.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::abi::{self, Ret};
 use crate::api::Api;
-use crate::events::EventSet;
 use crate::hardware::{Hardware, MigInstance};
 use crate::signal::Signal;
 
@@ -337,7 +335,6 @@ pub struct Sim {
     pub driver_gone: Vec<DriverGone>,
     /// Simulated time of the latest successful init (f64 bits).
     last_init: AtomicU64,
-    pub(crate) event_sets: Mutex<HashMap<usize, Arc<EventSet>>>,
 }
 
 impl Sim {
@@ -370,7 +367,6 @@ impl Sim {
             init_attempts: AtomicU32::new(0),
             driver_gone,
             last_init: AtomicU64::new(f64::NEG_INFINITY.to_bits()),
-            event_sets: Mutex::new(HashMap::new()),
         }
     }
 

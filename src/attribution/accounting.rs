@@ -30,8 +30,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::workload::Workload;
-pub use crate::config::values::Prices;
 use crate::sampling::{DeviceField, DeviceWindow, GpmField, ProcessWindow, Window};
+pub use crate::values::Prices;
 
 /// A window in which a process's activity reaches this share of the time counts as active.
 pub const ACTIVE_THRESHOLD: f64 = 0.05;

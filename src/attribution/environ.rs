@@ -26,7 +26,7 @@
 
 use serde::Serialize;
 
-use crate::config::values::{parse_resource_attributes, ResourceAttributesError};
+use crate::values::{parse_resource_attributes, ResourceAttributesError};
 
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::cli::TopArgs;
-use crate::config::{values, InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
+use crate::config::{InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
 use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread};
 use crate::sampling::{SessionError, Snapshot, WindowAggregator};
 use crate::top::input::{action, Action};
@@ -18,6 +18,7 @@ use crate::top::logs::LogLines;
 use crate::top::procinfo::{Family, OwnCpu};
 use crate::top::terminal::{check_terminal, NotATerminal, TerminalGuard};
 use crate::top::{ui, App};
+use crate::values;
 
 /// The refresh interval when `--interval` is not given.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);

@@ -4,8 +4,8 @@
 
 use super::error::ConfigError;
 use super::layers::{first, Layers};
-use super::values::{parse_price, Prices};
 use crate::cli::CostArgs;
+use crate::values::{parse_price, Prices};
 
 pub(crate) fn resolve(args: &CostArgs, layers: &Layers<'_>) -> Result<Prices, ConfigError> {
     let per_gpu_hour = first([

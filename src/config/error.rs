@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::values::ListEntryError;
+use crate::values::ListEntryError;
 
 /// A configuration problem. Every variant's message names the setting to fix.
 #[derive(Debug, thiserror::Error)]

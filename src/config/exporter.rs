@@ -21,9 +21,10 @@ use super::env::{otlp as var, signal_var};
 use super::error::{ConfigError, Origin, Raw};
 use super::file::{OtlpSignalFile, Value};
 use super::layers::Layers;
-use super::otlp::{Compression, ExporterKind, Protocol, SecretString, SignalEndpoint, TlsFiles};
-use super::values::{self, ListEntryError};
+use super::otlp::{Compression, ExporterKind, Protocol, SignalEndpoint, TlsFiles};
 use crate::cli::RunArgs;
+use crate::values::SecretString;
+use crate::values::{self, ListEntryError};
 
 /// Default OTLP/HTTP endpoint (the specification's default protocol for new SDKs).
 pub const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";

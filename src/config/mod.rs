@@ -59,7 +59,6 @@ pub mod file;
 mod layers;
 pub mod otlp;
 pub mod prometheus;
-pub mod values;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -72,6 +71,7 @@ pub use prometheus::{PrometheusNames, PrometheusSettings};
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
+use crate::values;
 use layers::{first, Layers};
 use otlp::ExporterKind;
 

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::values::SecretString;
+
 /// Which OTLP transport carries the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -18,27 +20,6 @@ pub enum Protocol {
 pub enum Compression {
     None,
     Gzip,
-}
-
-/// A header value that must never be logged (API keys, bearer tokens).
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretString(String);
-
-impl SecretString {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value itself, for putting on the wire. Never log what this returns.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"<redacted>\"")
-    }
 }
 
 /// TLS material, as paths to PEM files.

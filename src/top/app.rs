@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::input::Action;
+use super::input::{Action, Mode, SortKey};
 use super::procinfo::Family;
 use crate::diagnosis::{Finding, Subject};
 use crate::pipeline::View;
@@ -15,33 +15,6 @@ use crate::sampling::DeviceField;
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.
 pub const HISTORY_LEN: usize = 300;
-
-/// What the process table is ordered by (largest first, except the PID).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortKey {
-    GpuMemory,
-    Sm,
-    Cpu,
-    Pid,
-}
-
-impl SortKey {
-    pub fn label(self) -> &'static str {
-        match self {
-            SortKey::GpuMemory => "GPU mem",
-            SortKey::Sm => "SM",
-            SortKey::Cpu => "CPU",
-            SortKey::Pid => "PID",
-        }
-    }
-}
-
-/// Whether keys edit the filter text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Normal,
-    Filtering,
-}
 
 /// A bounded series of recent values, newest last.
 #[derive(Debug, Clone, Default)]

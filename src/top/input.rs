@@ -1,10 +1,36 @@
-//! Keys to actions. Everything works from a plain keyboard over SSH (no mouse, no function keys
+//! Keys to actions, and the vocabulary they speak: the sort keys and the input modes the view's
+//! state holds. Everything works from a plain keyboard over SSH (no mouse, no function keys
 //! needed): arrows or j/k move, letters sort, `/` filters, `t` toggles the tree, Enter opens the
 //! detail pane, `q` or Ctrl-C quits.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::app::{Mode, SortKey};
+/// What the process table is ordered by (largest first, except the PID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    GpuMemory,
+    Sm,
+    Cpu,
+    Pid,
+}
+
+impl SortKey {
+    pub fn label(self) -> &'static str {
+        match self {
+            SortKey::GpuMemory => "GPU mem",
+            SortKey::Sm => "SM",
+            SortKey::Cpu => "CPU",
+            SortKey::Pid => "PID",
+        }
+    }
+}
+
+/// Whether keys edit the filter text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Normal,
+    Filtering,
+}
 
 /// What a key asks the view to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! - `app`: the state (latest `View`, sparkline history, sort, filter, tree, selection, detail);
 //!   updated by new windows and key actions, read by drawing.
 //! - `ui`: draws an `App` on any ratatui backend (the terminal, or `TestBackend` in tests).
-//! - `input`: key events to actions.
+//! - `input`: key events to actions, and the sort keys and modes they choose between.
 //! - `procinfo`: what the view reads from `/proc` itself: the descendants of GPU processes (the
 //!   tree view) and gpulse's own CPU.
 //! - `terminal`: raw mode and the alternate screen, restored on every exit path, panics included.

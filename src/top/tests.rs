@@ -10,8 +10,9 @@ use ratatui::backend::TestBackend;
 use ratatui::style::Color;
 use ratatui::Terminal;
 
-use super::app::{App, RowKind, SortKey};
+use super::app::{App, RowKind};
 use super::input::Action;
+use super::input::SortKey;
 use super::procinfo::Family;
 use super::ui;
 use crate::attribution::procfs::Stat;

@@ -17,7 +17,8 @@ use ratatui::widgets::{
 };
 use ratatui::Frame;
 
-use super::app::{App, Mode, Row, RowKind, Series};
+use super::app::{App, Row, RowKind, Series};
+use super::input::Mode;
 use crate::diagnosis::{Finding, Severity};
 use crate::export::metrics::catalogue;
 use crate::sampling::{DeviceField, DeviceWindow, GpmField, MigInstanceWindow};
@@ -155,7 +156,7 @@ fn draw_header(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
                 "  {} GPU(s), {} process(es)  every {}  {}",
                 view.attributed.window.devices.len(),
                 view.attributed.workloads.len(),
-                crate::config::values::format_duration(app.interval),
+                crate::values::format_duration(app.interval),
                 clock_utc(view.at)
             )));
         }

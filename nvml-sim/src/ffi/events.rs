@@ -8,29 +8,20 @@ use std::sync::Arc;
 use super::{nvml_body, out};
 use crate::abi::{self, nvmlDevice_t, nvmlEventSet_t, Ret};
 use crate::api::Api;
-use crate::events::{Delivered, EventSet};
+use crate::events::{self, Delivered, EventSet};
 use crate::model::Sim;
 use crate::runtime;
 
-fn lookup(sim: &Sim, set: nvmlEventSet_t) -> Result<Arc<EventSet>, Ret> {
-    let sets = sim.event_sets.lock().unwrap_or_else(|p| p.into_inner());
-    sets.get(&(set as usize))
-        .cloned()
-        .ok_or(abi::INVALID_ARGUMENT)
+fn lookup(set: nvmlEventSet_t) -> Result<Arc<EventSet>, Ret> {
+    events::lookup(set as usize).ok_or(abi::INVALID_ARGUMENT)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
     nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlEventSetCreate)?;
+        runtime::session(Api::nvmlEventSetCreate)?;
         let slot = out(set)?;
-        let es = Arc::new(EventSet::default());
-        let handle = Arc::as_ptr(&es) as nvmlEventSet_t;
-        sim.event_sets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(handle as usize, es);
-        *slot = handle;
+        *slot = Arc::as_ptr(&events::create()) as nvmlEventSet_t;
         Ok(())
     })
 }
@@ -38,13 +29,12 @@ pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> Ret {
     nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlEventSetFree)?;
-        sim.event_sets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(set as usize))
-            .map(|_| ())
-            .ok_or(abi::INVALID_ARGUMENT)
+        runtime::session(Api::nvmlEventSetFree)?;
+        if events::free(set as usize) {
+            Ok(())
+        } else {
+            Err(abi::INVALID_ARGUMENT)
+        }
     })
 }
 
@@ -69,8 +59,8 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
     set: nvmlEventSet_t,
 ) -> Ret {
     nvml_body!({
-        let (sim, d, t) = runtime::device(Api::nvmlDeviceRegisterEvents, device)?;
-        let es = lookup(sim, set)?;
+        let (_, d, t) = runtime::device(Api::nvmlDeviceRegisterEvents, device)?;
+        let es = lookup(set)?;
         if eventTypes & !d.supported_events != 0 {
             return Err(abi::NOT_SUPPORTED);
         }
@@ -85,7 +75,7 @@ unsafe fn wait(
     timeout_ms: c_uint,
 ) -> Result<(&'static Sim, Delivered), Ret> {
     let (sim, _) = runtime::session(api)?;
-    let es = lookup(sim, set)?;
+    let es = lookup(set)?;
     let ev = es.wait(sim, timeout_ms)?;
     Ok((sim, ev))
 }

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::exposition::{Builder, FamilyKind, SampleValue};
+use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;

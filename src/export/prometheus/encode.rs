@@ -12,7 +12,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::exposition::{Exposition, FamilyKind, SampleValue};
+use super::families::{Exposition, FamilyKind, SampleValue};
 
 /// The two exposition formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 pub mod dcgm;
 pub mod encode;
 pub mod exposition;
+pub mod families;
 pub mod names;
 pub mod server;
 
@@ -26,7 +27,7 @@ use crate::config::PrometheusSettings;
 use crate::diagnosis::Finding;
 use crate::export::resource::NodeIdentity;
 pub use encode::{Format, SelfMetrics};
-pub use exposition::Exposition;
+pub use families::Exposition;
 
 /// The latest exposition, shared between the pipeline (which replaces it once per window) and
 /// the scrapes (which only read it).

@@ -295,7 +295,8 @@ impl<R: ExportResponse> Decoder for ProstDecoder<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::otlp::{SecretString, TlsFiles};
+    use crate::config::otlp::TlsFiles;
+    use crate::values::SecretString;
 
     fn settings(url: &str) -> SignalEndpoint {
         SignalEndpoint {

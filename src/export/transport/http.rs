@@ -306,8 +306,9 @@ fn error_message(headers: &HeaderMap, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::otlp::{Protocol, SecretString, TlsFiles};
+    use crate::config::otlp::{Protocol, TlsFiles};
     use crate::export::transport::classify::RpcStatus;
+    use crate::values::SecretString;
     use prost::Message as _;
 
     fn settings(url: &str) -> SignalEndpoint {

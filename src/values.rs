@@ -1,6 +1,9 @@
-//! Value syntaxes shared by flags, environment and file: durations (`100ms`, `1m30s`), byte sizes
-//! (`64MiB`, `1GiB`, plain bytes), booleans (`true`/`false`, `1`/`0`, ...) and the W3C-baggage-like
-//! `key=value,key=value` lists of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`.
+//! Value types and syntaxes shared by flags, environment, file and the stages that read a
+//! process's own environment: durations (`100ms`, `1m30s`), byte sizes (`64MiB`, `1GiB`, plain
+//! bytes), booleans (`true`/`false`, `1`/`0`, ...), the W3C-baggage-like `key=value,key=value`
+//! lists of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`, and [`SecretString`]
+//! for header values. A leaf: it imports nothing of gpulse, so `cli`, `config` and
+//! `attribution` all stand above it.
 //!
 //! Each parser returns a short reason on failure, written so that it reads well after
 //! "`<setting>`: " and says what a valid value looks like. The caller adds the setting's name; the
@@ -256,6 +259,27 @@ fn decode(text: &str, index: usize) -> Result<String, ResourceAttributesError> {
         .decode_utf8()
         .map(|decoded| decoded.into_owned())
         .map_err(|_| ResourceAttributesError::NotUtf8 { index })
+}
+
+/// A header value that must never be logged (API keys, bearer tokens).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretString(String);
+
+impl SecretString {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, for putting on the wire. Never log what this returns.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
 }
 
 /// Prices the roll-ups' cost is figured with (`--cost-per-gpu-hour`, `--cost-per-kwh`), in the
