@@ -61,6 +61,54 @@ pub enum Command {
     /// A live terminal view of the GPUs, their processes (container, pod, service) and findings,
     /// refreshed every --interval; q or Ctrl-C quits.
     Top(TopArgs),
+    /// Run a command as a child, record what its GPUs did, and at its exit print a summary and
+    /// write a self-contained HTML report; exits with the command's exit status.
+    Record(Box<RecordArgs>),
+    /// Write the HTML report of a past run from OTLP/JSON lines (what `--exporter stdout` or a
+    /// Collector's file exporter writes).
+    Report(ReportArgs),
+}
+
+/// `gpulse record [OPTIONS] -- CMD [ARGS...]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RecordArgs {
+    /// Where to write the HTML report, or `none`. [default: gpulse-record-<time>.html in the
+    /// current directory]
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
+    /// Also write the summary as JSON (the conventions of `snapshot --format json`).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Sampling, attribution and export settings, as `gpulse run` takes them.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// The command to run and its arguments (after `--` when they start with `-`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// `gpulse report RECORDING -o FILE.html`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// OTLP/JSON lines, one request per line; `-` for standard input.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+
+    /// The HTML file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE.html")]
+    pub output: PathBuf,
+
+    /// Also write the summary as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// `gpulse top`.

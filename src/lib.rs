@@ -16,6 +16,7 @@ pub mod export;
 #[cfg(feature = "otel-sdk")]
 pub mod otel;
 pub mod pipeline;
+pub mod record;
 pub mod sampling;
 pub mod telemetry;
 pub mod top;

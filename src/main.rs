@@ -57,6 +57,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{text}");
             Ok(ExitCode::from(code))
         }
+        Command::Record(args) => {
+            let config = Config::resolve(&cli.global, &args.run, &config::process_env)?;
+            // gpulse shares the terminal with the command: warnings only, unless asked.
+            init_logging(&quiet_by_default(&config.log));
+            for warning in &config.warnings {
+                tracing::warn!("{warning}");
+            }
+            Ok(ExitCode::from(commands::record::record(&config, args)?))
+        }
+        Command::Report(args) => {
+            init_logging(&LogSettings {
+                filter: "warn".into(),
+                format: LogFormat::Text,
+            });
+            eprint!("{}", commands::record::report(args)?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -812,7 +812,12 @@ fn spans_are_forwarded_over_grpc_on_the_metrics_connection() {
         ],
     );
     let (gpulse, _) = wait_listening(http_port, gpulse);
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the first export window has reached upstream, gpulse has sampled for a second: the
+    // span below, the last 300 ms, lies inside its history.
+    upstream.wait_for(
+        |r| r.iter().any(|r| r["signal"] == "metrics"),
+        Duration::from_secs(30),
+    );
     let end = now_nanos();
     let spans = request(
         vec![kv_int("process.pid", i64::from(std::process::id()))],

@@ -15,6 +15,7 @@ mod mig;
 mod otel_sdk;
 mod other_nvml;
 mod prometheus;
+mod record;
 mod reliability;
 mod run;
 mod sampling;

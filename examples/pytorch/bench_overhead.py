@@ -10,6 +10,12 @@ the training thread, without a network (the export itself runs on the processor'
 A CPU step of a small model is the worst case: a GPU step of a real model takes milliseconds,
 so the same microseconds are a smaller share. ``--empty`` also times a loop with no model work,
 which isolates the companion's own cost.
+
+``--distributed`` wraps the model in DistributedDataParallel over a one-rank gloo group (a real
+all-reduce per step, no other rank to wait for) in both loops, and adds the setting
+``nocollect`` (the full tree without collective timing): ``full`` minus ``nocollect`` is what
+timing the collectives costs per step (the DDP comm hook, the wrapped torch.distributed calls,
+the step attribute and the histogram point).
 """
 
 from __future__ import annotations
@@ -49,12 +55,19 @@ class DropExporter(SpanExporter):
         return None
 
 
-def make_work(torch, batch_size: int, empty: bool):
+def make_work(torch, batch_size: int, empty: bool, ddp=None):
+    """``ddp``: None (a plain model), or a function given the DDP model (registers a hook)."""
     if empty:
         return (lambda batch: 0.0), [(None, None)] * 4
+    torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
     )
+    if ddp is not None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+        ddp(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(0)
@@ -138,12 +151,14 @@ CONFIGS = {
     "full": ("full tree (phases as spans)", {}),
     "attrs": ("phases as step attributes", {"phase_spans": False}),
     "every10": ("1 step in 10 traced", {"step_spans_every": 10}),
+    "nocollect": ("full tree, collectives untimed", {"collectives": False}),
 }
 
 
 def measure(torch, args, empty: bool, config: str) -> dict:
     label, options = CONFIGS[config]
-    work, batches = make_work(torch, args.batch_size, empty)
+    distributed = args.distributed and not empty
+    work, batches = make_work(torch, args.batch_size, empty, (lambda m: None) if distributed else None)
     exporter = DropExporter()
     tracer_provider = TracerProvider()
     # Sized so no span is dropped: a dropped span would make the instrumented loop look cheaper.
@@ -157,19 +172,27 @@ def measure(torch, args, empty: bool, config: str) -> dict:
         cuda=NoCuda(),
         **options,
     )
+    tel_work = work
+    if distributed:
+        # A model of its own: a comm hook cannot be taken off the plain loop's model again.
+        watch = tel.watch_ddp if options.get("collectives", True) else (lambda m: None)
+        tel_work, _ = make_work(torch, args.batch_size, empty, watch)
     plain_loop(work, batches, args.warmup, empty)
-    instrumented_loop(tel, work, batches, args.warmup, empty)
+    instrumented_loop(tel, tel_work, batches, args.warmup, empty)
     plain, instrumented = [], []
     for _ in range(args.repeat):
         plain.append(plain_loop(work, batches, args.steps, empty))
-        instrumented.append(instrumented_loop(tel, work, batches, args.steps, empty))
+        instrumented.append(instrumented_loop(tel, tel_work, batches, args.steps, empty))
+    tel.shutdown()
     tracer_provider.shutdown()
     base = statistics.median(p[0] for p in plain)
     with_tel = statistics.median(p[0] for p in instrumented)
     base_cpu = statistics.median(p[1] for p in plain)
     with_tel_cpu = statistics.median(p[1] for p in instrumented)
     return {
-        "workload": "empty loop" if empty else f"MLP 256-256-10, batch {args.batch_size}, CPU",
+        "workload": "empty loop"
+        if empty
+        else f"{'DDP ' if distributed else ''}MLP 256-256-10, batch {args.batch_size}, CPU",
         "telemetry": label,
         "steps": args.steps,
         "repeat": args.repeat,
@@ -201,6 +224,11 @@ def main(argv=None) -> int:
         help="telemetry setting(s) to time (default: all)",
     )
     parser.add_argument("--empty", action="store_true", help="also time a loop with no model work")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the model under DDP in a one-rank gloo group (adds the nocollect setting)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -208,10 +236,21 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    configs = args.config or list(CONFIGS)
+    configs = args.config or [c for c in CONFIGS if c != "nocollect" or args.distributed]
+    if args.distributed:
+        import tempfile
+
+        import torch.distributed as dist
+
+        store = tempfile.mkdtemp(prefix="bench-overhead-")
+        dist.init_process_group(
+            "gloo", init_method=f"file://{store}/store", rank=0, world_size=1
+        )
     results = [measure(torch, args, False, config) for config in configs]
     if args.empty:
         results += [measure(torch, args, True, config) for config in configs]
+    if args.distributed:
+        torch.distributed.destroy_process_group()
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

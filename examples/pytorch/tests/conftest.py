@@ -35,6 +35,21 @@ def require_torch():
         pytest.skip(reason)
 
 
+def require_module(name: str, what: str):
+    """Import an optional module the test needs, or skip saying what was not checked; under
+    CI=true (where requirements-test.txt is installed) a missing module is a failure."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        reason = (
+            f"{name} is not importable ({error}): {what} was NOT checked. "
+            "Install the pinned set: pip install -r examples/pytorch/requirements-test.txt"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
 @pytest.fixture
 def torch():
     return require_torch()

@@ -23,7 +23,7 @@ import json
 import pytest
 
 import correlate
-from conftest import FIXTURES
+from conftest import FIXTURES, require_module
 
 MiB = 1 << 20
 METRICS = str(FIXTURES / "gpulse_metrics.jsonl")
@@ -186,7 +186,7 @@ def test_no_matching_span_is_exit_1(capsys):
 
 
 def test_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib missing: --plot is not tested")
+    require_module("matplotlib", "correlate.py --plot")
     target = tmp_path / "util.png"
     out = io.StringIO()
     assert correlate.main([METRICS, SPANS, "--plot", str(target)], stdout=out) == 0

@@ -248,3 +248,45 @@ def duration(span):
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
     return (parse(span["end_time"]) - parse(span["start_time"])).total_seconds()
+
+
+@pytest.mark.cuda
+def test_nccl_collectives_are_timed_with_cuda_events(cuda_torch, tmp_path):
+    """The GPU path (scripts/device-check runs it): NCCL does not block the host, so the wait
+    comes from CUDA events around each collective, read when the step ends."""
+    torch = cuda_torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.cuda.set_device(0)
+    dist.init_process_group(
+        "nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tel = TrainingTelemetry("ddp-cuda", tracer_provider=provider, meter_provider=MeterProvider())
+        assert tel._collectives is not None and tel._collectives.on_cuda(torch.ones(1).cuda())
+        model = tel.watch_ddp(
+            DistributedDataParallel(torch.nn.Linear(1024, 1024).cuda(), device_ids=[0])
+        )
+        batches = [torch.randn(256, 1024, device="cuda") for _ in range(4)]
+        with tel.run():
+            for _ in tel.epochs(range(1)):
+                for x in tel.steps(batches):
+                    model(x).sum().backward()
+                    total = torch.ones(1 << 20, device="cuda")
+                    dist.all_reduce(total)
+                    tel.record_step(loss=float(total[0]))
+        tel.shutdown()
+        steps = [s for s in exporter.get_finished_spans() if s.name == "step"]
+        assert len(steps) == 4
+        run = next(s for s in exporter.get_finished_spans() if s.name == "training run")
+        assert run.attributes[distributed.BACKEND] == "nccl"
+        for step in steps:
+            assert step.attributes[distributed.COLLECTIVE_COUNT] == 2
+            wait = step.attributes[distributed.COLLECTIVE_WAIT]
+            assert 0.0 < wait < (step.end_time - step.start_time) / 1e9
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,251 @@
+//! `gpulse record -- CMD` and `gpulse report`: thin wiring. `record` starts the command, runs
+//! the same sampler, window and [`Analyzer`] as `gpulse run` while it lives, feeds a
+//! [`Recorder`], and when the command exits prints the summary, writes the report and returns
+//! the command's exit status. The recording's stages live in [`crate::record`].
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::cli::{RecordArgs, ReportArgs};
+use crate::config::Config;
+use crate::pipeline::Analyzer;
+use crate::pipeline::{SamplerSettings, SamplerThread};
+use crate::record::child::{CommandExit, RunningCommand};
+use crate::record::model::Recording;
+use crate::record::recorder::Recorder;
+use crate::record::summary::Summary;
+use crate::record::{html, otlp_json};
+use crate::sampling::WindowAggregator;
+
+/// Why a recording's outputs could not be written, or a report not made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    #[error("cannot write {what} to {path}: {source}. Pick a writable path with {flag}")]
+    Output {
+        what: &'static str,
+        path: PathBuf,
+        flag: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Recording(#[from] otlp_json::ReadError),
+    #[error("--exporter stdout would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Export to a Collector with --otlp-endpoint, or keep the run with --report/--json")]
+    StdoutExporter,
+}
+
+/// The report's and the JSON summary's files, opened before the command starts so a bad path
+/// fails at once, not after a three-hour run.
+struct Outputs {
+    report: Option<(PathBuf, File)>,
+    json: Option<(PathBuf, File)>,
+}
+
+fn create(path: &Path, what: &'static str, flag: &'static str) -> Result<File, RecordError> {
+    File::create(path).map_err(|source| RecordError::Output {
+        what,
+        path: path.to_path_buf(),
+        flag,
+        source,
+    })
+}
+
+impl Outputs {
+    fn open(args: &RecordArgs, started: SystemTime) -> Result<Self, RecordError> {
+        let report = match &args.report {
+            Some(p) if p.as_os_str() == "none" => None,
+            Some(p) => Some(p.clone()),
+            None => Some(default_report_path(started)),
+        };
+        Ok(Self {
+            report: report
+                .map(|p| create(&p, "the HTML report", "--report").map(|f| (p, f)))
+                .transpose()?,
+            json: args
+                .json
+                .as_ref()
+                .map(|p| create(p, "the JSON summary", "--json").map(|f| (p.clone(), f)))
+                .transpose()?,
+        })
+    }
+}
+
+/// `gpulse-record-20260102-150405.html`: sortable, and no `:` (awkward in shells and on scp).
+fn default_report_path(at: SystemTime) -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(at).to_string();
+    let compact: String = stamp
+        .trim_end_matches('Z')
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect::<String>()
+        .replace('T', "-");
+    PathBuf::from(format!("gpulse-record-{compact}.html"))
+}
+
+/// Runs the command, records it, and returns the exit status gpulse should exit with.
+///
+/// # Errors
+/// Only before the command starts: an output file cannot be created, or a setting is refused.
+pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
+    if matches!(config.exporter, crate::config::otlp::ExporterKind::Stdout) {
+        return Err(RecordError::StdoutExporter);
+    }
+    let started = SystemTime::now();
+    let outputs = Outputs::open(args, started)?;
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // The command starts first: whatever happens to NVML, the job runs.
+    let child = match RunningCommand::spawn(&args.command) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("gpulse record: {e}");
+            return Ok(e.exit_code());
+        }
+    };
+    let mut recorder = Recorder::new(
+        command,
+        Some(child.pid()),
+        config.proc_root.clone(),
+        config.sample_interval,
+    );
+    let exit = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gpulse-record-rt")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(watch(config, child, &mut recorder)),
+        Err(e) => {
+            recorder.no_gpu(format!("gpulse could not start its runtime: {e}"));
+            child.wait()
+        }
+    };
+    let recording = recorder.finish(SystemTime::now(), Some(exit));
+    write_outputs(&recording, outputs);
+    Ok(exit.exit_code())
+}
+
+/// Samples and analyses until the command exits.
+async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) -> CommandExit {
+    let mut exited = child.into_exit_channel();
+    let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
+        .clamp(4, 4096) as usize
+        * 2;
+    let (tx, mut snapshots) = tokio::sync::mpsc::channel(capacity);
+    let sampler = match SamplerThread::spawn(
+        SamplerSettings {
+            nvml_lib: config.nvml_lib.clone(),
+            interval: config.sample_interval,
+            wait_for_gpu: false,
+        },
+        tx,
+    ) {
+        Ok(sampler) => Some(sampler),
+        Err(e) => {
+            recorder.no_gpu(e.to_string());
+            None
+        }
+    };
+    let Some(sampler) = sampler else {
+        return (&mut exited).await.unwrap_or(CommandExit::Code(1));
+    };
+    let mut analyzer = Analyzer::new(config);
+    let mut aggregator = WindowAggregator::new();
+    let mut tick = tokio::time::interval_at(
+        Instant::now() + config.export_interval,
+        config.export_interval,
+    );
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let exit = loop {
+        tokio::select! {
+            biased;
+            exit = &mut exited => break exit.unwrap_or(CommandExit::Code(1)),
+            Some(snapshot) = snapshots.recv() => {
+                recorder.add(&snapshot);
+                aggregator.add(&snapshot);
+            }
+            _ = tick.tick() => {
+                if let Some(window) = aggregator.take() {
+                    recorder.observe_findings(&analyzer.analyze(window).events);
+                }
+            }
+        }
+    };
+    if !sampler.stop(Duration::from_secs(2)) {
+        tracing::warn!("the sampler thread is stuck in an NVML call; leaving it behind");
+    }
+    while let Ok(snapshot) = snapshots.try_recv() {
+        recorder.add(&snapshot);
+        aggregator.add(&snapshot);
+    }
+    if let Some(window) = aggregator.take() {
+        recorder.observe_findings(&analyzer.analyze(window).events);
+    }
+    exit
+}
+
+/// Prints the summary and writes the files; a failure to write one is said and does not stop
+/// the others (the summary on standard error always comes).
+fn write_outputs(recording: &Recording, outputs: Outputs) {
+    let summary = Summary::of(recording);
+    let mut text = summary.render_text();
+    if let Some((path, mut file)) = outputs.json {
+        let written = serde_json::to_writer_pretty(&mut file, &summary)
+            .map_err(std::io::Error::from)
+            .and_then(|()| file.write_all(b"\n"));
+        if let Err(e) = written {
+            text.push_str(&format!(
+                "  could not write the JSON summary to {}: {e}\n",
+                path.display()
+            ));
+        }
+    }
+    if let Some((path, mut file)) = outputs.report {
+        match file.write_all(html::render(recording).as_bytes()) {
+            Ok(()) => text.push_str(&format!("  report: {}\n", path.display())),
+            Err(e) => text.push_str(&format!(
+                "  could not write the report to {}: {e}\n",
+                path.display()
+            )),
+        }
+    }
+    eprint!("{text}");
+}
+
+/// `gpulse report RECORDING -o FILE.html`.
+///
+/// # Errors
+/// The recording cannot be read or holds no OTLP metrics, or an output cannot be written.
+pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
+    let recording = otlp_json::read_path(&args.recording)?;
+    let mut file = create(&args.output, "the HTML report", "-o")?;
+    file.write_all(html::render(&recording).as_bytes())
+        .map_err(|source| RecordError::Output {
+            what: "the HTML report",
+            path: args.output.clone(),
+            flag: "-o",
+            source,
+        })?;
+    if let Some(path) = &args.json {
+        let mut json = create(path, "the JSON summary", "--json")?;
+        serde_json::to_writer_pretty(&mut json, &Summary::of(&recording))
+            .map_err(std::io::Error::from)
+            .map_err(|source| RecordError::Output {
+                what: "the JSON summary",
+                path: path.clone(),
+                flag: "--json",
+                source,
+            })?;
+    }
+    let mut text = Summary::of(&recording).render_text();
+    text.push_str(&format!("  report: {}\n", args.output.display()));
+    Ok(text)
+}

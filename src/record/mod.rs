@@ -1,0 +1,15 @@
+//! `gpulse record` and `gpulse report`: one run of a command as a [`model::Recording`] (device
+//! and process timelines, findings as intervals, the companion's spans), its summary for people
+//! and scripts ([`summary`]), and a self-contained HTML report ([`html`], charts in [`charts`]).
+//! The recording is fed live from the pipeline's snapshots and analysed windows
+//! ([`recorder`]), or rebuilt from OTLP/JSON lines ([`otlp_json`]). The command itself runs as
+//! gpulse's child ([`child`]); [`tree`] tells its processes from the others on the same GPUs.
+
+pub mod charts;
+pub mod child;
+pub mod html;
+pub mod model;
+pub mod otlp_json;
+pub mod recorder;
+pub mod summary;
+pub mod tree;

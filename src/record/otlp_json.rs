@@ -1,0 +1,554 @@
+//! Rebuilds a [`Recording`] from OTLP/JSON lines: what `gpulse run --exporter stdout` writes and
+//! what an OpenTelemetry Collector's file exporter writes (one `Export*ServiceRequest` per line:
+//! metrics, logs and traces may be mixed). Device figures come from gpulse's metric names, the
+//! findings from its `gpulse.diagnosis.*` log records, and the training steps from the
+//! companion's `epoch`, `step` and `data_wait` spans.
+//!
+//! The reader walks `serde_json::Value`s instead of deserialising `opentelemetry-proto`'s types:
+//! those expect the full proto3 JSON mapping, while gpulse's own lines and the Collector's leave
+//! defaults out and write 64-bit integers as strings or numbers; this accepts both. A line that
+//! is not OTLP is an error naming its number, never skipped silently.
+//!
+//! One point per export window: the timeline has the export interval's resolution, the means
+//! are window means and the peaks come from the `.max` companions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::model::{
+    DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, SpanKind,
+    SpanMark, IDLE_BELOW,
+};
+use crate::export::metrics::throttle_reasons;
+
+/// Why a recording could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error("cannot read the recording {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} line {line}: not OTLP/JSON ({reason}). `gpulse report` reads the lines `gpulse run --exporter stdout` or a Collector's file exporter writes")]
+    NotOtlp {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("{path} holds no gpulse GPU metrics (no hw.gpu.* or process.gpu.* points). Record with `gpulse run --exporter stdout > run.jsonl`, or a Collector file exporter behind gpulse")]
+    Empty { path: PathBuf },
+}
+
+/// Reads `path` (`-`: standard input).
+///
+/// # Errors
+/// See [`ReadError`].
+pub fn read_path(path: &Path) -> Result<Recording, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.as_os_str() == "-" {
+        read(std::io::stdin().lock(), path)
+    } else {
+        let file = std::fs::File::open(path).map_err(io)?;
+        read(std::io::BufReader::new(file), path)
+    }
+}
+
+/// Reads OTLP/JSON lines from `input`; `path` names it in errors.
+///
+/// # Errors
+/// See [`ReadError`].
+pub fn read(input: impl BufRead, path: &Path) -> Result<Recording, ReadError> {
+    let mut builder = Builder::default();
+    for (n, line) in input.lines().enumerate() {
+        let line = line.map_err(|source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let not_otlp = |reason: String| ReadError::NotOtlp {
+            path: path.to_path_buf(),
+            line: n + 1,
+            reason,
+        };
+        let value: Value = serde_json::from_str(&line).map_err(|e| not_otlp(e.to_string()))?;
+        if let Some(list) = value.get("resourceMetrics").and_then(Value::as_array) {
+            list.iter().for_each(|rm| builder.resource_metrics(rm));
+        } else if let Some(list) = value.get("resourceLogs").and_then(Value::as_array) {
+            list.iter().for_each(|rl| builder.resource_logs(rl));
+        } else if let Some(list) = value.get("resourceSpans").and_then(Value::as_array) {
+            list.iter().for_each(|rs| builder.resource_spans(rs));
+        } else {
+            return Err(not_otlp(
+                "no resourceMetrics, resourceLogs or resourceSpans".into(),
+            ));
+        }
+    }
+    builder.finish().ok_or_else(|| ReadError::Empty {
+        path: path.to_path_buf(),
+    })
+}
+
+/// An attribute's value as text (strings, integers, doubles, booleans).
+fn attr_text(value: &Value) -> Option<String> {
+    let v = value.get("value")?;
+    if let Some(s) = v.get("stringValue").and_then(Value::as_str) {
+        return Some(s.to_string());
+    }
+    if let Some(i) = v.get("intValue") {
+        return i
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| i.as_i64().map(|i| i.to_string()));
+    }
+    if let Some(d) = v.get("doubleValue").and_then(Value::as_f64) {
+        return Some(d.to_string());
+    }
+    v.get("boolValue")
+        .and_then(Value::as_bool)
+        .map(|b| b.to_string())
+}
+
+fn attributes(holder: Option<&Value>) -> HashMap<String, String> {
+    holder
+        .and_then(|h| h.get("attributes"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|kv| Some((kv.get("key")?.as_str()?.to_string(), attr_text(kv)?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A 64-bit integer written as a string (proto3 JSON) or a number.
+fn number(v: Option<&Value>) -> Option<f64> {
+    let v = v?;
+    v.as_f64().or_else(|| v.as_str()?.parse().ok())
+}
+
+fn nanos(v: Option<&Value>) -> Option<u64> {
+    let v = v?;
+    v.as_u64().or_else(|| v.as_str()?.parse().ok())
+}
+
+fn point_value(point: &Value) -> Option<f64> {
+    number(point.get("asDouble")).or_else(|| number(point.get("asInt")))
+}
+
+#[derive(Default)]
+struct DeviceAcc {
+    index: u32,
+    name: Option<String>,
+    memory_total: Option<f64>,
+    /// Window end (ns) → the point of that window.
+    points: BTreeMap<u64, DevicePoint>,
+    utilization_peak: Option<f64>,
+    power_peak: Option<f64>,
+    sm_peak: Option<f64>,
+    energy: Option<f64>,
+}
+
+#[derive(Default)]
+struct ProcessAcc {
+    name: Option<String>,
+    device_index: u32,
+    points: BTreeMap<u64, f64>,
+}
+
+#[derive(Default)]
+struct Builder {
+    devices: BTreeMap<String, DeviceAcc>,
+    processes: BTreeMap<(u32, String), ProcessAcc>,
+    findings: Vec<(u64, FindingMarkAt)>,
+    spans: Vec<(SpanKind, String, u64, u64)>,
+    earliest: Option<u64>,
+    latest: Option<u64>,
+}
+
+/// A finding log record before the recording's start is known.
+struct FindingMarkAt {
+    cleared: bool,
+    key: String,
+    since: Option<u64>,
+    mark: FindingMark,
+}
+
+fn max_opt(a: Option<f64>, b: f64) -> Option<f64> {
+    Some(a.map_or(b, |a| a.max(b)))
+}
+
+impl Builder {
+    fn see(&mut self, t: u64) {
+        self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
+        self.latest = Some(self.latest.map_or(t, |l| l.max(t)));
+    }
+
+    fn resource_metrics(&mut self, rm: &Value) {
+        let resource = attributes(rm.get("resource"));
+        let pid: Option<u32> = resource.get("process.pid").and_then(|p| p.parse().ok());
+        let exe = resource.get("process.executable.name").cloned();
+        let scopes = rm.get("scopeMetrics").and_then(Value::as_array);
+        for metric in scopes.into_iter().flatten().flat_map(|s| {
+            s.get("metrics")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        }) {
+            let Some(name) = metric.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let data = metric.get("gauge").or_else(|| metric.get("sum"));
+            let points = data
+                .and_then(|d| d.get("dataPoints"))
+                .and_then(Value::as_array);
+            for point in points.into_iter().flatten() {
+                let (Some(t), Some(value)) = (nanos(point.get("timeUnixNano")), point_value(point))
+                else {
+                    continue;
+                };
+                let attrs = attributes(Some(point));
+                let Some(uuid) = attrs.get("hw.id").cloned() else {
+                    continue;
+                };
+                let index: u32 = attrs
+                    .get("gpu.index")
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or(0);
+                match pid {
+                    Some(pid) => self.process_point(pid, &exe, uuid, index, name, t, value),
+                    None => self.device_point(uuid, index, &attrs, name, t, value),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn process_point(
+        &mut self,
+        pid: u32,
+        exe: &Option<String>,
+        uuid: String,
+        index: u32,
+        name: &str,
+        t: u64,
+        value: f64,
+    ) {
+        if name != "process.gpu.memory.usage" {
+            return;
+        }
+        self.see(t);
+        let p = self.processes.entry((pid, uuid)).or_default();
+        p.device_index = index;
+        p.name = p.name.take().or_else(|| exe.clone());
+        p.points.insert(t, value);
+    }
+
+    fn device_point(
+        &mut self,
+        uuid: String,
+        index: u32,
+        attrs: &HashMap<String, String>,
+        name: &str,
+        t: u64,
+        value: f64,
+    ) {
+        let d = self.devices.entry(uuid).or_default();
+        d.index = index;
+        if d.name.is_none() {
+            d.name = attrs.get("hw.model").cloned();
+        }
+        let is = |key: &str, want: &str| attrs.get(key).is_some_and(|v| v == want);
+        let mut known = true;
+        {
+            let p = d.points.entry(t).or_insert_with(|| DevicePoint {
+                n: 1,
+                ..DevicePoint::default()
+            });
+            match name {
+                "hw.gpu.utilization" if is("hw.gpu.task", "general") => {
+                    p.utilization = Some(value as f32)
+                }
+                "nvidia.gpu.sm.activity" => p.sm_activity = Some(value as f32),
+                "nvidia.gpu.pipe.activity" if is("nvidia.gpu.pipe", "tensor") => {
+                    p.tensor_activity = Some(value as f32)
+                }
+                "nvidia.gpu.dram.activity" => p.dram_activity = Some(value as f32),
+                "hw.gpu.memory.usage" => p.memory_used = Some(value),
+                "hw.power" => p.power_watts = Some(value as f32),
+                "nvidia.gpu.clock" if is("nvidia.gpu.clock.type", "sm") => {
+                    p.sm_clock_mhz = Some(value as f32)
+                }
+                "nvidia.gpu.clock" if is("nvidia.gpu.clock.type", "memory") => {
+                    p.memory_clock_mhz = Some(value as f32)
+                }
+                // The window's share of samples the reason was active in; "throttled" at half.
+                "nvidia.gpu.throttle" => {
+                    let bit = attrs.get("nvidia.gpu.throttle.reason").and_then(|r| {
+                        throttle_reasons()
+                            .iter()
+                            .find(|(_, name)| name == r)
+                            .map(|(bit, _)| *bit)
+                    });
+                    let bits = p.throttle.get_or_insert(0);
+                    if let (Some(bit), true) = (bit, value >= 0.5) {
+                        *bits |= bit;
+                    }
+                }
+                _ => known = false,
+            }
+        }
+        match name {
+            "hw.gpu.utilization.max" if is("hw.gpu.task", "general") => {
+                d.utilization_peak = max_opt(d.utilization_peak, value)
+            }
+            "hw.power.max" => d.power_peak = max_opt(d.power_peak, value),
+            "nvidia.gpu.sm.activity.max" => d.sm_peak = max_opt(d.sm_peak, value),
+            "hw.gpu.memory.limit" => d.memory_total = Some(value),
+            // Energy since gpulse first saw the GPU: the largest total is the run's.
+            "hw.energy" => d.energy = max_opt(d.energy, value),
+            _ if known => {}
+            _ => return,
+        }
+        self.see(t);
+    }
+
+    fn resource_logs(&mut self, rl: &Value) {
+        let scopes = rl.get("scopeLogs").and_then(Value::as_array);
+        for record in scopes.into_iter().flatten().flat_map(|s| {
+            s.get("logRecords")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        }) {
+            let attrs = attributes(Some(record));
+            let Some(rule) = attrs.get("gpulse.diagnosis.rule").cloned() else {
+                continue;
+            };
+            let Some(t) = nanos(record.get("timeUnixNano")) else {
+                continue;
+            };
+            let summary = record
+                .get("body")
+                .and_then(|b| b.get("stringValue"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let subject = attrs
+                .get("gpulse.diagnosis.subject")
+                .cloned()
+                .unwrap_or_default();
+            let since = attrs
+                .get("gpulse.diagnosis.since")
+                .and_then(|s| humantime::parse_rfc3339(s).ok())
+                .and_then(|s| s.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos() as u64);
+            let values = attrs
+                .iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        k.strip_prefix("gpulse.diagnosis.value.")?.to_string(),
+                        v.clone(),
+                    ))
+                })
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
+                .collect();
+            self.findings.push((
+                t,
+                FindingMarkAt {
+                    cleared: attrs
+                        .get("gpulse.diagnosis.state")
+                        .is_some_and(|s| s == "cleared"),
+                    key: format!("{rule}|{subject}"),
+                    since,
+                    mark: FindingMark {
+                        device_index: attrs.get("gpu.index").and_then(|i| i.parse().ok()),
+                        severity: attrs
+                            .get("gpulse.diagnosis.severity")
+                            .cloned()
+                            .unwrap_or_else(|| "warning".into()),
+                        rule,
+                        subject,
+                        summary: summary.to_string(),
+                        advice: attrs
+                            .get("gpulse.diagnosis.advice")
+                            .cloned()
+                            .unwrap_or_default(),
+                        evidence: attrs
+                            .get("gpulse.diagnosis.evidence")
+                            .map(|e| e.split(',').map(|s| s.trim().to_string()).collect())
+                            .unwrap_or_default(),
+                        values,
+                        start_seconds: 0.0,
+                        end_seconds: None,
+                    },
+                },
+            ));
+        }
+    }
+
+    fn resource_spans(&mut self, rs: &Value) {
+        let scopes = rs.get("scopeSpans").and_then(Value::as_array);
+        for span in scopes.into_iter().flatten().flat_map(|s| {
+            s.get("spans")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        }) {
+            let name = span.get("name").and_then(Value::as_str).unwrap_or_default();
+            let kind = match name {
+                "epoch" => SpanKind::Epoch,
+                "step" => SpanKind::Step,
+                "data_wait" => SpanKind::DataWait,
+                _ => continue,
+            };
+            let (Some(start), Some(end)) = (
+                nanos(span.get("startTimeUnixNano")),
+                nanos(span.get("endTimeUnixNano")),
+            ) else {
+                continue;
+            };
+            self.spans.push((kind, name.to_string(), start, end));
+        }
+    }
+
+    fn finish(mut self) -> Option<Recording> {
+        if self.devices.is_empty() && self.processes.is_empty() {
+            return None;
+        }
+        let earliest = self.earliest?;
+        let latest = self.latest?;
+        // A window's point is stamped at its end: the run began one window before the first.
+        let first_window = self
+            .devices
+            .values()
+            .find_map(|d| {
+                let mut keys = d.points.keys();
+                let (a, b) = (keys.next()?, keys.next()?);
+                Some(b - a)
+            })
+            .unwrap_or(0);
+        let start_ns = earliest.saturating_sub(first_window);
+        let at = |ns: u64| UNIX_EPOCH + Duration::from_nanos(ns);
+        let secs = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
+        let mut recording = Recording::empty(Vec::new(), at(start_ns));
+        recording.ended = at(latest);
+        recording.command = vec!["(recorded by gpulse run)".into()];
+
+        // Which devices had a process at each window, for the held/idle time.
+        let mut held: BTreeMap<(String, u64), ()> = BTreeMap::new();
+        for ((pid, uuid), p) in &self.processes {
+            let mut track = ProcessTrack {
+                pid: *pid,
+                device_index: p.device_index,
+                device_uuid: uuid.clone(),
+                name: p.name.clone(),
+                in_command: true,
+                ..ProcessTrack::default()
+            };
+            for (&t, &bytes) in &p.points {
+                held.insert((uuid.clone(), t), ());
+                track.series.push(MemoryPoint {
+                    t: secs(t),
+                    bytes: Some(bytes),
+                });
+                track.memory_peak_bytes = max_opt(track.memory_peak_bytes, bytes);
+            }
+            track.first_seen = p.points.keys().next().map_or(0.0, |&t| secs(t));
+            track.last_seen = p.points.keys().last().map_or(0.0, |&t| secs(t));
+            recording.processes.push(track);
+        }
+        for (uuid, d) in std::mem::take(&mut self.devices) {
+            let mut track = DeviceTrack {
+                index: d.index,
+                name: d.name.clone().unwrap_or_else(|| format!("GPU {}", d.index)),
+                uuid: uuid.clone(),
+                memory_total_bytes: d.memory_total,
+                ..DeviceTrack::default()
+            };
+            let mut previous = start_ns;
+            for (&t, point) in &d.points {
+                let dt = t.saturating_sub(previous) as f64 / 1e9;
+                previous = t;
+                let mut p = point.clone();
+                p.t = secs(t) - dt;
+                p.dt = dt;
+                if held.contains_key(&(uuid.clone(), t)) {
+                    p.held_seconds = dt;
+                    let busy = p.utilization.or(p.sm_activity).map(f64::from);
+                    if busy.is_some_and(|b| b < IDLE_BELOW) {
+                        p.idle_seconds = dt;
+                    }
+                }
+                let totals = &mut track.totals;
+                totals.utilization.add(p.utilization.map(f64::from), dt);
+                totals.sm_activity.add(p.sm_activity.map(f64::from), dt);
+                totals
+                    .tensor_activity
+                    .add(p.tensor_activity.map(f64::from), dt);
+                totals.power_watts.add(p.power_watts.map(f64::from), dt);
+                if let Some(m) = p.memory_used {
+                    totals.memory_used_peak = max_opt(totals.memory_used_peak, m);
+                }
+                if let Some(w) = p.power_watts {
+                    *totals.power_integral_joules.get_or_insert(0.0) += f64::from(w) * dt;
+                }
+                totals.held_seconds += p.held_seconds;
+                totals.idle_seconds += p.idle_seconds;
+                totals.throttle_seen |= p.throttle.unwrap_or(0);
+                track.series.push(p);
+            }
+            // The window maxima are the true peaks; the means' peak is only a lower bound.
+            let totals = &mut track.totals;
+            for (acc, peak) in [
+                (&mut totals.utilization, d.utilization_peak),
+                (&mut totals.power_watts, d.power_peak),
+                (&mut totals.sm_activity, d.sm_peak),
+            ] {
+                if let Some(peak) = peak {
+                    acc.add_peak(peak);
+                }
+            }
+            totals.energy_counter_joules = d.energy;
+            recording.samples = recording.samples.max(d.points.len() as u64);
+            recording.devices.push(track);
+        }
+        recording.devices.sort_by_key(|d| d.index);
+
+        self.findings.sort_by_key(|(t, _)| *t);
+        let mut open: HashMap<String, usize> = HashMap::new();
+        for (t, f) in self.findings {
+            if f.cleared {
+                if let Some(i) = open.remove(&f.key) {
+                    recording.findings[i].end_seconds = Some(secs(t));
+                }
+            } else if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(f.key) {
+                let mut mark = f.mark;
+                mark.start_seconds = secs(f.since.unwrap_or(t));
+                recording.findings.push(mark);
+                slot.insert(recording.findings.len() - 1);
+            }
+        }
+        recording.spans = self
+            .spans
+            .into_iter()
+            .map(|(kind, name, start, end)| SpanMark {
+                kind,
+                name,
+                start_seconds: secs(start),
+                end_seconds: secs(end),
+            })
+            .collect();
+        Some(recording)
+    }
+}

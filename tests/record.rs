@@ -1,0 +1,609 @@
+//! Integration tests: `gpulse record -- CMD` with real child processes (exit statuses, signal
+//! forwarding, untouched standard streams), a recording of the simulator with the command's own
+//! processes on a GPU (in a PID namespace, where the command's PIDs are known in advance), the
+//! run without NVML, and the HTML report rendered by a real headless Chromium whose screenshot
+//! is checked pixel by pixel. `gpulse report` is checked against `gpulse run --exporter stdout`.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::kernel::{require_root, ChildGuard, KillOnDrop};
+use crate::sampling::{gpulse_bin, sim_lib};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const MIB: u64 = 1024 * 1024;
+
+/// One GPU, constant signals, time frozen; the command's processes (PIDs 2 and 3 of a fresh PID
+/// namespace) and another process (PID 4000, not in the namespace) hold memory on it.
+const SCENARIO: &str = r#"
+[driver]
+version = "550.54.15"
+cuda_version = "12.4"
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
+pci_bus_id = "00000000:18:00.0"
+memory_total_mib = 81559
+power_limit_w = 700
+
+[device.signals]
+gpu_util = 62
+mem_util = 31
+memory_used_mib = 30000
+power_w = 420
+clock_sm_mhz = 1755
+
+[[device.process]]
+pids_env = "RECORD_TEST_PIDS"
+memory_used_mib = 10000
+sm_util = 40
+
+[[device.process]]
+pid = 4000
+memory_used_mib = 2000
+"#;
+
+/// `gpulse record` against the simulator with `SCENARIO`, in `dir`.
+fn record(dir: &Path, pids: &str, args: &[&str]) -> Command {
+    let scenario = dir.join("scenario.toml");
+    std::fs::write(&scenario, SCENARIO).expect("write scenario");
+    let mut command = Command::new(gpulse_bin());
+    command
+        .arg("record")
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .args(args)
+        .current_dir(dir)
+        .env("NVML_SIM_SCENARIO", &scenario)
+        .env("RECORD_TEST_PIDS", pids)
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .env_remove("GPULSE_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
+fn output(mut command: Command) -> Output {
+    command
+        .stdin(Stdio::null())
+        .output()
+        .expect("gpulse record runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_exit_status_is_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (script, code) in [("exit 0", 0), ("exit 7", 7), ("kill -KILL $$", 128 + 9)] {
+        let out = output({
+            let mut c = record(dir.path(), "", &["--report", "none", "--", "sh", "-c"]);
+            c.arg(script);
+            c
+        });
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{script}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_command_that_cannot_start_is_named_with_the_shells_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = output({
+        let mut c = record(dir.path(), "", &["--report", "none", "--"]);
+        c.arg("gpulse-test-no-such-command");
+        c
+    });
+    assert_eq!(out.status.code(), Some(127));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("gpulse-test-no-such-command: command not found"),
+        "{stderr}"
+    );
+    let script = dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = output({
+        let mut c = record(dir.path(), "", &["--report", "none", "--"]);
+        c.arg(&script);
+        c
+    });
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot be executed"));
+}
+
+/// Standard output carries the command's bytes only, and standard input reaches it.
+#[test]
+fn standard_streams_pass_through_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = record(
+        dir.path(),
+        "",
+        &[
+            "--report",
+            "none",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; echo err >&2",
+        ],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "got hello\n",
+        "nothing of gpulse on stdout"
+    );
+    assert!(
+        text(&out.stderr).starts_with("err\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// Waits for gpulse's exit, SIGKILLing it after `limit`.
+fn wait(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gpulse record did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM sent to gpulse reaches the command, whose own exit status gpulse then returns; a
+/// command the signal kills makes gpulse exit 128 + N.
+#[test]
+fn signals_sent_to_gpulse_are_forwarded_to_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "trap 'echo got TERM; exit 42' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut child = record(
+        dir.path(),
+        "",
+        &["--report", "none", "--", "sh", "-c", script],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let _guard = KillOnDrop(child.id());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = wait(&mut child, Duration::from_secs(20));
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "got TERM\n", "the command's trap ran");
+    assert_eq!(status.code(), Some(42));
+
+    let mut child = record(
+        dir.path(),
+        "",
+        &[
+            "--report",
+            "none",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 30",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let _guard = KillOnDrop(child.id());
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = wait(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("killed by SIGINT"), "{stderr}");
+}
+
+/// Without NVML the command still runs and the summary says why there are no GPU figures.
+#[test]
+fn without_nvml_the_command_runs_and_the_summary_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("summary.json");
+    let out = Command::new(gpulse_bin())
+        .args([
+            "record",
+            "--nvml-lib",
+            "/nonexistent/libnvidia-ml.so.1",
+            "--report",
+            "none",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "sh", "-c", "echo ran; exit 3"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "ran\n");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no GPU figures:"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{stderr}"
+    );
+    let summary: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(summary["no_gpu_reason"]
+        .as_str()
+        .unwrap()
+        .contains("could not load"));
+    assert_eq!(summary["devices"], serde_json::json!([]));
+    assert!(summary["energy_wh"].is_null(), "unknown is null, never 0");
+    assert!(summary["idle_ratio"].is_null());
+    assert_eq!(summary["exit_code"], 3);
+}
+
+/// A bad output path fails before the command starts, not after a long run.
+#[test]
+fn an_unwritable_report_path_fails_before_the_command_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let out = output({
+        let mut c = record(
+            dir.path(),
+            "",
+            &["--report", "/nonexistent-dir/r.html", "--", "touch"],
+        );
+        c.arg(&marker);
+        c
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--report"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!marker.exists(), "the command must not have run");
+}
+
+/// The recording of a command whose processes hold GPU memory. In a fresh PID namespace (with
+/// its own /proc) gpulse is PID 1 and the command PID 2; the command's child gets a PID after
+/// gpulse's threads (which take PIDs too), somewhere under 25. The simulator lists PIDs 2 to 24
+/// before any exists; gpulse must find the command's among them by its process tree. PID 4000
+/// is another process.
+fn namespaced_recording(dir: &Path) -> (Output, Value) {
+    require_root("create a PID namespace");
+    let json = dir.join("summary.json");
+    let report = dir.join("report.html");
+    let command = record(
+        dir,
+        &(2..25).map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+        &["--sample-interval", "100ms", "--export-interval", "500ms"],
+    );
+    let args: Vec<std::ffi::OsString> = command.get_args().map(ToOwned::to_owned).collect();
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(gpulse_bin())
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "sh", "-c", "sleep 3 & wait"]);
+    for (k, v) in command.get_envs() {
+        match v {
+            Some(v) => unshare.env(k, v),
+            None => unshare.env_remove(k),
+        };
+    }
+    unshare.current_dir(dir).stdin(Stdio::null());
+    let out = unshare.output().expect("run unshare (util-linux)");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary = serde_json::from_slice(&std::fs::read(&json).expect("the JSON summary"))
+        .expect("the summary is JSON");
+    (out, summary)
+}
+
+#[test]
+#[ignore = "needs root (creates a PID namespace); scripts/test runs it as root and with CI=true, or: cargo test -- --include-ignored"]
+fn the_commands_processes_are_told_from_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, summary) = namespaced_recording(dir.path());
+    let stderr = text(&out.stderr);
+    let device = &summary["devices"][0];
+    assert!(
+        (device["utilization_gpu_mean"].as_f64().unwrap() - 0.62).abs() < 1e-6,
+        "{device}"
+    );
+    assert!((device["power_mean_watts"].as_f64().unwrap() - 420.0).abs() < 1e-6);
+    assert_eq!(device["memory_used_peak_bytes"], 30000 * MIB);
+    assert!(device["energy_joules"].as_f64().unwrap() > 0.0);
+    assert!(
+        device["held_by_command_seconds"].as_f64().unwrap() > 2.0,
+        "{device}"
+    );
+    assert_eq!(device["idle_ratio"], 0.0, "62 % busy is never idle");
+    let pids = |key: &str| -> Vec<u64> {
+        summary[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_u64().unwrap())
+            .collect()
+    };
+    let mine = pids("processes");
+    assert_eq!(mine.len(), 2, "sh and its sleep: {mine:?}");
+    assert_eq!(mine[0], 2, "the command itself");
+    assert!(pids("other_processes").contains(&4000));
+    assert!(!pids("other_processes").contains(&2));
+    let sleep = &summary["processes"][1];
+    assert_eq!(sleep["name"], "sleep", "{sleep}");
+    assert_eq!(sleep["gpu_memory_peak_bytes"], 10000 * MIB);
+    assert!(
+        stderr.contains(" sleep on GPU 0: memory peak 9.8 GiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("other process pid 4000"), "{stderr}");
+    assert!(stderr.contains("idle 0% of that time"), "{stderr}");
+}
+
+/// Pixels of `colour` (within a small tolerance: anti-aliasing) in rows `rows` of `image`.
+fn count_colour(image: &Screenshot, rows: std::ops::Range<u32>, colour: (u8, u8, u8)) -> usize {
+    let close = |a: u8, b: u8| a.abs_diff(b) <= 24;
+    rows.flat_map(|y| (0..image.width).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            let (r, g, b) = image.pixel(x, y);
+            close(r, colour.0) && close(g, colour.1) && close(b, colour.2)
+        })
+        .count()
+}
+
+struct Screenshot {
+    width: u32,
+    height: u32,
+    rgb: Vec<u8>,
+    channels: usize,
+}
+
+impl Screenshot {
+    fn read(path: &Path) -> Screenshot {
+        let decoder = png::Decoder::new(BufReader::new(std::fs::File::open(path).unwrap()));
+        let mut reader = decoder.read_info().expect("a PNG");
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).expect("a PNG frame");
+        let channels = match info.color_type {
+            png::ColorType::Rgb => 3,
+            png::ColorType::Rgba => 4,
+            other => panic!("unexpected PNG colour type {other:?}"),
+        };
+        buf.truncate(info.buffer_size());
+        Screenshot {
+            width: info.width,
+            height: info.height,
+            rgb: buf,
+            channels,
+        }
+    }
+
+    fn pixel(&self, x: u32, y: u32) -> (u8, u8, u8) {
+        let i = (y as usize * self.width as usize + x as usize) * self.channels;
+        (self.rgb[i], self.rgb[i + 1], self.rgb[i + 2])
+    }
+
+    /// Rows in which more than half the pixels are not white: the charts' plot areas are
+    /// white with grid lines, so this finds nothing there; used to check the page is not blank.
+    fn non_white(&self) -> usize {
+        (0..self.height)
+            .flat_map(|y| (0..self.width).map(move |x| (x, y)))
+            .filter(|&(x, y)| self.pixel(x, y) != (255, 255, 255))
+            .count()
+    }
+}
+
+/// Chromium, headless, as Debian installs it.
+fn chromium() -> PathBuf {
+    for name in ["chromium", "chromium-browser"] {
+        for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+            let path = Path::new(dir).join(name);
+            if path.exists() {
+                return path;
+            }
+        }
+    }
+    panic!(
+        "Chromium is needed to check the HTML report as a browser draws it: apt-get install \
+         chromium (.ci/run installs it)"
+    );
+}
+
+fn screenshot(html: &Path, png: &Path, height: u32) {
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ])
+        .arg(format!("--window-size=1000,{height}"))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chromium");
+    assert!(png.exists(), "no screenshot: {}", text(&out.stderr));
+}
+
+/// The report as Chromium draws it: the utilisation line (blue), the power line (red) and the
+/// command's process memory (pink) are on the page as drawn lines, not only in the markup.
+#[test]
+#[ignore = "needs root (creates a PID namespace); scripts/test runs it as root and with CI=true, or: cargo test -- --include-ignored"]
+fn chromium_draws_the_reports_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ = namespaced_recording(dir.path());
+    let report = dir.path().join("report.html");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(!html.contains("<script"), "no script in the report");
+    // SVG's xmlns names a namespace and is never fetched; nothing else may point outside.
+    for fetch in [
+        "src=", "href=", "url(", "@import", "<link", "<img", "<iframe",
+    ] {
+        assert!(
+            !html.contains(fetch),
+            "{fetch} in the report: it must load nothing at view time"
+        );
+    }
+    let png = dir.path().join("report.png");
+    screenshot(&report, &png, 2600);
+    if let Some(keep) = std::env::var_os("GPULSE_KEEP_SCREENSHOT") {
+        std::fs::copy(&png, keep).unwrap();
+    }
+    let shot = Screenshot::read(&png);
+    assert!(shot.non_white() > 50_000, "the page is not blank");
+    let whole = 0..shot.height;
+    // A legend swatch is 14x4 px; a drawn line across a 900 px chart is well over 1000.
+    for (name, colour) in [
+        ("utilisation", (0x1f, 0x77, 0xb4)),
+        ("power", (0xd6, 0x27, 0x28)),
+        ("the command's memory", (0xe3, 0x77, 0xc2)),
+        ("SM clock", (0x17, 0xbe, 0xcf)),
+    ] {
+        let pixels = count_colour(&shot, whole.clone(), colour);
+        assert!(
+            pixels > 1000,
+            "{name}: only {pixels} pixels of its colour on the page"
+        );
+    }
+    // The utilisation line sits at 62 %: find its row in the first chart and check the height.
+    let blue = (0x1f, 0x77, 0xb4);
+    let rows: Vec<u32> = (0..shot.height)
+        .filter(|&y| count_colour(&shot, y..y + 1, blue) > 500)
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "no horizontal blue line (utilisation at a constant 62 %)"
+    );
+}
+
+/// `gpulse report` rebuilds the figures from what `gpulse run --exporter stdout` wrote.
+#[test]
+fn report_reads_what_run_exports_as_otlp_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let sleeper = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("sleep runs");
+    let lines = dir.path().join("run.jsonl");
+    let mut run = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--exporter",
+            "stdout",
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "500ms",
+        ])
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", &scenario)
+        .env("RECORD_TEST_PIDS", sleeper.pid().to_string())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .stdout(std::fs::File::create(&lines).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _run_guard = KillOnDrop(run.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&lines)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 4
+    {
+        assert!(Instant::now() < deadline, "gpulse run wrote too few lines");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) };
+    wait(&mut run, Duration::from_secs(20));
+
+    let html = dir.path().join("past.html");
+    let json = dir.path().join("past.json");
+    let out = Command::new(gpulse_bin())
+        .arg("report")
+        .arg(&lines)
+        .arg("-o")
+        .arg(&html)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let device = &summary["devices"][0];
+    assert!(
+        (device["utilization_gpu_mean"].as_f64().unwrap() - 0.62).abs() < 1e-6,
+        "{device}"
+    );
+    assert!((device["power_peak_watts"].as_f64().unwrap() - 420.0).abs() < 1e-6);
+    assert_eq!(device["memory_used_peak_bytes"], 30000 * MIB);
+    let processes = summary["processes"].as_array().unwrap();
+    let sleeper_row = processes
+        .iter()
+        .find(|p| p["pid"] == sleeper.pid())
+        .expect("the listed process");
+    assert_eq!(sleeper_row["gpu_memory_peak_bytes"], 10000 * MIB);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<svg") && page.contains("polyline"),
+        "charts drawn"
+    );
+    let _ = GIB;
+
+    // Not OTLP: the line is named.
+    std::fs::write(&lines, "{\"resourceMetrics\":[]}\nnot json\n").unwrap();
+    let out = Command::new(gpulse_bin())
+        .arg("report")
+        .arg(&lines)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 2: not OTLP/JSON"),
+        "{}",
+        text(&out.stderr)
+    );
+}
