@@ -30,7 +30,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::workload::Workload;
-use crate::sampling::{DeviceField, DeviceWindow, GpmField, ProcessWindow, Window};
+use crate::sampling::{DeviceWindow, ProcessWindow, Window};
+use crate::schema::{DeviceField, GpmField};
 pub use crate::values::Prices;
 
 /// A window in which a process's activity reaches this share of the time counts as active.

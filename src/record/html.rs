@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use super::charts::{self, colours, Band, Chart, Line, MAX_CHART_POINTS};
-use super::model::{DevicePoint, DeviceTrack, Recording, SpanKind, NOT_A_SLOWDOWN};
+use super::model::{DevicePoint, DeviceTrack, ProcessTrack, Recording, SpanKind, NOT_A_SLOWDOWN};
 use super::summary::{duration, Summary};
 use crate::diagnosis::findings::human_bytes;
 
@@ -345,35 +345,47 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
         });
     }
     // The command's processes take the palette in the order they appeared (its root first) and
-    // are drawn after the others, the root last: on top where lines meet.
+    // are drawn after the others, the root last: on top where lines meet. Other processes are
+    // one summed line, and so are the command's beyond the palette: a node with 64 processes
+    // per GPU must not make 64 lines per chart (nor a report over 2 MB).
     let on_device = || {
         recording
             .processes
             .iter()
             .filter(move |p| p.device_index == device.index)
     };
-    let others = on_device()
-        .filter(|p| !p.in_command)
-        .map(|p| (p, colours::OTHER_PROCESSES));
-    let mine: Vec<_> = on_device()
-        .filter(|p| p.in_command)
-        .zip(colours::PROCESSES.iter().copied().cycle())
-        .collect();
-    for (p, colour) in others.chain(mine.into_iter().rev()) {
-        let series = charts::downsample(&p.series.points(), MAX_CHART_POINTS);
+    let others: Vec<&ProcessTrack> = on_device().filter(|p| !p.in_command).collect();
+    let mine: Vec<&ProcessTrack> = on_device().filter(|p| p.in_command).collect();
+    let shown = mine.len().min(colours::PROCESSES.len());
+    if !others.is_empty() {
+        memory.push(Line {
+            label: format!("other processes ({}), summed", others.len()),
+            colour: colours::OTHER_PROCESSES,
+            points: summed_memory(&others, duration_s),
+            dashed: true,
+        });
+    }
+    if mine.len() > shown {
         memory.push(Line {
             label: format!(
-                "{} {} ({})",
-                if p.in_command { "pid" } else { "other pid" },
-                p.pid,
-                p.name.as_deref().unwrap_or("?")
+                "{} more of the command's processes, summed",
+                mine.len() - shown
             ),
+            colour: colours::OTHER_PROCESSES,
+            points: summed_memory(&mine[shown..], duration_s),
+            dashed: false,
+        });
+    }
+    for (p, colour) in mine[..shown].iter().zip(colours::PROCESSES).rev() {
+        let series = charts::downsample(&p.series.points(), MAX_CHART_POINTS);
+        memory.push(Line {
+            label: format!("pid {} ({})", p.pid, p.name.as_deref().unwrap_or("?")),
             colour,
             points: series
                 .iter()
                 .map(|m| (m.t, m.bytes.map(|b| b / GIB)))
                 .collect(),
-            dashed: !p.in_command,
+            dashed: false,
         });
     }
     let memory: Vec<Line> = memory
@@ -461,6 +473,31 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
     page.push_str("</div>\n");
 }
 
+/// The memory of several processes added up, in GiB, over [`MAX_CHART_POINTS`] time buckets
+/// (each process counted by its largest value in a bucket); `None` where none was listed.
+fn summed_memory(tracks: &[&ProcessTrack], duration: f64) -> Vec<(f64, Option<f64>)> {
+    let buckets = MAX_CHART_POINTS;
+    let width = duration.max(f64::MIN_POSITIVE) / buckets as f64;
+    let mut sums: Vec<Option<f64>> = vec![None; buckets];
+    for track in tracks {
+        let mut peaks: Vec<Option<f64>> = vec![None; buckets];
+        for point in track.series.points() {
+            let Some(bytes) = point.bytes else { continue };
+            let i = ((point.t / width) as usize).min(buckets - 1);
+            peaks[i] = Some(peaks[i].map_or(bytes, |p: f64| p.max(bytes)));
+        }
+        for (sum, peak) in sums.iter_mut().zip(peaks) {
+            if let Some(peak) = peak {
+                *sum = Some(sum.unwrap_or(0.0) + peak);
+            }
+        }
+    }
+    sums.into_iter()
+        .enumerate()
+        .map(|(i, sum)| (i as f64 * width, sum.map(|b| b / GIB)))
+        .collect()
+}
+
 fn section(page: &mut String, title: &str, lines: &[Line], missing: &str) {
     let _ = writeln!(page, "<h3>{title}</h3>");
     if lines.is_empty() {
@@ -531,7 +568,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     /// A synthetic one-hour run at 100 ms on 8 GPUs, each with two processes of the command and
-    /// one other, noisy signals, throttling bursts, 7 200 steps with data waits and findings.
+    /// 16 others, noisy signals, throttling bursts, 7 200 steps with data waits and findings.
     fn long_recording() -> Recording {
         let mut rng = fastrand::Rng::with_seed(25);
         let mut recording = Recording::empty(
@@ -569,11 +606,10 @@ mod tests {
                 });
             }
             recording.devices.push(track);
-            for (pid, in_command) in [
-                (1000 + index, true),
-                (2000 + index, true),
-                (3000 + index, false),
-            ] {
+            let processes = [(1000 + index, true), (2000 + index, true)]
+                .into_iter()
+                .chain((0..16).map(|i| (3000 + 100 * index + i, false)));
+            for (pid, in_command) in processes {
                 let mut p = ProcessTrack {
                     pid,
                     device_index: index,
