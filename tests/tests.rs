@@ -20,4 +20,5 @@ mod reliability;
 mod run;
 mod sampling;
 mod shared;
+mod snapshot_window;
 mod top;

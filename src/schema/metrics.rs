@@ -375,7 +375,7 @@ metric_table! {
         "CPU time of the process and its descendants over the window, ratio of one core.",
         attributes "",
         source "`/proc/<pid>/stat` of the process and its descendants",
-        notes "";
+        notes "as `process.cpu.utilization`, including DataLoader workers and other children";
     ProcessMemoryUsage: semconv::PROCESS_MEMORY_USAGE, UpDownCounter, "By", Process,
         "Resident set size of the process.",
         attributes "",

@@ -9,12 +9,13 @@
 //! Sampling reads what the tables list, the window aggregates by each row's [`WindowKind`],
 //! the metrics builder and the Prometheus families name by the typed ids, and the generated
 //! parts of docs/metrics.md, docs/prometheus.md and `schema.json` (which the benchmark floor
-//! and the device check read) come from `schema::docs`. A new NVML field is one row here plus its read
+//! and the device check read) come from [`docs`]. A new NVML field is one row here plus its read
 //! in `sampling::device`; CONTRIBUTING.md walks through it.
 //!
 //! Pure data: depends on nothing else in gpulse.
 
 pub mod device;
+pub mod docs;
 pub mod gpm;
 pub mod metrics;
 pub mod throttle;
