@@ -39,7 +39,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Snapshot(args) => {
             let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
-            let window = commands::snapshot_window::window(args)?;
+            let window = commands::snapshot::window(args)?;
             init_logging(&quiet_by_default(&config.log));
             print!("{}", commands::snapshot::snapshot(&config, window)?);
             Ok(ExitCode::SUCCESS)

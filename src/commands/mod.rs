@@ -8,5 +8,4 @@ pub mod check;
 pub mod record;
 pub mod run;
 pub mod snapshot;
-pub mod snapshot_window;
 pub mod top;

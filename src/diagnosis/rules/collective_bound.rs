@@ -9,62 +9,14 @@
 //! ranks' GPUs this window, so the reader sees whether the links are busy (bandwidth-bound) or
 //! quiet (latency-bound, or the wait is on another node's ranks).
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
 use crate::diagnosis::findings::{
     human_bytes, pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::history::InterconnectTraffic;
-use crate::diagnosis::thresholds::{duration_serde, ThresholdsError};
+use crate::diagnosis::thresholds::{CollectiveBound, RankStraggler};
 
-use super::rank_straggler::{jobs, median, straggler, RankStraggler};
+use super::rank_straggler::{jobs, median, straggler};
 use super::{process_device_ref, Inputs};
-
-/// `[diagnosis.collective_bound]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CollectiveBound {
-    pub enabled: bool,
-    /// Every rank spends at least this share of its steps with a collective in flight.
-    /// Default 0.3.
-    pub wait_ratio_at_least: f64,
-    /// Step spans each rank must have sent in the lookback. Default 10.
-    pub min_steps: usize,
-    /// Every rank has sent steps for at least this long. Default 1 min.
-    #[serde(with = "duration_serde")]
-    pub min_duration: Duration,
-}
-
-impl Default for CollectiveBound {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            wait_ratio_at_least: 0.3,
-            min_steps: 10,
-            min_duration: Duration::from_secs(60),
-        }
-    }
-}
-
-impl CollectiveBound {
-    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
-        if !(0.0..=1.0).contains(&self.wait_ratio_at_least) {
-            return Err(ThresholdsError::NotARatio {
-                key: "collective_bound.wait_ratio_at_least",
-                value: self.wait_ratio_at_least,
-            });
-        }
-        if self.min_steps == 0 {
-            return Err(ThresholdsError::NotPositive {
-                key: "collective_bound.min_steps",
-                value: "0".into(),
-            });
-        }
-        Ok(())
-    }
-}
 
 const ADVICE: &str = "Every rank spends much of each step in collectives and none holds the \
 others back: communication sets the pace. Overlap it with compute (DDP bucket_cap_mb, \
@@ -73,7 +25,7 @@ under no_sync()), send less (bf16 gradients: DDP's bf16_compress_hook; a larger 
 each byte carries more compute). If the NVLink/PCIe traffic below is near what the links carry, \
 check the placement (`nvidia-smi topo -m`, NCCL_DEBUG=INFO for the transport NCCL chose); if it \
 is low, the wait is latency or other nodes' ranks: look at the job's ranks on the other nodes \
-(the gpulse_training_* series per rank).";
+(their step spans in your tracing backend).";
 
 /// One finding per job whose ranks all wait in collectives without a straggler.
 pub fn evaluate(

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use super::rules::collective_bound::CollectiveBound;
-pub use super::rules::rank_straggler::RankStraggler;
+mod distributed;
+
+pub use distributed::{CollectiveBound, RankStraggler};
 
 /// Thresholds of every rule, the history bounds and the tracker's hysteresis.
 ///

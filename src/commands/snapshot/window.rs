@@ -12,6 +12,8 @@ use crate::pipeline::{Analyzer, SnapshotReport};
 use crate::sampling::{Sampler, SessionError, WindowAggregator};
 use crate::values;
 
+use super::render::{render_json, render_table};
+
 /// Samples taken over a window, at most: enough for means and throttle shares, few enough
 /// that a long window does not sample faster than `run` would.
 const SAMPLES_PER_WINDOW: u32 = 20;
@@ -60,11 +62,14 @@ pub fn sample_interval(span: Duration) -> Duration {
 }
 
 /// Samples for `span`, analyses the samples as one window and renders the result in the
-/// configured format.
+/// configured format; `None` when the samples made no window (the caller prints one sample).
 ///
 /// # Errors
 /// NVML could not be opened or stopped answering; the message says what to do.
-pub fn windowed_snapshot(config: &InspectConfig, span: Duration) -> Result<String, SessionError> {
+pub fn windowed_snapshot(
+    config: &InspectConfig,
+    span: Duration,
+) -> Result<Option<String>, SessionError> {
     let mut sampler = Sampler::open(&config.nvml_lib)?;
     // The attributor fetches pod names from the kubelet socket on a task of this runtime, while
     // the window is sampled; without a runtime only the names are missing.
@@ -106,15 +111,14 @@ pub fn windowed_snapshot(config: &InspectConfig, span: Duration) -> Result<Strin
     }
     let view = views.borrow().clone();
     let Some(view) = view else {
-        // Unreachable with MIN_WINDOW ≥ 2 sample intervals; one sample is still an answer.
-        return super::snapshot::snapshot(config, None);
+        return Ok(None);
     };
     let mut report = SnapshotReport::of_view(&view);
     report.nvml_version = last.nvml_version.as_deref();
-    Ok(match config.format {
-        crate::cli::OutputFormat::Json => super::snapshot::render_json(&report) + "\n",
-        crate::cli::OutputFormat::Table => super::snapshot::render_table(&report),
-    })
+    Ok(Some(match config.format {
+        crate::cli::OutputFormat::Json => render_json(&report) + "\n",
+        crate::cli::OutputFormat::Table => render_table(&report),
+    }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! The thresholds of the rules that compare the ranks of one distributed job:
+//! `[diagnosis.rank_straggler]` and `[diagnosis.collective_bound]` (the rules themselves are
+//! `rules::rank_straggler` and `rules::collective_bound`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{duration_serde, ThresholdsError};
+
+/// `[diagnosis.rank_straggler]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RankStraggler {
+    pub enabled: bool,
+    /// The straggler's mean step time outside collectives exceeds the median of the others' by
+    /// at least this share of it. Default 0.2.
+    pub excess_ratio_at_least: f64,
+    /// ... and by at least this many seconds (so microsecond steps do not count). Default 0.01.
+    pub excess_seconds_at_least: f64,
+    /// The other ranks spend at least this share of their steps in collectives (they wait for
+    /// it). Default 0.1.
+    pub others_wait_ratio_at_least: f64,
+    /// `data_wait` when the straggler's extra data wait is at least this share of its excess.
+    /// Default 0.5.
+    pub data_wait_share_of_excess: f64,
+    /// `gpu_clocks` when its GPU's mean SM clock is below this share of the others' median.
+    /// Default 0.9.
+    pub sm_clock_ratio_below: f64,
+    /// `host_cpu` when its process tree uses at least this share of its cgroup's CPU quota.
+    /// Default 0.9.
+    pub cpu_quota_used_at_least: f64,
+    /// Step spans each compared rank must have sent in the lookback. Default 10.
+    pub min_steps: usize,
+    /// Every compared rank has sent steps for at least this long. Default 1 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for RankStraggler {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            excess_ratio_at_least: 0.2,
+            excess_seconds_at_least: 0.01,
+            others_wait_ratio_at_least: 0.1,
+            data_wait_share_of_excess: 0.5,
+            sm_clock_ratio_below: 0.9,
+            cpu_quota_used_at_least: 0.9,
+            min_steps: 10,
+            min_duration: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RankStraggler {
+    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
+        for (key, value) in [
+            (
+                "rank_straggler.others_wait_ratio_at_least",
+                self.others_wait_ratio_at_least,
+            ),
+            (
+                "rank_straggler.data_wait_share_of_excess",
+                self.data_wait_share_of_excess,
+            ),
+            (
+                "rank_straggler.sm_clock_ratio_below",
+                self.sm_clock_ratio_below,
+            ),
+            (
+                "rank_straggler.cpu_quota_used_at_least",
+                self.cpu_quota_used_at_least,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(ThresholdsError::NotARatio { key, value });
+            }
+        }
+        for (key, ok, value) in [
+            (
+                "rank_straggler.excess_ratio_at_least",
+                self.excess_ratio_at_least > 0.0,
+                self.excess_ratio_at_least.to_string(),
+            ),
+            (
+                "rank_straggler.min_steps",
+                self.min_steps > 0,
+                self.min_steps.to_string(),
+            ),
+        ] {
+            if !ok {
+                return Err(ThresholdsError::NotPositive { key, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[diagnosis.collective_bound]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectiveBound {
+    pub enabled: bool,
+    /// Every rank spends at least this share of its steps with a collective in flight.
+    /// Default 0.3.
+    pub wait_ratio_at_least: f64,
+    /// Step spans each rank must have sent in the lookback. Default 10.
+    pub min_steps: usize,
+    /// Every rank has sent steps for at least this long. Default 1 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+}
+
+impl Default for CollectiveBound {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            wait_ratio_at_least: 0.3,
+            min_steps: 10,
+            min_duration: Duration::from_secs(60),
+        }
+    }
+}
+
+impl CollectiveBound {
+    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
+        if !(0.0..=1.0).contains(&self.wait_ratio_at_least) {
+            return Err(ThresholdsError::NotARatio {
+                key: "collective_bound.wait_ratio_at_least",
+                value: self.wait_ratio_at_least,
+            });
+        }
+        if self.min_steps == 0 {
+            return Err(ThresholdsError::NotPositive {
+                key: "collective_bound.min_steps",
+                value: "0".into(),
+            });
+        }
+        Ok(())
+    }
+}
