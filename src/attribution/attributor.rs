@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cgroup::{parse_cgroup, CgroupIdentity};
-use super::devicefile::{match_one_to_one, scan_device_holders};
+use super::devicefile::{match_one_to_one, scan_device_holders, DeviceHolders};
 use super::environ::{resolve_identity, scan_environ, OtelIdentity};
 use super::podresources::{
     spawn_refresher, DeviceMatch, PodContainer, PodDirectory, RefreshHandle, DEFAULT_KUBELET_SOCKET,
@@ -135,13 +135,16 @@ pub struct Attributor {
     /// NVML PIDs stays the same: the scan reads every fd of every process, the costliest thing
     /// attribution does, and a profile showed it dominating when host PIDs are not visible.
     holders_scan: Option<HolderScan>,
+    /// Whether the "cannot read other processes' fd" warning was given (once per run: the
+    /// condition is a deployment setting, not something that comes and goes).
+    warned_fd_denied: bool,
 }
 
 /// Device-file holders found for one set of invisible NVML PIDs.
 #[derive(Debug)]
 struct HolderScan {
     invisible: BTreeSet<u32>,
-    holders: std::collections::BTreeMap<u32, BTreeSet<u32>>,
+    holders: DeviceHolders,
     at: Instant,
 }
 
@@ -176,6 +179,7 @@ impl Attributor {
             usage: UsageTracker::new(&settings.proc_root),
             files: ProcFiles::for_root(&settings.proc_root),
             holders_scan: None,
+            warned_fd_denied: false,
             settings,
             cache: HashMap::new(),
             local_cache: HashMap::new(),
@@ -412,17 +416,28 @@ impl Attributor {
                 at: Instant::now(),
             });
         }
-        let holders = match &self.holders_scan {
-            Some(scan) => scan.holders.clone(),
-            None => return false,
+        let Some(scan) = &self.holders_scan else {
+            return false;
         };
-        let visible: HashSet<u32> = workloads
-            .iter()
-            .filter(|(_, w)| w.attributed_by == AttributionMethod::HostPid)
-            .map(|(pid, _)| *pid)
-            .collect();
+        let pairs = match_one_to_one(&by_minor, &scan.holders.by_minor, &visible_of(workloads));
+        let denied = scan.holders.denied.len();
+        let unmatched = invisible.len().saturating_sub(pairs.len());
+        if unmatched > 0 && denied > 0 && !self.warned_fd_denied {
+            self.warned_fd_denied = true;
+            tracing::warn!(
+                proc_root = %self.settings.proc_root.display(),
+                unmatched_gpu_processes = unmatched,
+                unreadable = denied,
+                "cannot read /proc/<pid>/fd of {} local processes (permission denied): GPU \
+                 processes whose host PID is not visible cannot be matched by the /dev/nvidia* \
+                 file they hold open, so they are exported with process.pid only (no container, \
+                 service.name or process.vpid). Run gpulse as the workload's uid (runAsUser) or \
+                 with CAP_SYS_PTRACE, or mount the host's /proc (HOST_PROC)",
+                denied
+            );
+        }
         let mut read_new = false;
-        for (nvml_pid, local_pid) in match_one_to_one(&by_minor, &holders, &visible) {
+        for (nvml_pid, local_pid) in pairs {
             let generation = self.generation;
             let (lookup, read_in_full) = lookup(
                 &mut self.local_cache,
@@ -511,6 +526,15 @@ impl Attributor {
             }
         }
     }
+}
+
+/// NVML PIDs resolved directly, which cannot be someone else's device-file holder.
+fn visible_of(workloads: &HashMap<u32, Workload>) -> HashSet<u32> {
+    workloads
+        .iter()
+        .filter(|(_, w)| w.attributed_by == AttributionMethod::HostPid)
+        .map(|(pid, _)| *pid)
+        .collect()
 }
 
 fn workload_of(pid: u32, identity: &ProcessIdentity, method: AttributionMethod) -> Workload {

@@ -22,27 +22,43 @@ pub fn nvidia_minor_of_link(target: &Path) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Minor number → local PIDs holding `/dev/nvidia<minor>` open, from `<root>/*/fd/*`.
-/// Processes whose `fd` directory cannot be read (not ours, gone) are skipped.
-pub fn scan_device_holders(proc_root: &Path) -> BTreeMap<u32, BTreeSet<u32>> {
-    let mut holders: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+/// What one scan of `<root>/*/fd/*` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceHolders {
+    /// Minor number → local PIDs holding `/dev/nvidia<minor>` open.
+    pub by_minor: BTreeMap<u32, BTreeSet<u32>>,
+    /// Local processes whose `fd` directory exists but cannot be read (another uid, and no
+    /// `CAP_SYS_PTRACE`): their device files are unknown, so they can never be matched.
+    pub denied: BTreeSet<u32>,
+}
+
+/// Scans `<root>/*/fd/*` for device-file holders. Processes that are gone, or have no `fd`
+/// directory, are skipped; those whose `fd` is not ours to read are counted in `denied`.
+pub fn scan_device_holders(proc_root: &Path) -> DeviceHolders {
+    let mut found = DeviceHolders::default();
     let Ok(pids) = list_pids(proc_root) else {
-        return holders;
+        return found;
     };
     for pid in pids {
-        let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
-            continue;
+        let fds = match std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) {
+            Ok(fds) => fds,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    found.denied.insert(pid);
+                }
+                continue;
+            }
         };
         for fd in fds.flatten() {
             if let Some(minor) = std::fs::read_link(fd.path())
                 .ok()
                 .and_then(|target| nvidia_minor_of_link(&target))
             {
-                holders.entry(minor).or_default().insert(pid);
+                found.by_minor.entry(minor).or_default().insert(pid);
             }
         }
     }
-    holders
+    found
 }
 
 /// Pairs NVML PIDs that are not visible with local holders, one-to-one per device.
@@ -147,9 +163,30 @@ mod tests {
         std::os::unix::fs::symlink("/dev/nvidia2", fd.join("5")).expect("symlink");
         std::os::unix::fs::symlink("/dev/nvidiactl", fd.join("6")).expect("symlink");
         std::fs::create_dir_all(root.path().join("32")).expect("mkdir without fd dir");
-        assert_eq!(
-            scan_device_holders(root.path()),
-            BTreeMap::from([(2, set(&[31]))])
-        );
+        let found = scan_device_holders(root.path());
+        assert_eq!(found.by_minor, BTreeMap::from([(2, set(&[31]))]));
+        assert!(found.denied.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn scan_counts_fd_directories_it_may_not_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().expect("temp dir");
+        let fd = root.path().join("40/fd");
+        std::fs::create_dir_all(&fd).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/nvidia0", fd.join("3")).expect("symlink");
+        std::fs::set_permissions(&fd, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+        // Root reads a mode-000 directory anyway (CAP_DAC_OVERRIDE): then the fd is found,
+        // which is the "with the privilege" side of the same test.
+        let readable = std::fs::read_dir(&fd).is_ok();
+        let found = scan_device_holders(root.path());
+        std::fs::set_permissions(&fd, std::fs::Permissions::from_mode(0o755)).expect("chmod back");
+        if readable {
+            assert_eq!(found.by_minor, BTreeMap::from([(0, set(&[40]))]));
+            assert!(found.denied.is_empty());
+        } else {
+            assert!(found.by_minor.is_empty(), "{found:?}");
+            assert_eq!(found.denied, set(&[40]));
+        }
     }
 }

@@ -4,7 +4,7 @@ non-root USER, exec-form ENTRYPOINT, NVIDIA utility capability only, OCI labels,
 its cargo command is the one CI runs, that .dockerignore keeps every path the build reads, and,
 when a release binary is there, that it links only what the distroless cc image has.
 
-No Docker engine runs here, so the image itself is not built by these tests."""
+The image itself is built and run in a real engine by tests/container."""
 
 import fnmatch
 import re
@@ -158,8 +158,9 @@ def release_builds(script: str) -> set[str]:
                 words = shlex.split(part, posix=True) if part.strip() else []
             except ValueError:
                 continue
-            while words and ("=" in words[0] or words[0] in ("time", "run", "exec")):
-                words = words[1:]  # VAR=x prefixes, wrappers
+            while words and ("=" in words[0] or words[0] in ("time", "run", "exec", "stage")):
+                # VAR=x prefixes, wrappers; .ci/run's `stage NAME COMMAND...` also drops NAME.
+                words = words[2:] if words[0] == "stage" else words[1:]
             if words[:2] == ["cargo", "build"] and "--release" in words:
                 out.add(" ".join(words))
     return out
@@ -168,6 +169,8 @@ def release_builds(script: str) -> set[str]:
 def test_release_builds_parser():
     script = "set -e\n# cargo build --release (a comment)\nCARGO_TERM_COLOR=never cargo build --release --locked -p gpulse && cargo test\ncargo build --workspace\n"
     assert release_builds(script) == {"cargo build --release --locked -p gpulse"}
+    staged = "stage release-build cargo build --release --locked -p gpulse\nstage lint cargo build --release -p x\n"
+    assert release_builds(staged) == {"cargo build --release --locked -p gpulse", "cargo build --release -p x"}
 
 
 def test_dockerfile_builds_what_ci_builds(dockerfile, repo):
