@@ -23,8 +23,9 @@ use gpulse::enrich::{History, HistoryHandle, Intake, IntakeSettings};
 use gpulse::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
 use gpulse::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 use gpulse::sampling::{
-    DeviceField, DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot,
+    DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample, Snapshot,
 };
+use gpulse::schema::DeviceField;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;

@@ -18,9 +18,8 @@ use gpulse::config::{PrometheusNames, PrometheusSettings};
 use gpulse::export::prometheus::encode::{encode, Format};
 use gpulse::export::prometheus::Published;
 use gpulse::export::resource::NodeIdentity;
-use gpulse::sampling::{
-    DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
-};
+use gpulse::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+use gpulse::schema::DeviceField;
 
 const T0: u64 = 1_700_000_000;
 

@@ -18,6 +18,7 @@ pub mod otel;
 pub mod pipeline;
 pub mod record;
 pub mod sampling;
+pub mod schema;
 pub mod telemetry;
 pub mod top;
 pub mod values;

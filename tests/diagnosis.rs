@@ -17,9 +17,9 @@ use gpulse::diagnosis::{
     Diagnoser, FindingEvent, FindingState, History, RuleId, Severity, Thresholds,
 };
 use gpulse::sampling::{
-    DeviceField, DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
-    XidEvent,
+    DeviceInfo, DeviceStatus, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window, XidEvent,
 };
+use gpulse::schema::DeviceField;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 

@@ -3,21 +3,19 @@
 /// The request builders (`gpulse::export::{metrics, resource, logs}`) against the reference in
 /// docs/metrics.md.
 mod request {
-    use gpulse::sampling::DeviceField;
     use std::collections::{BTreeMap, BTreeSet, HashMap};
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
     use gpulse::export::json::to_otlp_json_line;
-    use gpulse::export::metrics::{
-        metrics_batch, metrics_request, Instrument, MetricsBatch, METRICS,
-    };
+    use gpulse::export::metrics::{metrics_batch, metrics_request, MetricsBatch};
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
-        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmField, GpmWindow, ProcessKind,
-        ProcessWindow, RemappedRows, ViolationTimes, Window,
+        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessKind, ProcessWindow,
+        RemappedRows, ViolationTimes, Window,
     };
+    use gpulse::schema::{DeviceField, GpmField, Instrument, METRICS};
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, Metric};
 

@@ -11,9 +11,9 @@ use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::pipeline::SnapshotReport;
 use crate::sampling::{
-    DeviceField as F, DeviceStatus, GpmField, ProcessKind, Sampler, SessionError, Snapshot,
-    WindowAggregator,
+    DeviceStatus, ProcessKind, Sampler, SessionError, Snapshot, WindowAggregator,
 };
+use crate::schema::{DeviceField as F, GpmField};
 
 /// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
 /// configured format.

@@ -58,6 +58,7 @@ pub mod file;
 mod layers;
 pub mod otlp;
 pub mod prometheus;
+mod receiver;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -67,6 +68,8 @@ pub use env::{process_env, EnvLookup};
 pub use error::{ConfigError, Origin, Raw};
 pub use file::{FileConfig, LoadedFile};
 pub use prometheus::{PrometheusNames, PrometheusSettings};
+use receiver::receiver_settings;
+pub use receiver::ReceiverSettings;
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
@@ -132,24 +135,6 @@ pub struct Config {
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
     pub warnings: Vec<String>,
-}
-
-/// The local OTLP receiver (`--otlp-receiver-grpc`, `--otlp-receiver-http`): off when both
-/// addresses are `None`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReceiverSettings {
-    pub grpc: Option<SocketAddr>,
-    pub http: Option<SocketAddr>,
-    /// How far back per-process GPU samples are kept. Greater than zero, at most
-    /// [`MAX_ENRICH_HISTORY`].
-    pub history: Duration,
-}
-
-impl ReceiverSettings {
-    /// Whether any receiver is to be started.
-    pub fn enabled(&self) -> bool {
-        self.grpc.is_some() || self.http.is_some()
-    }
 }
 
 /// Bounds of the retry queue of unsent requests.
@@ -620,118 +605,6 @@ fn resource(
         None => DEFAULT_SERVICE_NAME.to_string(),
     };
     Ok((service_name, attributes.into_iter().collect()))
-}
-
-/// The local OTLP receiver's addresses and history. Refuses a receiver on the very port the
-/// exporter sends to on this host, which would forward everything to itself forever.
-fn receiver_settings(
-    run: &RunArgs,
-    layers: &Layers<'_>,
-    exporter: &ExporterKind,
-) -> Result<ReceiverSettings, ConfigError> {
-    let mut addrs = [None, None];
-    for (slot, flag, value, var, key, field) in [
-        (
-            0,
-            "--otlp-receiver-grpc",
-            run.otlp_receiver_grpc.as_deref(),
-            env::OTLP_RECEIVER_GRPC,
-            "otlp_receiver.grpc",
-            (|f| &f.otlp_receiver.grpc) as fn(&FileConfig) -> &file::Value,
-        ),
-        (
-            1,
-            "--otlp-receiver-http",
-            run.otlp_receiver_http.as_deref(),
-            env::OTLP_RECEIVER_HTTP,
-            "otlp_receiver.http",
-            |f| &f.otlp_receiver.http,
-        ),
-    ] {
-        let Some(raw) = first([
-            Layers::flag(flag, value),
-            layers.env(var),
-            layers.file(key, field),
-        ]) else {
-            continue;
-        };
-        let addr = raw.parse(parse_health_addr)?;
-        if let ExporterKind::Otlp {
-            metrics,
-            logs,
-            traces,
-        } = exporter
-        {
-            for endpoint in [metrics, logs, traces] {
-                if points_at(&endpoint.url, addr) {
-                    return Err(raw.invalid(format!(
-                        "the exporter sends to {} on this same address, so received data would \
-                         be forwarded to gpulse itself; point OTEL_EXPORTER_OTLP_ENDPOINT at \
-                         the collector, or listen on another port",
-                        endpoint.url
-                    )));
-                }
-            }
-        }
-        addrs[slot] = Some(addr);
-    }
-    let history = match first([
-        Layers::flag("--enrich-history", run.enrich_history.as_deref()),
-        layers.env(env::ENRICH_HISTORY),
-        layers.file("otlp_receiver.enrich_history", |f| {
-            &f.otlp_receiver.enrich_history
-        }),
-    ]) {
-        Some(raw) => {
-            let d = raw.parse(values::parse_duration)?;
-            if d.is_zero() || d > MAX_ENRICH_HISTORY {
-                return Err(raw.invalid(format!(
-                    "expected a duration above 0 and at most {}, e.g. 10m",
-                    values::format_duration(MAX_ENRICH_HISTORY)
-                )));
-            }
-            d
-        }
-        None => DEFAULT_ENRICH_HISTORY,
-    };
-    if addrs[0].is_some() && addrs[0] == addrs[1] {
-        return Err(ConfigError::Invalid {
-            setting: "--otlp-receiver-grpc and --otlp-receiver-http".into(),
-            reason: "both name the same address; gRPC and HTTP need a port each, e.g. 4317 and \
-                     4318"
-                .into(),
-        });
-    }
-    Ok(ReceiverSettings {
-        grpc: addrs[0],
-        http: addrs[1],
-        history,
-    })
-}
-
-/// Whether an exporter URL names `addr` on this host (a loopback or unspecified listener).
-fn points_at(url: &str, addr: SocketAddr) -> bool {
-    let Ok(uri) = url.trim().parse::<http::Uri>() else {
-        return false;
-    };
-    let default_port = if uri.scheme_str() == Some("https") {
-        443
-    } else {
-        80
-    };
-    if uri.port_u16().unwrap_or(default_port) != addr.port() {
-        return false;
-    }
-    let host = uri
-        .host()
-        .unwrap_or("")
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let local_host = host == "localhost"
-        || host
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip == addr.ip());
-    local_host && (addr.ip().is_loopback() || addr.ip().is_unspecified())
 }
 
 /// `PORT`, `:PORT` (both 127.0.0.1: a health endpoint is for the local kubelet or a sidecar, not

@@ -11,7 +11,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::SystemTime;
 
-use crate::sampling::{DeviceField, GpmField, Window};
+use crate::sampling::Window;
+use crate::schema::{DeviceField, GpmField};
 
 use super::thresholds::HistoryLimits;
 

@@ -33,7 +33,8 @@ use tokio::sync::watch;
 
 use crate::attribution::{AttributedWindow, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceField, DeviceStatus, Snapshot};
+use crate::sampling::{DeviceStatus, Snapshot};
+use crate::schema::DeviceField;
 
 /// One device in one frame.
 #[derive(Debug, Clone)]

@@ -25,10 +25,9 @@ use std::time::{Duration, Instant};
 use opentelemetry::metrics::{AsyncInstrument, Meter, ObservableGauge, ObservableUpDownCounter};
 use opentelemetry::KeyValue;
 
-use crate::export::metrics::catalogue::MetricId;
-use crate::sampling::{
-    DeviceField, DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot,
-};
+use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot};
+use crate::schema::DeviceField;
+use crate::schema::MetricId;
 
 /// An open NVML session, ready to register instruments on a `Meter`.
 #[derive(Debug)]

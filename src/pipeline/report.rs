@@ -1,6 +1,6 @@
 //! The JSON contract of `gpulse snapshot --format json` and `/status`: one document shape,
 //! built from one sample (`snapshot`) or from a running pipeline's latest window (`/status`).
-//! Device fields come from the device field catalogue (`sampling::fields`), so a new NVML field
+//! Device fields come from the schema's device field table (`schema::DEVICE_FIELDS`), so a new NVML field
 //! reaches both without touching this module. Field names are a stable contract other tools
 //! read; `null` where NVML gave nothing.
 
@@ -11,13 +11,12 @@ use serde::Serialize;
 
 use crate::attribution::Workload;
 use crate::diagnosis::Finding;
-use crate::export::metrics::throttle_reason_names;
 use crate::pipeline::View;
-use crate::sampling::fields::{FieldReport, ReportValue, FIELD_COUNT};
 use crate::sampling::{
     DeviceInfo, DeviceSample, DeviceStatus, DeviceWindow, GpmActivity, MigInstanceSample,
     MigInstanceWindow, ProcessKind, ProcessMig, ProcessSample, ProcessWindow, Snapshot,
 };
+use crate::schema::{throttle_reason_names, FieldReport, ReportValue, FIELD_COUNT};
 
 fn seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
@@ -310,7 +309,8 @@ impl<'a> ProcessReport<'a> {
 mod tests {
     use super::*;
     use crate::diagnosis::rules::testkit::{device, gauge, GIB};
-    use crate::sampling::{DeviceField, Gauge};
+    use crate::sampling::Gauge;
+    use crate::schema::DeviceField;
     use std::sync::Arc;
 
     /// Each field is reported as its window kind says: a gauge's mean, a level's last value, a

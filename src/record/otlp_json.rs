@@ -23,7 +23,7 @@ use super::model::{
     DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, SpanKind,
     SpanMark, IDLE_BELOW,
 };
-use crate::export::metrics::throttle_reasons;
+use crate::schema::throttle_reasons;
 
 /// Why a recording could not be read.
 #[derive(Debug, thiserror::Error)]

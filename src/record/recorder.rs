@@ -14,8 +14,8 @@ use super::tree::CommandTree;
 use crate::attribution::procfs::ProcDir;
 use crate::diagnosis::tracker::FindingState;
 use crate::diagnosis::{Finding, FindingEvent};
-use crate::sampling::fields::{DeviceField, GpmField};
 use crate::sampling::Snapshot;
+use crate::schema::{DeviceField, GpmField};
 
 /// Gaps longer than this many sample intervals are not counted as held or integrated (a
 /// stalled sampler must not make a GPU look busy or idle for the whole gap).

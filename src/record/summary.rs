@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::model::{FindingMark, Recording};
 use crate::diagnosis::findings::human_bytes;
-use crate::export::metrics::throttle_reason_names;
+use crate::schema::throttle_reason_names;
 
 /// The machine-readable summary (`--json`). Field names are a stable contract.
 #[derive(Debug, Serialize)]

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::fields::{WindowKind, DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT};
 use super::model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, RemappedRows, Snapshot, ViolationTimes, XidEvent,
@@ -17,6 +16,7 @@ use super::window::{
     DeviceWindow, FieldWindows, Gauge, GpmWindow, MigInstanceWindow, NvLinkWindow, ProcessWindow,
     Window,
 };
+use crate::schema::{WindowKind, DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT};
 
 /// Integrating PCIe throughput over a longer gap (a stalled or lost device) would invent traffic:
 /// such gaps count for at most this long.
@@ -527,7 +527,7 @@ impl WindowAggregator {
 mod tests {
     use super::*;
     use crate::sampling::model::ProcessSample;
-    use crate::sampling::DeviceField;
+    use crate::schema::DeviceField;
 
     fn info(uuid: &str) -> Arc<DeviceInfo> {
         Arc::new(DeviceInfo {

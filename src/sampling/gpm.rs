@@ -22,8 +22,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::fields::{GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
 use super::model::GpmActivity;
+use crate::schema::{GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
 
 /// Two GPM samples closer than this give no metrics: NVIDIA documents GPM rates over intervals
 /// of at least 100 ms.
@@ -290,7 +290,7 @@ impl GpmReader {
 
     fn fail(&mut self, source: Source, error: NvmlError, mut outcome: GpmOutcome) -> GpmOutcome {
         let index = source.gpu;
-        outcome.error = Some(super::nvml::error_kind(&error));
+        outcome.error = Some(super::calls::error_kind(&error));
         match error {
             NvmlError::NotSupported
             | NvmlError::FailedToLoadSymbol(_)

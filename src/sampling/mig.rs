@@ -150,7 +150,7 @@ impl MigReader {
                 memory_total_bytes: None,
                 gpm: Default::default(),
             };
-            match super::nvml::memory_info(nvml, &handle) {
+            match super::calls::memory_info(nvml, &handle) {
                 Ok(m) => {
                     sample.memory_used_bytes = Some(m.used);
                     sample.memory_free_bytes = Some(m.free);
@@ -323,7 +323,7 @@ impl MigReader {
         error: NvmlError,
         reading: &mut MigReading,
     ) -> bool {
-        reading.errors.push(super::nvml::error_kind(&error));
+        reading.errors.push(super::calls::error_kind(&error));
         if matches!(error, NvmlError::GpuLost) {
             reading.lost = true;
             return true;

@@ -2,8 +2,9 @@
 //! the `Window` that aggregates the snapshots of one export interval.
 
 pub mod aggregate;
+mod calls;
+mod device;
 pub mod events;
-pub mod fields;
 pub mod gpm;
 pub mod health;
 pub mod mig;
@@ -13,7 +14,6 @@ pub mod nvml;
 pub mod window;
 
 pub use aggregate::WindowAggregator;
-pub use fields::{DeviceField, FieldSpec, GpmField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 pub use model::{
     DeviceInfo, DeviceSample, DeviceStatus, GpmActivity, MigInstanceInfo, MigInstanceSample,
     NvLinkSample, ProcessKind, ProcessMig, ProcessSample, RemappedRows, Snapshot, ViolationTimes,

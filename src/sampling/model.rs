@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::fields::{
+use crate::schema::{
     serialize_keyed, DeviceField, FieldValues, GpmField, GPM_FIELDS, GPM_FIELD_COUNT,
 };
 

@@ -142,7 +142,7 @@ impl NvLinkReader {
     }
 
     fn fail(&mut self, index: u32, error: NvmlError, mut outcome: NvLinkOutcome) -> NvLinkOutcome {
-        outcome.error = Some(super::nvml::error_kind(&error));
+        outcome.error = Some(super::calls::error_kind(&error));
         match error {
             NvmlError::GpuLost => outcome.lost = true,
             e => {

@@ -10,13 +10,13 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::fields::{
-    serialize_keyed, DeviceField, FieldReport, FieldSpec, GpmField, ReportValue, WindowKind,
-    DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT,
-};
 use super::model::{
     DeviceInfo, DeviceStatus, GpmActivity, MigInstanceInfo, NvLinkSample, ProcessKind,
     RemappedRows, ViolationTimes, XidEvent,
+};
+use crate::schema::{
+    serialize_keyed, DeviceField, FieldReport, FieldSpec, GpmField, ReportValue, WindowKind,
+    DEVICE_FIELDS, FIELD_COUNT, GPM_FIELDS, GPM_FIELD_COUNT,
 };
 
 /// Summary of one gauge over the samples of a window in which it had a value.

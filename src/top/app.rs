@@ -11,7 +11,7 @@ use super::input::{Action, Mode, SortKey};
 use super::procinfo::Family;
 use crate::diagnosis::{Finding, Subject};
 use crate::pipeline::View;
-use crate::sampling::DeviceField;
+use crate::schema::DeviceField;
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.
 pub const HISTORY_LEN: usize = 300;

@@ -21,7 +21,8 @@ use crate::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Work
 use crate::diagnosis::{DeviceRef, Finding, RuleId, Severity, Subject};
 use crate::pipeline::View;
 use crate::sampling::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
-use crate::sampling::{DeviceField, Snapshot, WindowAggregator};
+use crate::sampling::{Snapshot, WindowAggregator};
+use crate::schema::DeviceField;
 
 const CONTAINER: &str = "4f3c2b1a0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
 const TRAINER: u32 = 4242;
@@ -378,7 +379,8 @@ fn before_the_first_window_it_says_it_is_waiting() {
 
 #[test]
 fn mig_devices_are_listed_under_their_gpu() {
-    use crate::sampling::{GpmActivity, GpmField, MigInstanceInfo, MigInstanceSample};
+    use crate::sampling::{GpmActivity, MigInstanceInfo, MigInstanceSample};
+    use crate::schema::GpmField;
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_400_000);
     let mut s = snapshot(at);
     let instance = |gi: u32, profile: &str, used: u64, sm: f64| MigInstanceSample {

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use crate::diagnosis::findings::{Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::HardwareErrors;
 use crate::diagnosis::xid;
-use crate::sampling::{DeviceField, DeviceStatus};
+use crate::sampling::DeviceStatus;
+use crate::schema::DeviceField;
 
 use super::{device_ref, Inputs};
 

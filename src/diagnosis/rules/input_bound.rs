@@ -11,7 +11,7 @@
 use crate::diagnosis::findings::{human_bytes, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{LoaderSettings, ProcessEvidence, StepEvidence};
 use crate::diagnosis::thresholds::InputBound;
-use crate::sampling::{DeviceField, GpmField};
+use crate::schema::{DeviceField, GpmField};
 
 use super::{process_device_ref, Inputs};
 

@@ -178,7 +178,8 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
 mod tests {
     use super::*;
     use crate::diagnosis::rules::testkit::*;
-    use crate::sampling::{DeviceField, GpmField, NvLinkSample, NvLinkWindow};
+    use crate::sampling::{NvLinkSample, NvLinkWindow};
+    use crate::schema::{DeviceField, GpmField};
 
     const GIB_S: f64 = GIB as f64;
 

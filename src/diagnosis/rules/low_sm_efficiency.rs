@@ -5,7 +5,7 @@
 
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::LowSmEfficiency;
-use crate::sampling::{DeviceField, GpmField};
+use crate::schema::{DeviceField, GpmField};
 
 use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
 

@@ -11,7 +11,7 @@ use crate::diagnosis::findings::{
 };
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::thresholds::MemoryFragmentation;
-use crate::sampling::DeviceField;
+use crate::schema::DeviceField;
 
 use super::{process_device_ref, Inputs};
 

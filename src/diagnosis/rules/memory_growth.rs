@@ -22,7 +22,8 @@ use crate::diagnosis::findings::{
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::Series;
 use crate::diagnosis::thresholds::MemoryGrowth;
-use crate::sampling::{DeviceField, ProcessWindow};
+use crate::sampling::ProcessWindow;
+use crate::schema::DeviceField;
 
 use super::{process_device_ref, Inputs};
 

@@ -5,7 +5,7 @@ use crate::diagnosis::findings::{
     human_bytes, pct, Finding, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::thresholds::MemoryPressure;
-use crate::sampling::DeviceField;
+use crate::schema::DeviceField;
 
 use super::{device_ref, process_device_ref, Inputs};
 

@@ -236,9 +236,8 @@ pub(crate) mod testkit {
     use crate::attribution::{ProcessUsage, Workload};
     use crate::diagnosis::history::History;
     use crate::diagnosis::thresholds::HistoryLimits;
-    use crate::sampling::{
-        DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
-    };
+    use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+    use crate::schema::DeviceField;
 
     pub const GIB: u64 = 1024 * 1024 * 1024;
 

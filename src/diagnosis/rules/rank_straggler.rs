@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{DistributedIdentity, StepEvidence};
 use crate::diagnosis::thresholds::{duration_serde, ThresholdsError};
-use crate::sampling::{DeviceField, ProcessWindow};
+use crate::sampling::ProcessWindow;
+use crate::schema::DeviceField;
 
 use super::{process_device_ref, Inputs};
 

@@ -7,7 +7,7 @@ use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Se
 use crate::diagnosis::thresholds::TensorCoresIdle;
 
 use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
-use crate::sampling::GpmField;
+use crate::schema::GpmField;
 
 const ADVICE: &str = "The SMs work but the tensor cores do not: the math runs in FP32 on the \
 ordinary pipes. In PyTorch wrap the forward pass and loss in torch.autocast(\"cuda\", \

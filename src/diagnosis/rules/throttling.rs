@@ -6,7 +6,7 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 
 use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Subject, Value};
 use crate::diagnosis::thresholds::Throttling;
-use crate::sampling::DeviceField;
+use crate::schema::DeviceField;
 
 use super::{device_ref, Inputs};
 

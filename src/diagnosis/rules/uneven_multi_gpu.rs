@@ -11,7 +11,8 @@ use crate::diagnosis::findings::{
     pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::thresholds::UnevenMultiGpu;
-use crate::sampling::{DeviceField, ProcessWindow};
+use crate::sampling::ProcessWindow;
+use crate::schema::DeviceField;
 
 use super::Inputs;
 

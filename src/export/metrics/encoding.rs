@@ -1,6 +1,6 @@
 //! The wire encoding: one export window's metrics between the request builder and the wire, the
 //! shape of an `ExportMetricsServiceRequest` without its per-point allocations, and its protobuf
-//! encoding. Depends only on the catalogue (a point names its metric by [`MetricId`]).
+//! encoding. Depends only on the schema (a point names its metric by [`MetricId`]).
 //!
 //! A prost request of 64 GPUs × 1024 processes is ~300k heap objects: every metric owns its
 //! name, description and unit, every data point its own copy of the device's attributes. Here a
@@ -19,8 +19,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, message, WireType};
 
-use super::catalogue::{Instrument, MetricId, METRICS};
 use crate::export::resource::{gpulse_scope, kv_str};
+use crate::schema::{Instrument, MetricId, METRICS};
 
 /// Index of a shared attribute list in its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

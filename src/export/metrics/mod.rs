@@ -1,13 +1,12 @@
-//! The OTLP metrics of one export window, in the stages they pass through: the [`catalogue`]
-//! (what each metric is called, its instrument and unit), the [`builder`] (a `Window` and its
-//! workloads turned into data points, one function per collector family) and the
-//! [`encoding`] (those points as a [`MetricsBatch`] and its protobuf bytes). Dependencies run
-//! one way: builder → encoding → catalogue. The OTLP/JSON form is `crate::export::json`'s.
+//! The OTLP metrics of one export window, in the stages they pass through: the [`builder`] (a
+//! `Window` and its workloads turned into data points, one function per collector family, each
+//! metric named by its typed [`MetricId`](crate::schema::MetricId)) and the [`encoding`] (those
+//! points as a [`MetricsBatch`] and its protobuf bytes). Names, instruments and units are the
+//! schema's ([`crate::schema::METRICS`]). Dependencies run one way: builder → encoding → schema.
+//! The OTLP/JSON form is `crate::export::json`'s.
 
 pub mod builder;
-pub mod catalogue;
 pub mod encoding;
 
 pub use builder::{metrics_batch, metrics_request};
-pub use catalogue::{throttle_reason_names, throttle_reasons, Instrument, MetricSpec, METRICS};
 pub use encoding::{data_point_count, MetricsBatch};

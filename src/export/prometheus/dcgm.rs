@@ -20,8 +20,9 @@ use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
-use crate::sampling::fields::DcgmScale;
-use crate::sampling::{DeviceStatus, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
+use crate::sampling::DeviceStatus;
+use crate::schema::DcgmScale;
+use crate::schema::{WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 const MIB: u64 = 1 << 20;
 

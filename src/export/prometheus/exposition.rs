@@ -195,9 +195,8 @@ mod tests {
     use crate::diagnosis::{DeviceRef, Severity, Subject};
     use crate::export::prometheus::encode::{encode, Format, SelfMetrics};
     use crate::export::prometheus::families::Sample;
-    use crate::sampling::{
-        DeviceField, DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window,
-    };
+    use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
+    use crate::schema::DeviceField;
 
     const UUID: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
     const CONTAINER: &str = "d0c4e2f1a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2";

@@ -8,8 +8,9 @@ use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::{bar, gib, spark, truncate, Palette};
-use crate::export::metrics::catalogue;
-use crate::sampling::{DeviceField, DeviceWindow, GpmField, MigInstanceWindow};
+use crate::sampling::{DeviceWindow, MigInstanceWindow};
+use crate::schema;
+use crate::schema::{DeviceField, GpmField};
 use crate::top::app::App;
 
 pub(super) fn draw_gpus(
@@ -225,7 +226,7 @@ pub(super) fn throttle_reasons(device: &DeviceWindow) -> Vec<&'static str> {
     let Some(ratios) = &device.throttle_active_ratio else {
         return Vec::new();
     };
-    catalogue::throttle_reasons()
+    schema::throttle_reasons()
         .iter()
         .filter(|(bit, _)| ratios.get(bit).is_some_and(|r| *r > 0.0))
         .map(|(_, name)| *name)

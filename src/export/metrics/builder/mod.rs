@@ -1,0 +1,210 @@
+//! The request builder: a `Window` and the workloads turned into one [`MetricsBatch`] (what the
+//! exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`; one
+//! function per collector family (device, GPM, process-on-device, process usage), each pushing
+//! the data points of its part of the window, as Vector's `host_metrics` source does. The device
+//! families are in [`device`], the process ones in [`process`]; this module holds the point
+//! collector they share and assembles the resources.
+//!
+//! ## Contract
+//! - One `ResourceMetrics` for the node (first, always present: device metrics), then one per
+//!   GPU process in ascending host PID order. A process on two GPUs is one resource whose data
+//!   points carry each device's `hw.id` and `gpu.index`.
+//! - A MIG device is a device of its own on the node resource (`hw.id` = its `MIG-…` UUID,
+//!   `hw.parent` = the GPU's UUID, its GPU/compute instance ids), with its memory slice and GPM
+//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points.
+//! - Every metric is named by its typed [`MetricId`]: name, instrument and unit come from the
+//!   schema ([`crate::schema::METRICS`]).
+//! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
+//!   A metric with no data point is left out of the request.
+//! - Gauges: `time_unix_nano` = window end, `start_time_unix_nano` = window start, value = the
+//!   window mean (`.max`/`.min` companions carry the extremes). Sums are cumulative: start =
+//!   `counters_start` (devices) or `first_seen` (processes).
+//!
+//! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
+//! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
+
+mod device;
+mod process;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
+use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
+use crate::attribution::{AttributedWindow, Workload};
+use crate::export::resource::{node_resource, process_resource, NodeIdentity};
+use crate::sampling::model::unix_nanos::to_nanos;
+use crate::sampling::{Gauge, ProcessWindow};
+use crate::schema::{FieldMetric, MetricId};
+
+/// Collects the data points of one resource, in any metric order (the batch sorts them); a
+/// metric with no point never reaches the request.
+pub(super) struct MetricsBuilder {
+    pub(super) points: Vec<BatchPoint>,
+}
+
+impl MetricsBuilder {
+    pub(super) fn new(points_hint: usize) -> Self {
+        Self {
+            points: Vec::with_capacity(points_hint),
+        }
+    }
+
+    pub(super) fn push(
+        &mut self,
+        id: MetricId,
+        attributes: PointAttributes,
+        span: Span,
+        value: Value,
+    ) {
+        let value = match value {
+            Value::F64(v) if !v.is_finite() => return,
+            Value::F64(v) => number_data_point::Value::AsDouble(v),
+            Value::I64(v) => number_data_point::Value::AsInt(v),
+        };
+        self.points.push(BatchPoint {
+            metric: id,
+            attributes,
+            start: span.start,
+            end: span.end,
+            value,
+        });
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Value {
+    F64(f64),
+    I64(i64),
+}
+
+pub(super) fn int(v: u64) -> Value {
+    Value::I64(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Start and end of a data point, Unix nanoseconds.
+#[derive(Clone, Copy)]
+pub(super) struct Span {
+    pub(super) start: u64,
+    pub(super) end: u64,
+}
+
+/// The shared attributes plus one more, whose value is a constant.
+pub(super) fn with(
+    base: AttributeSetId,
+    key: &'static str,
+    value: &'static str,
+) -> PointAttributes {
+    PointAttributes::with(Some(base), key, ExtraValue::Static(value))
+}
+
+/// A gauge's metric and the companions that carry its extremes.
+#[derive(Clone, Copy)]
+pub(super) struct Family {
+    pub(super) mean: MetricId,
+    pub(super) max: Option<MetricId>,
+    pub(super) min: Option<MetricId>,
+}
+
+impl Family {
+    /// The family a schema row names.
+    pub(super) const fn of(metric: &FieldMetric) -> Self {
+        Self {
+            mean: metric.id,
+            max: metric.max,
+            min: metric.min,
+        }
+    }
+}
+
+pub(super) fn push_gauge(
+    b: &mut MetricsBuilder,
+    fam: Family,
+    attrs: PointAttributes,
+    span: Span,
+    g: &Gauge,
+) {
+    if let Some(id) = fam.max {
+        b.push(id, attrs.clone(), span, Value::F64(g.max));
+    }
+    if let Some(id) = fam.min {
+        b.push(id, attrs.clone(), span, Value::F64(g.min));
+    }
+    b.push(fam.mean, attrs, span, Value::F64(g.mean));
+}
+
+/// Builds the metrics of one export window from its attributed processes: a process with no
+/// usage figures (its `/proc` entry not visible) gets no CPU and RSS points. See the module
+/// documentation for the contract.
+pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> MetricsBatch {
+    let window = &attributed.window;
+    let gauge_span = Span {
+        start: to_nanos(window.start),
+        end: to_nanos(window.end),
+    };
+    let driver_version = window.driver_version.as_deref();
+
+    // Group the (pid, device) rows by pid; BTreeMap so resources come out in a stable order.
+    let mut by_pid: BTreeMap<u32, Vec<&ProcessWindow>> = BTreeMap::new();
+    for p in &window.processes {
+        by_pid.entry(p.pid).or_default().push(p);
+    }
+    let mut batch = MetricsBatch::with_capacity(1 + by_pid.len());
+
+    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48);
+    for device in &window.devices {
+        device::push_device(
+            &mut node_builder,
+            &mut batch,
+            device,
+            driver_version,
+            gauge_span,
+        );
+        for m in &device.mig_instances {
+            device::push_mig_instance(
+                &mut node_builder,
+                &mut batch,
+                device,
+                m,
+                driver_version,
+                gauge_span,
+            );
+        }
+    }
+    batch.push_resource(node_resource(node), node_builder.points);
+
+    for (pid, rows) in by_pid {
+        let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
+        for p in &rows {
+            let mig = window.mig_instance_of(p.pid, &p.device_uuid);
+            process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+        }
+        let process = attributed.process(pid);
+        if let Some(u) = process.and_then(|p| p.usage) {
+            let first_seen = rows
+                .iter()
+                .map(|p| to_nanos(p.first_seen))
+                .min()
+                .unwrap_or(gauge_span.start);
+            process::push_process_usage(&mut b, u, gauge_span, first_seen);
+        }
+        // Attribution lists every process of its window; one it missed is known by its PID.
+        let resource = match process {
+            Some(p) => process_resource(p.workload, node),
+            None => process_resource(&Workload::unresolved(pid), node),
+        };
+        batch.push_resource(resource, b.points);
+    }
+    batch
+}
+
+/// [`metrics_batch`] as a prost request: the reference form tests read.
+pub fn metrics_request(
+    attributed: &AttributedWindow,
+    node: &NodeIdentity,
+) -> ExportMetricsServiceRequest {
+    metrics_batch(attributed, node).into_request()
+}

@@ -1,0 +1,146 @@
+//! The GPM field table: one row per GPM activity ratio (Hopper and newer). They have a table of
+//! their own because they are read together from one GPM sample pair, for a GPU and for each of
+//! its MIG instances, and a window keeps the same summary (mean, min, max) of every one,
+//! exported as the metric's mean with its `.max`/`.min` companions. Declared like
+//! [`DEVICE_FIELDS`](super::DEVICE_FIELDS): enum and rows in one macro, count derived.
+
+use nvml_wrapper::enums::gpm::GpmMetricId;
+
+use super::device::{dcgm, metric, metric_with, DcgmScale, DcgmSeries, FieldMetric};
+use super::metrics::MetricId;
+
+/// One row of the GPM field table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpmFieldSpec {
+    pub field: GpmField,
+    /// Key in the device and MIG instance objects of the JSON reports.
+    pub key: &'static str,
+    /// The NVML GPM metric (`NVML_GPM_METRIC_*`) it is computed from.
+    pub nvml: GpmMetricId,
+    /// Its metric, always with both companions.
+    pub metric: FieldMetric,
+    /// dcgm-exporter's `DCGM_FI_PROF_*` series for it (the window's mean), if any.
+    pub dcgm: Option<DcgmSeries>,
+}
+
+impl GpmField {
+    /// This field's row of [`GPM_FIELDS`].
+    pub fn spec(self) -> &'static GpmFieldSpec {
+        &GPM_FIELDS[self as usize]
+    }
+}
+
+impl GpmFieldSpec {
+    const fn of(self, field: GpmField) -> Self {
+        Self { field, ..self }
+    }
+}
+
+/// Declares [`GpmField`] and [`GPM_FIELDS`] from one list, so they cannot disagree.
+macro_rules! gpm_fields {
+    ($( $field:ident => $row:expr, )*) => {
+        /// A GPM activity ratio (0–1, NVML reports percent) over the interval between two GPM
+        /// samples. The discriminant indexes [`GPM_FIELDS`] and the value arrays.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum GpmField {
+            $( $field, )*
+        }
+
+        /// Number of [`GpmField`]s.
+        pub const GPM_FIELD_COUNT: usize = [$( GpmField::$field ),*].len();
+
+        /// Every GPM field, in [`GpmField`] order (the key order of the JSON reports).
+        pub static GPM_FIELDS: [GpmFieldSpec; GPM_FIELD_COUNT] = [$( $row.of(GpmField::$field), )*];
+    };
+}
+
+/// A row; the metric's companions are `max` and `min`, its field set by [`gpm_fields!`].
+const fn gpm(
+    key: &'static str,
+    nvml: GpmMetricId,
+    metric: FieldMetric,
+    [max, min]: [MetricId; 2],
+    dcgm: Option<DcgmSeries>,
+) -> GpmFieldSpec {
+    GpmFieldSpec {
+        field: GpmField::SmActivity,
+        key,
+        nvml,
+        metric: metric.extremes(max, Some(min)),
+        dcgm,
+    }
+}
+
+use DcgmScale::Float;
+use GpmMetricId as G;
+use MetricId as M;
+
+const PIPE: &str = "nvidia.gpu.pipe";
+const PIPE_EXTREMES: [MetricId; 2] = [M::PipeActivityMax, M::PipeActivityMin];
+
+gpm_fields! {
+    SmActivity => gpm("sm_activity", G::SmUtil,
+        metric(M::SmActivity), [M::SmActivityMax, M::SmActivityMin],
+        dcgm("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least one warp assigned.", Float)),
+    SmOccupancy => gpm("sm_occupancy", G::SmOccupancy,
+        metric(M::SmOccupancy), [M::SmOccupancyMax, M::SmOccupancyMin],
+        dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "Ratio of warps resident on an SM to the maximum.", Float)),
+    TensorActivity => gpm("tensor_activity", G::AnyTensorUtil,
+        metric_with(M::PipeActivity, PIPE, "tensor"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor pipes are active.", Float)),
+    TensorHmmaActivity => gpm("tensor_hmma_activity", G::HmmaTensorUtil,
+        metric_with(M::PipeActivity, PIPE, "tensor.hmma"), PIPE_EXTREMES, None),
+    TensorImmaActivity => gpm("tensor_imma_activity", G::ImmaTensorUtil,
+        metric_with(M::PipeActivity, PIPE, "tensor.imma"), PIPE_EXTREMES, None),
+    TensorDfmaActivity => gpm("tensor_dfma_activity", G::DfmaTensorUtil,
+        metric_with(M::PipeActivity, PIPE, "tensor.dfma"), PIPE_EXTREMES, None),
+    DramActivity => gpm("dram_activity", G::DramBwUtil,
+        metric(M::DramActivity), [M::DramActivityMax, M::DramActivityMin],
+        dcgm("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.", Float)),
+    Fp16Activity => gpm("fp16_activity", G::Fp16Util,
+        metric_with(M::PipeActivity, PIPE, "fp16"), PIPE_EXTREMES, None),
+    Fp32Activity => gpm("fp32_activity", G::Fp32Util,
+        metric_with(M::PipeActivity, PIPE, "fp32"), PIPE_EXTREMES, None),
+    Fp64Activity => gpm("fp64_activity", G::Fp64Util,
+        metric_with(M::PipeActivity, PIPE, "fp64"), PIPE_EXTREMES, None),
+    IntegerActivity => gpm("integer_activity", G::IntegerUtil,
+        metric_with(M::PipeActivity, PIPE, "integer"), PIPE_EXTREMES, None),
+    GraphicsActivity => gpm("graphics_activity", G::GraphicsUtil,
+        metric(M::GraphicsActivity), [M::GraphicsActivityMax, M::GraphicsActivityMin],
+        dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", Float)),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_in_field_order_each_with_its_own_nvml_metric() {
+        for (i, spec) in GPM_FIELDS.iter().enumerate() {
+            assert_eq!(spec.field as usize, i, "{} is out of place", spec.key);
+            let name = spec.metric.id.spec().name;
+            assert_eq!(
+                spec.metric.max.map(|m| m.spec().name),
+                Some(format!("{name}.max").as_str()),
+                "{}",
+                spec.key
+            );
+            assert_eq!(
+                spec.metric.min.map(|m| m.spec().name),
+                Some(format!("{name}.min").as_str()),
+                "{}",
+                spec.key
+            );
+        }
+        for (i, a) in GPM_FIELDS.iter().enumerate() {
+            for b in &GPM_FIELDS[i + 1..] {
+                assert_ne!(a.nvml, b.nvml, "{} and {}", a.key, b.key);
+                assert_ne!(a.key, b.key);
+                assert_ne!(
+                    (a.metric.id, a.metric.attribute),
+                    (b.metric.id, b.metric.attribute)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! The metric table: every OTLP metric the request builder can emit (name, instrument, unit,
+//! description, and the columns of its line in docs/metrics.md), in request order, addressed by
+//! [`MetricId`]. The enum and the table are declared together by one macro, so a metric is one
+//! row and the count is derived. Names the OpenTelemetry semantic conventions define come from
+//! `opentelemetry-semantic-conventions`; the rest are gpulse's own (`nvidia.gpu.*`, `gpulse.*`)
+//! or follow the conventions' patterns (`process.gpu.*`).
+//!
+//! gpulse's own health metrics (`gpulse.export.*`, `gpulse.sample.*`) are not here: they are
+//! instruments of the OpenTelemetry SDK in `crate::telemetry`.
+
+use opentelemetry_semantic_conventions::metric as semconv;
+
+/// The kind of OpenTelemetry instrument a metric stands for, as docs/metrics.md names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instrument {
+    /// OTLP Gauge.
+    Gauge,
+    /// OTLP Sum, monotonic, cumulative.
+    Counter,
+    /// OTLP Sum, not monotonic, cumulative.
+    UpDownCounter,
+}
+
+impl Instrument {
+    /// The name docs/metrics.md uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrument::Gauge => "gauge",
+            Instrument::Counter => "counter",
+            Instrument::UpDownCounter => "updowncounter",
+        }
+    }
+}
+
+/// Which resource a metric's points are reported under, and so which table of docs/metrics.md
+/// lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// The node resource: a GPU or MIG device's points.
+    Device,
+    /// One resource per GPU process.
+    Process,
+}
+
+/// One row of the metric table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricSpec {
+    pub id: MetricId,
+    pub name: &'static str,
+    pub instrument: Instrument,
+    /// UCUM unit.
+    pub unit: &'static str,
+    pub section: Section,
+    /// The OTLP metric description.
+    pub description: &'static str,
+    /// docs/metrics.md's columns (Markdown; empty where there is nothing to say: a `.max`/`.min`
+    /// companion's attributes and source are those of the metric it accompanies).
+    pub attributes: &'static str,
+    pub source: &'static str,
+    pub notes: &'static str,
+}
+
+impl MetricId {
+    /// This metric's row of [`METRICS`].
+    pub const fn spec(self) -> &'static MetricSpec {
+        &METRICS[self as usize]
+    }
+}
+
+/// Declares [`MetricId`] and [`METRICS`] from one list, so they cannot disagree.
+macro_rules! metric_table {
+    ($( $id:ident: $name:expr, $instrument:ident, $unit:literal, $section:ident,
+        $description:literal,
+        attributes $attributes:literal,
+        source $source:literal,
+        notes $notes:literal; )*) => {
+        /// Index of a metric in [`METRICS`]; the builders address metrics by it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum MetricId {
+            $( $id, )*
+        }
+
+        /// Number of [`MetricId`]s.
+        pub const METRIC_COUNT: usize = [$( MetricId::$id ),*].len();
+
+        /// Every metric gpulse can emit, in the order they appear in a request.
+        pub static METRICS: [MetricSpec; METRIC_COUNT] = [$(
+            MetricSpec {
+                id: MetricId::$id,
+                name: $name,
+                instrument: Instrument::$instrument,
+                unit: $unit,
+                section: Section::$section,
+                description: $description,
+                attributes: $attributes,
+                source: $source,
+                notes: $notes,
+            },
+        )*];
+    };
+}
+
+metric_table! {
+    GpuUtilization: semconv::HW_GPU_UTILIZATION, Gauge, "1", Device,
+        "Mean ratio of the window the GPU task was busy.",
+        attributes "`hw.gpu.task` = `general` | `encoder` | `decoder`",
+        source "`nvmlDeviceGetUtilizationRates().gpu`, `nvmlDeviceGetEncoderUtilization`, `nvmlDeviceGetDecoderUtilization`",
+        notes "window mean, ratio 0–1";
+    GpuUtilizationMax: "hw.gpu.utilization.max", Gauge, "1", Device,
+        "Highest sampled hw.gpu.utilization in the window.",
+        attributes "",
+        source "",
+        notes "highest sample in the window";
+    GpuUtilizationMin: "hw.gpu.utilization.min", Gauge, "1", Device,
+        "Lowest sampled hw.gpu.utilization in the window.",
+        attributes "",
+        source "",
+        notes "lowest sample in the window";
+    GpuMemoryUtilization: semconv::HW_GPU_MEMORY_UTILIZATION, Gauge, "1", Device,
+        "Mean ratio of the window device memory was read or written.",
+        attributes "",
+        source "`nvmlDeviceGetUtilizationRates().memory`",
+        notes "share of time memory was read or written (not capacity)";
+    GpuMemoryUtilizationMax: "hw.gpu.memory.utilization.max", Gauge, "1", Device,
+        "Highest sampled hw.gpu.memory.utilization in the window.",
+        attributes "",
+        source "",
+        notes "";
+    GpuMemoryUtilizationMin: "hw.gpu.memory.utilization.min", Gauge, "1", Device,
+        "Lowest sampled hw.gpu.memory.utilization in the window.",
+        attributes "",
+        source "",
+        notes "";
+    GpuMemoryUsage: semconv::HW_GPU_MEMORY_USAGE, UpDownCounter, "By", Device,
+        "Device memory in use.",
+        attributes "",
+        source "`nvmlDeviceGetMemoryInfo_v2().used`",
+        notes "last value";
+    GpuMemoryLimit: semconv::HW_GPU_MEMORY_LIMIT, UpDownCounter, "By", Device,
+        "Total device memory.",
+        attributes "",
+        source "`nvmlDeviceGetMemoryInfo_v2().total`",
+        notes "last value";
+    GpuMemoryFree: "hw.gpu.memory.free", UpDownCounter, "By", Device,
+        "Device memory free.",
+        attributes "",
+        source "`nvmlDeviceGetMemoryInfo_v2().free`",
+        notes "last value; not in the semantic conventions";
+    GpuMemoryReserved: "hw.gpu.memory.reserved", UpDownCounter, "By", Device,
+        "Device memory the driver reserves.",
+        attributes "",
+        source "`nvmlDeviceGetMemoryInfo_v2().reserved`",
+        notes "last value; driver-reserved; not in the semantic conventions";
+    Temperature: semconv::HW_TEMPERATURE, Gauge, "Cel", Device,
+        "Mean GPU temperature over the window.",
+        attributes "`hw.type` = `gpu`",
+        source "`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`",
+        notes "window mean";
+    TemperatureMax: "hw.temperature.max", Gauge, "Cel", Device,
+        "Highest sampled GPU temperature in the window.",
+        attributes "`hw.type` = `gpu`",
+        source "",
+        notes "hottest sample in the window";
+    Power: semconv::HW_POWER, Gauge, "W", Device,
+        "Mean power draw over the window.",
+        attributes "",
+        source "`nvmlDeviceGetPowerUsage` (mW → W)",
+        notes "window mean";
+    PowerMax: "hw.power.max", Gauge, "W", Device,
+        "Highest sampled power draw in the window.",
+        attributes "",
+        source "",
+        notes "highest sample in the window";
+    PowerLimit: "nvidia.gpu.power.limit", Gauge, "W", Device,
+        "Enforced power limit.",
+        attributes "",
+        source "`nvmlDeviceGetEnforcedPowerLimit` (mW → W)",
+        notes "last value";
+    Energy: semconv::HW_ENERGY, Counter, "J", Device,
+        "Energy used since the start time.",
+        attributes "",
+        source "`nvmlDeviceGetTotalEnergyConsumption` (mJ → J)",
+        notes "since `counters_start`";
+    Clock: "nvidia.gpu.clock", Gauge, "MHz", Device,
+        "Mean clock frequency over the window.",
+        attributes "`nvidia.gpu.clock.type` = `sm` | `memory` | `graphics`",
+        source "`nvmlDeviceGetClockInfo`",
+        notes "window mean";
+    FanSpeed: "nvidia.gpu.fan.speed", Gauge, "1", Device,
+        "Mean fan speed, ratio of the maximum.",
+        attributes "",
+        source "`nvmlDeviceGetFanSpeed` (% → ratio, mean over fans)",
+        notes "window mean; absent on passively cooled boards";
+    GpuIo: semconv::HW_GPU_IO, Counter, "By", Device,
+        "PCIe bytes transferred since the start time.",
+        attributes "`network.io.direction` = `transmit` | `receive`",
+        source "`nvmlDeviceGetPcieThroughput`",
+        notes "PCIe bytes since `counters_start`, integrated from the sampled throughput (NVML samples a 20 ms window: an estimate)";
+    Throttle: "nvidia.gpu.throttle", Gauge, "1", Device,
+        "Ratio of the window the clock throttle reason was active.",
+        attributes "`nvidia.gpu.throttle.reason` (see below)",
+        source "`nvmlDeviceGetCurrentClocksEventReasons` (`…ThrottleReasons`)",
+        notes "ratio of the window's samples in which the reason was active; a known-inactive reason is `0`; no point at all when the throttle state is unknown";
+    Errors: semconv::HW_ERRORS, Counter, "{error}", Device,
+        "Errors since the start time.",
+        attributes "`error.type` = `corrected` | `uncorrected` | `xid` | `pcie_replay` | `nvlink_crc` | `nvlink_replay` | `nvlink_recovery`; `nvidia.gpu.xid` (int, the XID code) on `xid` points; `nvidia.gpu.nvlink.link` (int) on `nvlink_*` points",
+        source "`nvmlDeviceGetTotalEccErrors` (aggregate), XID events (`nvmlEventSetWait`), `nvmlDeviceGetPcieReplayCounter`, NVLink field values (below)",
+        notes "since `counters_start` (`pcie_replay` and `nvlink_*`: the driver's totals since it loaded); ECC points only where ECC is supported and enabled; `xid`: one series per XID code seen since `counters_start`, and while none has been seen one point of `0` without `nvidia.gpu.xid`; `nvlink_crc` = flit CRC (`NVML_FI_DEV_NVLINK_ERROR_DL_CRC`, scopeId = link) + data CRC (`NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_Ln`, links 0–11, pre-Hopper), `nvlink_replay` / `nvlink_recovery` = `NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY` / `_RECOVERY` (scopeId = link)";
+    Status: semconv::HW_STATUS, UpDownCounter, "1", Device,
+        "1 for the device's current state, 0 for the other.",
+        attributes "`hw.state` = `ok` | `failed`",
+        source "NVML answering / `NVML_ERROR_GPU_IS_LOST`",
+        notes "`1` for the current state, `0` for the other: a lost GPU shows as `failed` = 1";
+    PerformanceState: "nvidia.gpu.performance_state", Gauge, "1", Device,
+        "Performance state, 0 (max) to 15 (min).",
+        attributes "",
+        source "`nvmlDeviceGetPerformanceState`",
+        notes "last value, 0 (max performance) to 15 (min)";
+    PcieLinkGeneration: "nvidia.gpu.pcie.link.generation", Gauge, "{generation}", Device,
+        "PCIe generation the link runs at now.",
+        attributes "",
+        source "`nvmlDeviceGetCurrPcieLinkGeneration`",
+        notes "last value; a link below its maximum at load (after a bad riser, a BIOS setting) cuts host↔GPU bandwidth; it may drop at idle to save power. DCGM's `DCGM_FI_DEV_PCIE_LINK_GEN`";
+    PcieLinkWidth: "nvidia.gpu.pcie.link.width", Gauge, "{lane}", Device,
+        "PCIe lanes the link runs with now.",
+        attributes "",
+        source "`nvmlDeviceGetCurrPcieLinkWidth`",
+        notes "last value (e.g. 16); DCGM's `DCGM_FI_DEV_PCIE_LINK_WIDTH`";
+    SmActivity: "nvidia.gpu.sm.activity", Gauge, "1", Device,
+        "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE).",
+        attributes "",
+        source "GPM `NVML_GPM_METRIC_SM_UTIL` (`nvmlGpmMetricsGet`, % → ratio)",
+        notes "window mean of the rates between consecutive GPM samples (≥ 100 ms apart): share of SMs with a warp resident. Hopper and newer only; DCGM's `DCGM_FI_PROF_SM_ACTIVE`";
+    SmActivityMax: "nvidia.gpu.sm.activity.max", Gauge, "1", Device,
+        "Highest nvidia.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    SmActivityMin: "nvidia.gpu.sm.activity.min", Gauge, "1", Device,
+        "Lowest nvidia.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    SmOccupancy: "nvidia.gpu.sm.occupancy", Gauge, "1", Device,
+        "Mean ratio of resident warps to the maximum the SMs hold (GPM SM_OCCUPANCY).",
+        attributes "",
+        source "GPM `SM_OCCUPANCY`",
+        notes "resident warps over the SMs' maximum; DCGM's `DCGM_FI_PROF_SM_OCCUPANCY`";
+    SmOccupancyMax: "nvidia.gpu.sm.occupancy.max", Gauge, "1", Device,
+        "Highest nvidia.gpu.sm.occupancy between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    SmOccupancyMin: "nvidia.gpu.sm.occupancy.min", Gauge, "1", Device,
+        "Lowest nvidia.gpu.sm.occupancy between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    DramActivity: "nvidia.gpu.dram.activity", Gauge, "1", Device,
+        "Mean ratio of DRAM bandwidth used to its peak (GPM DRAM_BW_UTIL).",
+        attributes "",
+        source "GPM `DRAM_BW_UTIL`",
+        notes "DRAM bandwidth used over its peak; DCGM's `DCGM_FI_PROF_DRAM_ACTIVE`";
+    DramActivityMax: "nvidia.gpu.dram.activity.max", Gauge, "1", Device,
+        "Highest nvidia.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    DramActivityMin: "nvidia.gpu.dram.activity.min", Gauge, "1", Device,
+        "Lowest nvidia.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    GraphicsActivity: "nvidia.gpu.graphics.activity", Gauge, "1", Device,
+        "Mean ratio of time the graphics engine was active (GPM GRAPHICS_UTIL).",
+        attributes "",
+        source "GPM `GRAPHICS_UTIL`",
+        notes "graphics engine active; DCGM's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`";
+    GraphicsActivityMax: "nvidia.gpu.graphics.activity.max", Gauge, "1", Device,
+        "Highest nvidia.gpu.graphics.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    GraphicsActivityMin: "nvidia.gpu.graphics.activity.min", Gauge, "1", Device,
+        "Lowest nvidia.gpu.graphics.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    PipeActivity: "nvidia.gpu.pipe.activity", Gauge, "1", Device,
+        "Mean ratio of time the pipe was active (GPM *_UTIL).",
+        attributes "`nvidia.gpu.pipe` = `tensor` | `tensor.hmma` | `tensor.imma` | `tensor.dfma` | `fp16` | `fp32` | `fp64` | `integer`",
+        source "GPM `ANY_TENSOR_UTIL`, `HMMA_/IMMA_/DFMA_TENSOR_UTIL`, `FP16_/FP32_/FP64_/INTEGER_UTIL`",
+        notes "share of time the pipe was active; `tensor` is any tensor pipe (DCGM's `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`)";
+    PipeActivityMax: "nvidia.gpu.pipe.activity.max", Gauge, "1", Device,
+        "Highest nvidia.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    PipeActivityMin: "nvidia.gpu.pipe.activity.min", Gauge, "1", Device,
+        "Lowest nvidia.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    RemappedRows: "nvidia.gpu.memory.remapped_rows", UpDownCounter, "{row}", Device,
+        "Rows the row remapper replaced, by the kind of error that caused it.",
+        attributes "`nvidia.gpu.memory.remap.type` = `correctable` | `uncorrectable`",
+        source "`nvmlDeviceGetRemappedRows` (`corrRows`, `uncRows`)",
+        notes "last value; Ampere and newer";
+    RemapPending: "nvidia.gpu.memory.remap.pending", Gauge, "1", Device,
+        "1 when a row remapping waits for a GPU reset.",
+        attributes "",
+        source "`nvmlDeviceGetRemappedRows` (`isPending`)",
+        notes "1 when a remapping waits for a GPU reset (drain and reset the GPU), else 0";
+    RemapFailed: "nvidia.gpu.memory.remap.failed", Gauge, "1", Device,
+        "1 when a row remapping failed: the memory cannot be repaired.",
+        attributes "",
+        source "`nvmlDeviceGetRemappedRows` (`failureOccurred`)",
+        notes "1 when a remapping failed (the memory cannot be repaired: RMA), else 0";
+    ThrottleTime: "nvidia.gpu.throttle.time", Counter, "s", Device,
+        "Time the performance policy held the clocks down, since the driver loaded.",
+        attributes "`nvidia.gpu.throttle.reason` = `power` | `thermal` | `sync_boost` | `board_limit` | `low_utilization` | `reliability` | `total_app_clocks` | `total_base_clocks`",
+        source "`nvmlDeviceGetViolationStatus` (ns → s)",
+        notes "the driver's total since it loaded (start = `counters_start`); a policy the device does not report has no point";
+    NvLinkIo: "nvidia.gpu.nvlink.io", Counter, "By", Device,
+        "NVLink data bytes the link sent or received, since the driver loaded.",
+        attributes "`nvidia.gpu.nvlink.link` (int), `network.io.direction` = `transmit` | `receive`",
+        source "`nvmlDeviceGetFieldValues` `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` / `_RX` with `scopeId` = the link (KiB → bytes), all links of a device in one call",
+        notes "the driver's total since it loaded (start = `counters_start`); no point on a GPU without NVLink";
+    NvLinkState: "nvidia.gpu.nvlink.state", Gauge, "1", Device,
+        "1 when the NVLink link is active, 0 when it is down.",
+        attributes "`nvidia.gpu.nvlink.link` (int)",
+        source "`nvmlDeviceGetNvLinkState`",
+        notes "last value: `1` link active, `0` link down; one point per link NVML numbers (`NVML_FI_DEV_NVLINK_LINK_COUNT`)";
+    ProcessGpuMemoryUsage: "process.gpu.memory.usage", UpDownCounter, "By", Process,
+        "Device memory the process holds on the device.",
+        attributes "`hw.id`, `gpu.index`",
+        source "`nvmlDeviceGetComputeRunningProcesses_v3`, `…GraphicsRunningProcesses_v3` (`usedGpuMemory`)",
+        notes "last value; start = `first_seen` on that device";
+    ProcessGpuUtilization: "process.gpu.utilization", Gauge, "1", Process,
+        "Mean ratio of the window the process kept the GPU task busy.",
+        attributes "`hw.id`, `gpu.index`, `hw.gpu.task` = `general` (SM) | `encoder` | `decoder`",
+        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`)",
+        notes "window mean";
+    ProcessGpuUtilizationMax: "process.gpu.utilization.max", Gauge, "1", Process,
+        "Highest sampled process.gpu.utilization in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuUtilizationMin: "process.gpu.utilization.min", Gauge, "1", Process,
+        "Lowest sampled process.gpu.utilization in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuMemoryUtilization: "process.gpu.memory.utilization", Gauge, "1", Process,
+        "Mean ratio of the window the process read or wrote device memory.",
+        attributes "`hw.id`, `gpu.index`",
+        source "`nvmlDeviceGetProcessUtilization` (`memUtil`)",
+        notes "window mean";
+    ProcessGpuMemoryUtilizationMax: "process.gpu.memory.utilization.max", Gauge, "1", Process,
+        "Highest sampled process.gpu.memory.utilization in the window.",
+        attributes "`hw.id`, `gpu.index`",
+        source "",
+        notes "";
+    ProcessGpuMemoryUtilizationMin: "process.gpu.memory.utilization.min", Gauge, "1", Process,
+        "Lowest sampled process.gpu.memory.utilization in the window.",
+        attributes "`hw.id`, `gpu.index`",
+        source "",
+        notes "";
+    ProcessCpuUtilization: semconv::PROCESS_CPU_UTILIZATION, Gauge, "1", Process,
+        "CPU time of the process alone over the window, ratio of one core.",
+        attributes "",
+        source "`/proc/<pid>/stat` (utime + stime)",
+        notes "the process alone, over the window, as a ratio of **one core** (1.5 = one and a half cores busy)";
+    ProcessTreeCpuUtilization: "gpulse.process.tree.cpu.utilization", Gauge, "1", Process,
+        "CPU time of the process and its descendants over the window, ratio of one core.",
+        attributes "",
+        source "`/proc/<pid>/stat` of the process and its descendants",
+        notes "as `process.cpu.utilization`, including DataLoader workers and other children";
+    ProcessMemoryUsage: semconv::PROCESS_MEMORY_USAGE, UpDownCounter, "By", Process,
+        "Resident set size of the process.",
+        attributes "",
+        source "`/proc/<pid>/status` (`VmRSS`)",
+        notes "resident set size, last value";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_match_positions_and_names_are_unique() {
+        for (i, spec) in METRICS.iter().enumerate() {
+            assert_eq!(spec.id as usize, i, "{} is out of place", spec.name);
+        }
+        let mut names: Vec<&str> = METRICS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), METRICS.len());
+    }
+
+    #[test]
+    fn companions_extend_the_name_they_accompany() {
+        for (i, spec) in METRICS.iter().enumerate() {
+            for suffix in [".max", ".min"] {
+                if let Some(base) = spec.name.strip_suffix(suffix) {
+                    let found = METRICS[..i].iter().find(|m| m.name == base);
+                    let base_spec =
+                        found.unwrap_or_else(|| panic!("{} has no {base} before it", spec.name));
+                    assert_eq!(
+                        (base_spec.instrument, base_spec.unit, base_spec.section),
+                        (spec.instrument, spec.unit, spec.section),
+                        "{}",
+                        spec.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every metric has a description, and every metric that is not a companion says where its
+    /// value comes from (the docs table would otherwise show a bare dash).
+    #[test]
+    fn every_metric_is_described_and_sourced() {
+        for spec in &METRICS {
+            assert!(spec.description.ends_with('.'), "{}", spec.name);
+            let companion = spec.name.ends_with(".max") || spec.name.ends_with(".min");
+            assert!(
+                companion || !spec.source.is_empty(),
+                "{} has no source",
+                spec.name
+            );
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The schema: what gpulse reads from NVML and how it reports it, as tables of rows that sit
+//! below both sampling and export. [`METRICS`] lists every OTLP metric (name, instrument, unit,
+//! description, docs columns) under a typed [`MetricId`]; [`DEVICE_FIELDS`] lists every scalar
+//! device field (NVML source, JSON key, window kind, metric and attribute, `.max`/`.min`
+//! companions, dcgm-exporter series); [`GPM_FIELDS`] the GPM activity ratios likewise. Each
+//! table and its enum are declared by one macro, so counts are derived and a row cannot be out
+//! of place.
+//!
+//! Sampling reads what the tables list, the window aggregates by each row's [`WindowKind`],
+//! the metrics builder and the Prometheus families name by the typed ids, and the generated
+//! parts of docs/metrics.md, docs/prometheus.md and `schema.json` (which the benchmark floor
+//! and the device check read) come from [`docs`]. A new NVML field is one row here plus its read
+//! in `sampling::device`; CONTRIBUTING.md walks through it.
+//!
+//! Pure data: depends on nothing else in gpulse.
+
+pub mod device;
+pub mod docs;
+pub mod gpm;
+pub mod metrics;
+pub mod throttle;
+pub mod values;
+
+pub use device::{
+    DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldSpec, WindowKind, DEVICE_FIELDS,
+    FIELD_COUNT,
+};
+pub use gpm::{GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT};
+pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
+pub use throttle::{throttle_reason_names, throttle_reasons};
+pub use values::{serialize_keyed, FieldReport, FieldValues, ReportValue};
