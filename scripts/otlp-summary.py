@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarise OTLP/JSON lines (gpulse --exporter stdout, or a collector's file exporter): one block
-per request, one line per resource with its identity and a few headline values. Reads stdin."""
+per request; for metrics one line per resource with its identity and a few headline values, for
+logs each finding with its state, rule, resource, evidence and advice. Reads stdin."""
 import json
 import sys
 
@@ -30,16 +31,40 @@ def fmt(name, v):
     return f"{v * 100:.0f}%"
 
 
+def print_log_record(resource, record):
+    """A finding (event gpulse.diagnosis.finding) with its state, rule, evidence and advice;
+    any other record by its body."""
+    a = attrs(record.get("attributes"))
+    body = record.get("body", {}).get("stringValue", "")
+    if "gpulse.diagnosis.rule" not in a:
+        print(f"  log: {body}")
+        return
+    where = (f"service {resource.get('service.name')} pid {resource['process.pid']}"
+             if "process.pid" in resource else f"node {resource.get('host.name')}")
+    print(f"  finding {a.get('gpulse.diagnosis.state')} [{a.get('gpulse.diagnosis.severity')}] "
+          f"{a['gpulse.diagnosis.rule']} on {where}: {body}")
+    evidence = a.get("gpulse.diagnosis.evidence")
+    figures = {k.removeprefix("gpulse.diagnosis.value."): v for k, v in a.items()
+               if k.startswith("gpulse.diagnosis.value.")}
+    if evidence or figures:
+        shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in figures.items())
+        print(f"      evidence ({evidence}): {shown}")
+    if "gpulse.diagnosis.advice" in a:
+        print(f"      what to do: {a['gpulse.diagnosis.advice']}")
+
+
 for n, line in enumerate(sys.stdin, 1):
     line = line.strip()
     if not line:
         continue
     request = json.loads(line)
     if "resourceLogs" in request:
-        for rl in request["resourceLogs"]:
-            for sl in rl.get("scopeLogs", []):
-                for rec in sl.get("logRecords", []):
-                    print(f"  log: {rec.get('body', {}).get('stringValue', '')}")
+        records = [(rl, rec) for rl in request["resourceLogs"]
+                   for sl in rl.get("scopeLogs", []) for rec in sl.get("logRecords", [])]
+        print(f"request {n}: {len(records)} log record{'' if len(records) == 1 else 's'}")
+        for rl, rec in records:
+            print_log_record(attrs(rl.get("resource", {}).get("attributes")), rec)
         continue
     rms = request.get("resourceMetrics", [])
     points = sum(len(m.get("gauge", m.get("sum", {})).get("dataPoints", []))

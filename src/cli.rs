@@ -53,8 +53,9 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Sample the GPUs and export OTLP metrics (and findings as logs) until stopped.
     Run(Box<RunArgs>),
-    /// Sample once and print devices, processes and their workloads.
-    Snapshot(InspectArgs),
+    /// Sample once (or over a short --window) and print devices, processes, their workloads and
+    /// what the diagnosis rules find.
+    Snapshot(SnapshotArgs),
     /// Sample briefly, run the diagnosis rules and print the findings; exit status says whether
     /// any finding is serious.
     Check(InspectArgs),
@@ -126,6 +127,20 @@ pub struct InspectArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+}
+
+/// `gpulse snapshot`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub inspect: InspectArgs,
+
+    /// Sample over this long instead of once, e.g. 5s, and report the window as `gpulse run`
+    /// would export it: utilisation as means, each process's CPU use, and every rule that one
+    /// window can support (input-bound, throttling, an idle holder past its min_duration).
+    /// [default: one sample]
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub window: Option<String>,
 }
 
 /// How `snapshot` and `check` print.
@@ -395,9 +410,18 @@ mod tests {
         let cli = Cli::try_parse_from(["gpulse", "snapshot"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Snapshot(InspectArgs {
-                format: OutputFormat::Table
+            Command::Snapshot(SnapshotArgs {
+                inspect: InspectArgs {
+                    format: OutputFormat::Table
+                },
+                window: None,
             })
         ));
+        let cli = Cli::try_parse_from(["gpulse", "snapshot", "--window", "3s"]).unwrap();
+        let Command::Snapshot(args) = cli.command else {
+            panic!("snapshot expected");
+        };
+        assert_eq!(args.window.as_deref(), Some("3s"));
+        assert!(Cli::try_parse_from(["gpulse", "snapshot", "--window", "soon"]).is_err());
     }
 }

@@ -38,9 +38,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Snapshot(args) => {
-            let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
+            let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
+            let window = commands::snapshot_window::window(args)?;
             init_logging(&quiet_by_default(&config.log));
-            print!("{}", commands::snapshot::snapshot(&config)?);
+            print!("{}", commands::snapshot::snapshot(&config, window)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Top(args) => {

@@ -74,16 +74,16 @@ fn scenario(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn sleeper() -> ChildGuard {
+pub fn sleeper() -> ChildGuard {
     ChildGuard::spawn(Command::new("sleep").arg("120")).expect("spawn sleep")
 }
 
 /// `sh` waiting on a child that spins a CPU core, in a process group of its own so the spinning
 /// grandchild is killed with it.
-struct SpinningTree(ChildGuard);
+pub struct SpinningTree(pub ChildGuard);
 
 impl SpinningTree {
-    fn start() -> Self {
+    pub fn start() -> Self {
         use std::os::unix::process::CommandExt as _;
         let child = ChildGuard::spawn(
             Command::new("sh")

@@ -19,4 +19,5 @@ mod record;
 mod reliability;
 mod run;
 mod sampling;
+mod snapshot_window;
 mod top;

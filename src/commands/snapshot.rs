@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::attribution::{AttributedWindow, AttributionSettings, Attributor, Workload};
 use crate::config::InspectConfig;
+use crate::diagnosis::framework::Layer;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::pipeline::SnapshotReport;
 use crate::sampling::{
@@ -15,12 +16,16 @@ use crate::sampling::{
 };
 use crate::schema::{DeviceField as F, GpmField};
 
-/// Takes one sample, resolves its processes' workloads as `run` would, and renders it in the
-/// configured format.
+/// Takes one sample (or, with a `window`, samples for that long: see
+/// [`super::snapshot_window`]), resolves its processes' workloads as `run` would, and renders it
+/// in the configured format.
 ///
 /// # Errors
 /// NVML could not be opened or stopped answering; the message says what to do.
-pub fn snapshot(config: &InspectConfig) -> Result<String, SessionError> {
+pub fn snapshot(config: &InspectConfig, window: Option<Duration>) -> Result<String, SessionError> {
+    if let Some(span) = window {
+        return super::snapshot_window::windowed_snapshot(config, span);
+    }
     let mut sampler = Sampler::open(&config.nvml_lib)?;
     // GPM activity is a rate between two GPM samples: take the first one now.
     if sampler.prime_gpm() {
@@ -38,8 +43,8 @@ pub fn snapshot(config: &InspectConfig) -> Result<String, SessionError> {
 }
 
 /// The findings one sample can support (memory pressure, throttling, hardware errors, uneven
-/// multi-GPU use); rules that need a trend or a duration (memory growth, idle holder, input
-/// bound) need `gpulse run`'s history and do not fire on a single sample.
+/// multi-GPU use); rules that need a trend, a duration or CPU figures (memory growth, idle
+/// holder, input bound) need a window (`--window`) or `gpulse run`'s history.
 fn current_findings(
     config: &InspectConfig,
     snapshot: &Snapshot,
@@ -148,6 +153,14 @@ pub fn render_table(report: &SnapshotReport) -> String {
         report.cuda_driver_version.unwrap_or("n/a"),
         report.nvml_version.unwrap_or("n/a")
     );
+    if let Some(w) = &report.window {
+        let _ = writeln!(
+            out,
+            "Window of {:.1}s ({} samples): utilisation, power and clocks are means, memory the last sample",
+            w.end - w.start,
+            w.samples
+        );
+    }
     let h = DEVICE_HEADER;
     let _ = writeln!(
         out,
@@ -185,7 +198,8 @@ pub fn render_table(report: &SnapshotReport) -> String {
             d.index,
             truncate(d.name, 28),
             truncate(d.pci_bus_id, 16),
-            opt(field(F::Temperature), "C"),
+            // A window's temperature is a mean: whole degrees, as nvidia-smi prints.
+            opt(field(F::Temperature).map(f64::round), "C"),
             pct(field(F::FanSpeed)),
             power,
             format!(
@@ -331,16 +345,43 @@ fn render_findings(out: &mut String, findings: &[Finding]) {
     }
     let _ = writeln!(out, "Findings:");
     for f in findings {
-        let _ = writeln!(
-            out,
-            "  [{}] {} ({}): {}",
-            f.severity.as_str(),
-            f.rule.as_str(),
-            f.subject,
-            f.summary
-        );
+        // Most summaries open with their subject; name it only when one does not.
+        let subject = f.subject.to_string();
+        let _ = if f.summary.starts_with(&subject) {
+            writeln!(out, "  [{}] {}: {}", f.severity, f.rule, f.summary)
+        } else {
+            writeln!(
+                out,
+                "  [{}] {} ({subject}): {}",
+                f.severity, f.rule, f.summary
+            )
+        };
+        if !f.evidence.is_empty() {
+            let _ = writeln!(
+                out,
+                "      evidence from: {}",
+                evidence_sources(&f.evidence)
+            );
+        }
         let _ = writeln!(out, "      what to do: {}", f.advice);
     }
+}
+
+/// Where a finding's figures came from, in words an operator knows.
+fn evidence_sources(layers: &[Layer]) -> String {
+    let mut layers = layers.to_vec();
+    layers.sort_unstable();
+    layers.dedup();
+    layers
+        .iter()
+        .map(|l| match l {
+            Layer::Nvml => "the driver (NVML)",
+            Layer::Procfs => "the kernel (/proc, cgroups)",
+            Layer::Metrics => "the framework's metrics",
+            Layer::Spans => "the framework's spans",
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -36,7 +36,11 @@
 //!             eprintln!("warning: {warning}");
 //!         }
 //!     }
-//!     Command::Snapshot(args) | Command::Check(args) => {
+//!     Command::Snapshot(args) => {
+//!         let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
+//!         println!("{:?}", config.format);
+//!     }
+//!     Command::Check(args) => {
 //!         let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
 //!         println!("{:?}", config.format);
 //!     }

@@ -96,6 +96,12 @@ impl Analyzer {
         Analysis { attributed, events }
     }
 
+    /// Attributes `window` without diagnosing or publishing it, so that the next window has CPU
+    /// figures for its processes (`gpulse snapshot --window`'s first sample).
+    pub fn prime(&mut self, window: Window) {
+        self.attribution.attribute(window);
+    }
+
     /// A receiver of every future [`View`] (and the current one, if any).
     pub fn subscribe(&self) -> ViewReceiver {
         self.view.subscribe()
