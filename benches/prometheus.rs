@@ -81,6 +81,7 @@ fn window(gpus: u32, procs: u32) -> AttributedWindow {
             device_uuid: devices[(p % gpus) as usize].info.uuid.clone(),
             kind: ProcessKind::Compute,
             first_seen: at(0),
+            samples: 10,
             gpu_memory_bytes: gauge(f64::from(p + 1) * 1e8),
             sm_utilization: gauge(0.1),
             memory_utilization: gauge(0.05),

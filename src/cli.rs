@@ -119,6 +119,9 @@ pub struct TopArgs {
     /// [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
     pub interval: Option<String>,
+
+    #[command(flatten)]
+    pub cost: CostArgs,
 }
 
 /// `gpulse snapshot` / `gpulse check`.
@@ -141,6 +144,21 @@ pub struct SnapshotArgs {
     /// [default: one sample]
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
     pub window: Option<String>,
+}
+
+/// Prices the per-job, per-pod and per-container roll-ups are costed with (`run`'s /status,
+/// `top`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct CostArgs {
+    /// Price of one GPU for one hour, in your currency (a MIG instance costs its slice).
+    /// [env: GPULSE_COST_PER_GPU_HOUR] [file: cost.per_gpu_hour] [default: none]
+    #[arg(long, value_name = "PRICE")]
+    pub cost_per_gpu_hour: Option<String>,
+
+    /// Price of one kWh of GPU energy, in your currency.
+    /// [env: GPULSE_COST_PER_KWH] [file: cost.per_kwh] [default: none]
+    #[arg(long, value_name = "PRICE")]
+    pub cost_per_kwh: Option<String>,
 }
 
 /// How `snapshot` and `check` print.
@@ -256,6 +274,9 @@ pub struct RunArgs {
     /// [env: GPULSE_QUEUE_MAX_AGE] [file: queue.max_age] [default: 5m]
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
     pub queue_max_age: Option<String>,
+
+    #[command(flatten)]
+    pub cost: CostArgs,
 
     /// service.name of the node resource.
     /// [env: GPULSE_SERVICE_NAME, else OTEL_SERVICE_NAME] [file: service_name] [default: gpulse]

@@ -46,7 +46,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Top(args) => {
             let config =
-                InspectConfig::resolve(&cli.global, &Default::default(), &config::process_env)?;
+                InspectConfig::resolve_for_top(&cli.global, &args.cost, &config::process_env)?;
             let logs = commands::top::init_logging(&quiet_by_default(&config.log));
             commands::top::top(&config, args, logs)?;
             Ok(ExitCode::SUCCESS)

@@ -282,9 +282,39 @@ impl std::fmt::Debug for SecretString {
     }
 }
 
+/// Prices the roll-ups' cost is figured with (`--cost-per-gpu-hour`, `--cost-per-kwh`), in the
+/// user's currency; either, both or neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub per_gpu_hour: Option<f64>,
+    pub per_kwh: Option<f64>,
+}
+
+/// Parses a price: a finite, non-negative number without a currency sign.
+pub fn parse_price(text: &str) -> Result<f64, String> {
+    let trimmed = text.trim();
+    match trimmed.parse::<f64>() {
+        Ok(price) if price.is_finite() && price >= 0.0 => Ok(price),
+        Ok(_) => Err("expected a price of 0 or more, e.g. 2.50".into()),
+        Err(_) => {
+            Err("expected a number in your currency without its sign or unit, e.g. 2.50".into())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_are_non_negative_plain_numbers() {
+        assert_eq!(parse_price(" 2.5 "), Ok(2.5));
+        assert_eq!(parse_price("0"), Ok(0.0));
+        for bad in ["$2", "-1", "NaN", "inf", "", "2 EUR"] {
+            let reason = parse_price(bad).expect_err(bad);
+            assert!(reason.contains("e.g. 2.50"), "{bad}: {reason}");
+        }
+    }
 
     #[test]
     fn durations_in_the_documented_forms() {

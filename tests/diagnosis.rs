@@ -85,6 +85,7 @@ fn process(pid: u32, dev: u32, mem: u64, sm: f64) -> ProcessWindow {
         device_uuid: format!("GPU-1111-{dev}"),
         kind: ProcessKind::Compute,
         first_seen: t(0),
+        samples: 1,
         gpu_memory_bytes: Some(gauge(mem as f64)),
         sm_utilization: Some(gauge(sm)),
         memory_utilization: None,
@@ -130,6 +131,7 @@ impl Loop {
             workloads: self.workloads.clone(),
             usage: self.usage.clone(),
             parent_alive: self.parent_alive.clone(),
+            accounts: Default::default(),
         };
         self.diagnoser.observe(&attributed)
     }

@@ -160,6 +160,7 @@ mod request {
             device_uuid: format!("GPU-{device:08x}-0000-0000-0000-000000000000"),
             kind: ProcessKind::Compute,
             first_seen: t(1_500),
+            samples: 1,
             gpu_memory_bytes: Some(Gauge {
                 mean: 1e9,
                 min: 1e9,
@@ -209,6 +210,7 @@ mod request {
             workloads,
             usage,
             parent_alive: HashMap::new(),
+            accounts: Default::default(),
         }
     }
 

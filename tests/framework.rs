@@ -128,7 +128,7 @@ const LEAK_RATE: f64 = 32.0 * 1024.0 * 1024.0;
 /// Every finding must have started by then, on a loaded 2-core CI machine.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -246,7 +246,7 @@ fn step(pid: u32, n: u64, start: u64, end: u64, wait: f64) -> ResourceSpans {
 }
 
 /// One HTTP/1.1 request over a fresh connection; the status and the body.
-fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+pub fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to gpulse");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))

@@ -19,5 +19,6 @@ mod record;
 mod reliability;
 mod run;
 mod sampling;
+mod shared;
 mod snapshot_window;
 mod top;

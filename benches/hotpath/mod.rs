@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use gpulse::attribution::{
-    AttributedWindow, AttributionSettings, Attributor, GpuProcessRef, ParentWatch, ProcessUsage,
+    AttributedWindow, AttributionSettings, Attributor, GpuAccountant, GpuProcessRef, ParentWatch,
+    ProcessUsage,
 };
 use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
@@ -159,11 +160,19 @@ pub fn run(label: &str, scenario: &str) {
             (pid, u)
         })
         .collect();
+    let mut accountant = GpuAccountant::default();
+    let mut group = c.benchmark_group(format!("accounting/{label}"));
+    group.bench_function("account", |b| {
+        b.iter(|| black_box(accountant.account(&window, &workloads)))
+    });
+    group.finish();
+    let accounts = GpuAccountant::default().account(&window, &workloads);
     let attributed = AttributedWindow {
         window: window.clone(),
         workloads,
         usage,
         parent_alive: HashMap::new(),
+        accounts,
     };
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {

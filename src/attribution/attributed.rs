@@ -1,6 +1,7 @@
 //! The attribution stage's one output: an export `Window` together with what attribution learnt
 //! about each of its GPU processes — identity (`Workload`), CPU/memory use over the window, and
 //! whether the process still has the parent it started under. Every consumer of a window
+//! and the GPU time and energy charged to each (`accounting`). Every consumer of a window
 //! (diagnosis, the request builders, `/metrics`, `/status`, `gpulse top`) reads its processes from
 //! here instead of joining PID-keyed maps itself.
 
@@ -8,6 +9,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::accounting::Accounts;
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
 use crate::sampling::{ProcessWindow, Window};
 
@@ -21,6 +23,8 @@ pub struct AttributedWindow {
     pub usage: HashMap<u32, ProcessUsage>,
     /// By host PID: whether the original parent is alive; missing means unknown.
     pub parent_alive: HashMap<u32, bool>,
+    /// GPU time and energy per process and device, and the roll-ups by job, pod and container.
+    pub accounts: Accounts,
 }
 
 /// One GPU process of an `AttributedWindow`, with its per-device windows.
@@ -44,6 +48,7 @@ impl AttributedWindow {
             workloads,
             usage: HashMap::new(),
             parent_alive: HashMap::new(),
+            accounts: Accounts::default(),
         }
     }
 

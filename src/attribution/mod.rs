@@ -8,6 +8,7 @@
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
 //! the cgroup CPU limit (`cpu_quota`).
 
+pub mod accounting;
 pub mod attributed;
 pub mod attributor;
 pub mod cgroup;
@@ -22,6 +23,7 @@ pub mod usage;
 pub mod windows;
 pub mod workload;
 
+pub use accounting::{Accounts, GpuAccountant, Prices, Rollup};
 pub use attributed::{AttributedProcess, AttributedWindow};
 pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,

@@ -1,9 +1,10 @@
 //! Attribution of whole export windows: the stage's entry point for `gpulse run` and
 //! `gpulse top`. It owns what attributing a window needs beyond one process's identity — the
 //! pod gpulse itself runs in (the Downward API names it, so its processes get a pod name even
-//! without the kubelet socket) and the parent watch — and turns a [`Window`] into the one
+//! without the kubelet socket), the parent watch and the GPU accounts kept from window to window — and turns a [`Window`] into the one
 //! [`AttributedWindow`] every later stage reads, reading each process's `stat` once.
 
+use super::accounting::{GpuAccountant, Prices};
 use super::attributed::{visible_pids, AttributedWindow};
 use super::attributor::{AttributionSettings, Attributor};
 use super::parents::ParentWatch;
@@ -38,6 +39,7 @@ pub struct WindowAttributor {
     attributor: Attributor,
     parents: ParentWatch,
     own_pod: Option<OwnPod>,
+    accountant: GpuAccountant,
 }
 
 impl WindowAttributor {
@@ -46,7 +48,14 @@ impl WindowAttributor {
             parents: ParentWatch::new(&settings.proc_root),
             attributor: Attributor::new(settings),
             own_pod,
+            accountant: GpuAccountant::default(),
         }
+    }
+
+    /// Figures the roll-ups' cost with these prices.
+    pub fn with_prices(mut self, prices: Prices) -> Self {
+        self.accountant = GpuAccountant::new(prices);
+        self
     }
 
     /// Every process of `window` with its workload, CPU/memory use and parent liveness.
@@ -62,11 +71,13 @@ impl WindowAttributor {
         let visible = visible_pids(&workloads);
         let usage = self.attributor.usage_in(&visible, &table);
         let parent_alive = self.parents.parent_alive_in(&visible, &table);
+        let accounts = self.accountant.account(&window, &workloads);
         AttributedWindow {
             window,
             workloads,
             usage,
             parent_alive,
+            accounts,
         }
     }
 }

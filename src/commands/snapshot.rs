@@ -62,6 +62,7 @@ fn current_findings(
         workloads: workloads.clone(),
         usage: HashMap::new(),
         parent_alive: HashMap::new(),
+        accounts: Default::default(),
     };
     diagnoser.observe(&attributed);
     diagnoser.tracker().active().cloned().collect()

@@ -259,10 +259,12 @@ mod tests {
         assert_eq!(interval(&TopArgs::default()).unwrap(), DEFAULT_INTERVAL);
         let ok = TopArgs {
             interval: Some("500ms".into()),
+            ..TopArgs::default()
         };
         assert_eq!(interval(&ok).unwrap(), Duration::from_millis(500));
         let fast = TopArgs {
             interval: Some("10ms".into()),
+            ..TopArgs::default()
         };
         let message = interval(&fast).unwrap_err().to_string();
         assert!(

@@ -57,6 +57,10 @@ pub const PROMETHEUS_ADDR: &str = "GPULSE_PROMETHEUS_ADDR";
 pub const PROMETHEUS_NAMES: &str = "GPULSE_PROMETHEUS_NAMES";
 /// `--prometheus-max-series`, a count.
 pub const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
+/// `--cost-per-gpu-hour`.
+pub const COST_PER_GPU_HOUR: &str = "GPULSE_COST_PER_GPU_HOUR";
+/// `--cost-per-kwh`.
+pub const COST_PER_KWH: &str = "GPULSE_COST_PER_KWH";
 /// `--wait-for-gpu`, a boolean.
 pub const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
 /// `--queue-max-bytes`, a size.

@@ -60,6 +60,16 @@ impl fmt::Debug for FileSecret {
     }
 }
 
+/// `[cost]`: the prices roll-ups are costed with, in the user's currency.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostFile {
+    /// Price of one GPU for one hour (a MIG instance costs its slice). Default: none.
+    pub per_gpu_hour: Value,
+    /// Price of one kWh of GPU energy. Default: none.
+    pub per_kwh: Value,
+}
+
 /// A scalar key of the file, with its position.
 pub type Value = Option<Spanned<Scalar>>;
 
@@ -108,6 +118,8 @@ pub struct FileConfig {
     pub otlp_receiver: ReceiverFile,
     #[serde(default)]
     pub prometheus: PrometheusFile,
+    #[serde(default)]
+    pub cost: CostFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
     /// [`crate::diagnosis::Thresholds`].
     #[serde(default)]

@@ -54,6 +54,7 @@
 //! # Ok::<(), config::ConfigError>(())
 //! ```
 
+pub mod cost;
 pub mod downward;
 pub mod env;
 pub mod error;
@@ -135,6 +136,8 @@ pub struct Config {
     pub downward: downward::DownwardApi,
     /// `/metrics` for Prometheus (`--prometheus-*`).
     pub prometheus: PrometheusSettings,
+    /// Prices the roll-ups are costed with (`--cost-per-*`).
+    pub prices: values::Prices,
     /// Problems that did not stop the start and that `main` should log once logging is up (the
     /// specification says a malformed `OTEL_RESOURCE_ATTRIBUTES` is discarded and reported, not
     /// fatal).
@@ -182,6 +185,8 @@ pub struct InspectConfig {
     pub diagnosis: Thresholds,
     /// gpulse's own pod and node (`K8S_*`), for `top`'s naming of this pod's processes.
     pub downward: downward::DownwardApi,
+    /// Prices `top`'s roll-ups are costed with (`--cost-per-*`).
+    pub prices: values::Prices,
 }
 
 impl Config {
@@ -326,6 +331,7 @@ impl Config {
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
         let otlp_receiver = receiver_settings(run, &layers, &exporter)?;
         let prometheus = prometheus::resolve(run, &layers)?;
+        let prices = cost::resolve(&run.cost, &layers)?;
 
         Ok(Config {
             config_file: file.map(|f| f.path.clone()),
@@ -347,6 +353,7 @@ impl Config {
             otlp_receiver,
             downward: downward::DownwardApi::from_env(env),
             prometheus,
+            prices,
             warnings,
         })
     }
@@ -375,8 +382,33 @@ impl InspectConfig {
         env: EnvLookup<'_>,
         file: Option<&LoadedFile>,
     ) -> Result<InspectConfig, ConfigError> {
+        Self::resolve_with_cost(global, args, &crate::cli::CostArgs::default(), env, file)
+    }
+
+    /// [`InspectConfig::resolve`] for `top`, whose flags include the prices.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::resolve`], for the settings read here.
+    pub fn resolve_for_top(
+        global: &GlobalArgs,
+        cost: &crate::cli::CostArgs,
+        env: EnvLookup<'_>,
+    ) -> Result<InspectConfig, ConfigError> {
+        let file = load_file(global, env)?;
+        Self::resolve_with_cost(global, &InspectArgs::default(), cost, env, file.as_ref())
+    }
+
+    fn resolve_with_cost(
+        global: &GlobalArgs,
+        args: &InspectArgs,
+        cost: &crate::cli::CostArgs,
+        env: EnvLookup<'_>,
+        file: Option<&LoadedFile>,
+    ) -> Result<InspectConfig, ConfigError> {
         let layers = Layers { env, file };
         let common = Common::resolve(global, &RunArgs::default(), &layers)?;
+        let prices = cost::resolve(cost, &layers)?;
         Ok(InspectConfig {
             config_file: file.map(|f| f.path.clone()),
             nvml_lib: common.nvml_lib,
@@ -388,6 +420,7 @@ impl InspectConfig {
             kubelet_socket: common.kubelet_socket,
             diagnosis: common.diagnosis,
             downward: downward::DownwardApi::from_env(env),
+            prices,
         })
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use super::view::{View, ViewReceiver};
 use crate::attribution::cpu_quota::CpuQuotas;
+use crate::attribution::Prices;
 use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
 use crate::config::downward::DownwardApi;
 use crate::config::{Config, InspectConfig};
@@ -44,6 +45,7 @@ impl Analyzer {
             },
             config.diagnosis.clone(),
             &config.downward,
+            config.prices,
         )
     }
 
@@ -59,6 +61,7 @@ impl Analyzer {
             },
             config.diagnosis.clone(),
             &config.downward,
+            config.prices,
         )
     }
 
@@ -66,10 +69,11 @@ impl Analyzer {
         attribution: AttributionSettings,
         diagnosis: Thresholds,
         downward: &DownwardApi,
+        prices: Prices,
     ) -> Self {
         Self {
             cpu_quotas: CpuQuotas::new(&attribution.proc_root, CGROUP_ROOT),
-            attribution: WindowAttributor::new(attribution, own_pod(downward)),
+            attribution: WindowAttributor::new(attribution, own_pod(downward)).with_prices(prices),
             diagnoser: Diagnoser::new(diagnosis),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),

@@ -43,6 +43,19 @@ pub struct SnapshotReport<'a> {
     /// `/status` only: Unix time, in seconds, at which the window was analysed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at: Option<f64>,
+    /// `/status` only: each device's energy, what its processes were charged and the rest,
+    /// and the roll-ups by job, pod and container since gpulse started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<AccountingReport<'a>>,
+}
+
+/// GPU time and energy (docs/shared-gpus.md says how they are figured).
+#[derive(Debug, Serialize)]
+pub struct AccountingReport<'a> {
+    /// A window whose activity reaches this ratio counts as active time.
+    pub active_threshold: f64,
+    pub devices: &'a [crate::attribution::accounting::DeviceAccount],
+    pub rollups: &'a [crate::attribution::Rollup],
 }
 
 /// The export window behind a `/status` answer.
@@ -147,6 +160,9 @@ pub struct ProcessReport<'a> {
     /// `/status` only: CPU and memory of the process (and its tree) over the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<&'a crate::attribution::ProcessUsage>,
+    /// `/status` only: its GPU time and energy on this device since gpulse first saw it there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<&'a crate::attribution::accounting::ProcessAccount>,
 }
 
 impl<'a> SnapshotReport<'a> {
@@ -184,6 +200,7 @@ impl<'a> SnapshotReport<'a> {
                     }),
                     workload: attributed.workloads.get(&p.pid),
                     usage: attributed.usage.get(&p.pid),
+                    accounting: attributed.accounts.process(p.pid, &p.device_uuid),
                 })
                 .collect(),
             findings: view.findings.clone(),
@@ -193,6 +210,11 @@ impl<'a> SnapshotReport<'a> {
                 samples: window.sample_count,
             }),
             at: Some(seconds(view.at)),
+            accounting: Some(AccountingReport {
+                active_threshold: crate::attribution::accounting::ACTIVE_THRESHOLD,
+                devices: &attributed.accounts.devices,
+                rollups: &attributed.accounts.rollups,
+            }),
         }
     }
 
@@ -220,6 +242,7 @@ impl<'a> SnapshotReport<'a> {
             findings: Vec::new(),
             window: None,
             at: None,
+            accounting: None,
         }
     }
 }
@@ -301,6 +324,7 @@ impl<'a> ProcessReport<'a> {
             mig_instance: p.mig.clone(),
             workload,
             usage: None,
+            accounting: None,
         }
     }
 }

@@ -369,6 +369,7 @@ impl DeviceAcc {
 struct ProcessAcc {
     device_index: u32,
     kind: ProcessKind,
+    samples: u32,
     gpu_memory_bytes: Option<GaugeAcc>,
     sm_utilization: Option<GaugeAcc>,
     memory_utilization: Option<GaugeAcc>,
@@ -451,12 +452,14 @@ impl WindowAggregator {
             let acc = self.processes.entry(key).or_insert_with(|| ProcessAcc {
                 device_index: p.device_index,
                 kind: p.kind,
+                samples: 0,
                 gpu_memory_bytes: None,
                 sm_utilization: None,
                 memory_utilization: None,
                 encoder_utilization: None,
                 decoder_utilization: None,
             });
+            acc.samples += 1;
             if acc.kind != p.kind {
                 acc.kind = ProcessKind::ComputeAndGraphics;
             }
@@ -502,6 +505,7 @@ impl WindowAggregator {
                 device_index: acc.device_index,
                 device_uuid,
                 kind: acc.kind,
+                samples: acc.samples,
                 gpu_memory_bytes: GaugeAcc::finish(acc.gpu_memory_bytes),
                 sm_utilization: GaugeAcc::finish(acc.sm_utilization),
                 memory_utilization: GaugeAcc::finish(acc.memory_utilization),

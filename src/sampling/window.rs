@@ -341,6 +341,9 @@ pub struct ProcessWindow {
     /// When gpulse first saw this PID on this device.
     #[serde(with = "super::model::unix_nanos")]
     pub first_seen: SystemTime,
+    /// Samples of the window that listed the process on this device (of the window's
+    /// `sample_count`).
+    pub samples: u32,
     pub gpu_memory_bytes: Option<Gauge>,
     pub sm_utilization: Option<Gauge>,
     pub memory_utilization: Option<Gauge>,

@@ -151,6 +151,7 @@ fn view() -> Arc<View> {
             workloads: HashMap::from([(TRAINER, trainer), (OTHER, other)]),
             usage: HashMap::from([(TRAINER, usage(1.0)), (OTHER, usage(0.05))]),
             parent_alive: HashMap::from([(TRAINER, true)]),
+            accounts: Default::default(),
         }),
         findings: vec![finding],
         at,

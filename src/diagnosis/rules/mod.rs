@@ -309,6 +309,7 @@ pub(crate) mod testkit {
             device_uuid: format!("GPU-{device:08}"),
             kind: ProcessKind::Compute,
             first_seen: t(0),
+            samples: 1,
             gpu_memory_bytes: Some(gauge(mem as f64)),
             sm_utilization: sm.map(gauge),
             memory_utilization: None,

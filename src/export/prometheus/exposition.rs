@@ -269,6 +269,7 @@ mod tests {
                 device_uuid: UUID.into(),
                 kind: ProcessKind::Compute,
                 first_seen: at(1000),
+                samples: 1,
                 gpu_memory_bytes: gauge(1024.0),
                 sm_utilization: gauge(0.4),
                 memory_utilization: None,
@@ -301,6 +302,7 @@ mod tests {
             workloads,
             usage: HashMap::new(),
             parent_alive: HashMap::new(),
+            accounts: Default::default(),
         }
     }
 

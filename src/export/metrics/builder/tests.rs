@@ -71,6 +71,7 @@ fn process(pid: u32, device: u32) -> ProcessWindow {
         device_uuid: format!("GPU-{device:04}"),
         kind: ProcessKind::Compute,
         first_seen: t(900 + u64::from(device)),
+        samples: 1,
         gpu_memory_bytes: Some(g(1e9, 5e8, 2e9, 1.5e9)),
         sm_utilization: Some(g(0.5, 0.1, 0.9, 0.4)),
         memory_utilization: None,
@@ -570,6 +571,7 @@ fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
         workloads,
         usage,
         parent_alive: HashMap::new(),
+        accounts: Default::default(),
     };
     let req = metrics_request(&attributed, &node());
     assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
