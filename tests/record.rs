@@ -607,3 +607,60 @@ fn report_reads_what_run_exports_as_otlp_json() {
         text(&out.stderr)
     );
 }
+
+/// `record` as the job's OTLP endpoint: the spans a training loop sends to its receiver appear in
+/// the report's training-steps strip.
+#[test]
+fn the_companions_spans_sent_to_the_receiver_join_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!(
+        r#"
+import os, time, urllib.request
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+now = time.time_ns()
+def span(name, start_s, end_s):
+    return Span(trace_id=os.urandom(16), span_id=os.urandom(8), name=name,
+                start_time_unix_nano=now - int(start_s * 1e9), end_time_unix_nano=now - int(end_s * 1e9))
+spans = [span("epoch", 1.0, 0.0), span("step", 1.0, 0.5), span("step", 0.5, 0.0),
+         span("data_wait", 1.0, 0.9), span("data_wait", 0.5, 0.4), span("forward", 0.3, 0.2)]
+body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]).SerializeToString()
+for attempt in range(100):
+    try:
+        urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{port}/v1/traces", data=body,
+                               headers={{"Content-Type": "application/x-protobuf"}}), timeout=5).read()
+        break
+    except OSError:
+        time.sleep(0.1)
+else:
+    raise SystemExit("the receiver never answered")
+"#
+    );
+    let report = dir.path().join("r.html");
+    let out = output({
+        let mut c = record(
+            dir.path(),
+            "",
+            &["--sample-interval", "100ms", "--otlp-receiver-http"],
+        );
+        c.arg(port.to_string())
+            .arg("--report")
+            .arg(&report)
+            .arg("--")
+            .arg(crate::common::python())
+            .arg("-c")
+            .arg(script);
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(&report).unwrap();
+    for legend in ["epochs (1)", "steps (2)", "data wait (2)"] {
+        assert!(page.contains(legend), "{legend} missing from the report");
+    }
+    assert!(!page.contains("No companion spans"));
+}

@@ -158,6 +158,7 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
         return (&mut exited).await.unwrap_or(CommandExit::Code(1));
     };
     let mut analyzer = Analyzer::new(config);
+    let (receivers, spans) = start_receivers(config, &analyzer).await;
     let mut aggregator = WindowAggregator::new();
     let mut tick = tokio::time::interval_at(
         Instant::now() + config.export_interval,
@@ -169,12 +170,19 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
             biased;
             exit = &mut exited => break exit.unwrap_or(CommandExit::Code(1)),
             Some(snapshot) = snapshots.recv() => {
+                if let Some(receivers) = &receivers {
+                    receivers.intake.history().record(&snapshot);
+                }
                 recorder.add(&snapshot);
                 aggregator.add(&snapshot);
             }
             _ = tick.tick() => {
                 if let Some(window) = aggregator.take() {
-                    recorder.observe_findings(&analyzer.analyze(window).events);
+                    let analysis = analyzer.analyze(window);
+                    if let Some(receivers) = &receivers {
+                        receivers.intake.history().note_window(&analysis.attributed);
+                    }
+                    recorder.observe_findings(&analysis.events);
                 }
             }
         }
@@ -189,7 +197,62 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
     if let Some(window) = aggregator.take() {
         recorder.observe_findings(&analyzer.analyze(window).events);
     }
+    if let Some(receivers) = &receivers {
+        receivers.stop();
+    }
+    if let Some(spans) = spans {
+        spans.try_iter().for_each(|span| recorder.add_span(span));
+    }
     exit
+}
+
+/// The local OTLP receiver, when `--otlp-receiver-grpc/-http` asks for one: the companion's
+/// spans join the report. It cannot start (a port taken): said, and the recording goes on.
+async fn start_receivers(
+    config: &Config,
+    analyzer: &Analyzer,
+) -> (
+    Option<crate::enrich::Receivers>,
+    Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
+) {
+    if !config.otlp_receiver.enabled() {
+        return (None, None);
+    }
+    let limits = crate::export::queue::QueueLimits {
+        max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
+        max_age: config.queue.max_age,
+    };
+    let (queue, sender) = crate::export::queue::DeliveryQueue::new(
+        limits,
+        crate::export::queue::BackoffPolicy::default(),
+        crate::record::spans::Discard,
+    );
+    tokio::spawn(sender.run());
+    let (observer, spans) = crate::record::spans::collector();
+    let intake = crate::enrich::Intake::new(
+        queue,
+        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval),
+        crate::enrich::IntakeSettings {
+            proc_root: config.proc_root.clone(),
+            max_queue_bytes: limits.max_bytes,
+            max_wait: config.sample_interval,
+        },
+    )
+    .with_framework(analyzer.framework())
+    .with_span_observer(observer);
+    match crate::enrich::Receivers::start(
+        config.otlp_receiver.grpc,
+        config.otlp_receiver.http,
+        std::sync::Arc::new(intake),
+    )
+    .await
+    {
+        Ok(receivers) => (Some(receivers), Some(spans)),
+        Err(e) => {
+            tracing::error!("{e}; recording without the companion's spans");
+            (None, None)
+        }
+    }
 }
 
 /// Prints the summary and writes the files; a failure to write one is said and does not stop

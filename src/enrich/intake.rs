@@ -109,6 +109,17 @@ pub struct IntakeSettings {
     pub max_wait: Duration,
 }
 
+/// Called with every trace request the intake accepts, before enrichment (`gpulse record` keeps
+/// the companion's epoch, step and data-wait spans for its report).
+#[derive(Clone)]
+pub struct SpanObserver(pub Arc<dyn Fn(&ExportTraceServiceRequest) + Send + Sync>);
+
+impl std::fmt::Debug for SpanObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanObserver")
+    }
+}
+
 /// The shared request handler of the gRPC and HTTP receivers.
 #[derive(Debug)]
 pub struct Intake {
@@ -119,6 +130,7 @@ pub struct Intake {
     pub stats: IntakeStats,
     /// Where the framework's allocator gauges and step spans go for diagnosis, when set.
     framework: Option<FrameworkHandle>,
+    span_observer: Option<SpanObserver>,
 }
 
 impl Intake {
@@ -130,6 +142,7 @@ impl Intake {
             peers: PeerCache::default(),
             stats: IntakeStats::default(),
             framework: None,
+            span_observer: None,
         }
     }
 
@@ -138,6 +151,13 @@ impl Intake {
     #[must_use]
     pub fn with_framework(mut self, framework: FrameworkHandle) -> Self {
         self.framework = Some(framework);
+        self
+    }
+
+    /// Also hands every accepted trace request to `observer`.
+    #[must_use]
+    pub fn with_span_observer(mut self, observer: SpanObserver) -> Self {
+        self.span_observer = Some(observer);
         self
     }
 
@@ -229,6 +249,9 @@ impl Intake {
         peer: Option<Peer>,
     ) -> (EncodedRequest, Accepted) {
         let items = span_count(&request) as u64;
+        if let Some(observer) = &self.span_observer {
+            (observer.0)(&request);
+        }
         let unchanged = |body| {
             (
                 EncodedRequest::new(body, items),

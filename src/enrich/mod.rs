@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use history::{GpuUsage, History, HistoryHandle, ProcessIdentity};
-pub use intake::{Accepted, Intake, IntakeError, IntakeSettings, Peer};
+pub use intake::{Accepted, Intake, IntakeError, IntakeSettings, Peer, SpanObserver};
 
 /// Why the receivers could not start.
 #[derive(Debug, thiserror::Error)]

@@ -11,5 +11,6 @@ pub mod html;
 pub mod model;
 pub mod otlp_json;
 pub mod recorder;
+pub mod spans;
 pub mod summary;
 pub mod tree;

@@ -265,6 +265,18 @@ impl Recorder {
             .or_insert_with(|| tree.contains(pid))
     }
 
+    /// Adds a span of the training loop (received from the companion).
+    pub fn add_span(&mut self, span: super::spans::ReceivedSpan) {
+        let start = self.recording.offset(span.start);
+        let end = self.recording.offset(span.end);
+        self.recording.spans.push(super::model::SpanMark {
+            kind: span.kind,
+            name: span.name,
+            start_seconds: start,
+            end_seconds: end.max(start),
+        });
+    }
+
     /// Says why the recording has no GPU figures.
     pub fn no_gpu(&mut self, reason: String) {
         self.recording.no_gpu = Some(reason);
