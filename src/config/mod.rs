@@ -50,6 +50,8 @@
 //!             InspectConfig::resolve(&cli.global, &Default::default(), &config::process_env)?;
 //!         println!("{}", config.proc_root.display());
 //!     }
+//!     // `record` resolves `run`'s settings from its own flags; `report` reads a file only.
+//!     Command::Record(_) | Command::Report(_) => {}
 //! }
 //! # Ok::<(), config::ConfigError>(())
 //! ```
