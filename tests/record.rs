@@ -299,16 +299,20 @@ fn an_unwritable_report_path_fails_before_the_command_starts() {
 
 /// The recording of a command whose processes hold GPU memory. In a fresh PID namespace (with
 /// its own /proc) gpulse is PID 1 and the command PID 2; the command's child gets a PID after
-/// gpulse's threads (which take PIDs too), somewhere under 25. The simulator lists PIDs 2 to 24
-/// before any exists; gpulse must find the command's among them by its process tree. PID 4000
-/// is another process.
+/// those of gpulse's threads, which take PIDs too and, on a loaded machine, more of them start
+/// before the child does (a full CI run once gave the child a PID above 24). The simulator lists
+/// PIDs 2 to 199 before any exists; gpulse must find the command's among them by its process
+/// tree. PID 4000 is another process.
 fn namespaced_recording(dir: &Path) -> (Output, Value) {
     require_root("create a PID namespace");
     let json = dir.join("summary.json");
     let report = dir.join("report.html");
     let command = record(
         dir,
-        &(2..25).map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+        &(2..200)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         &["--sample-interval", "100ms", "--export-interval", "500ms"],
     );
     let args: Vec<std::ffi::OsString> = command.get_args().map(ToOwned::to_owned).collect();
