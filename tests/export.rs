@@ -7,7 +7,9 @@ mod request {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+    use gpulse::attribution::{
+        AttributedWindow, AttributionMethod, GpuAccountant, ProcessUsage, Workload,
+    };
     use gpulse::export::json::to_otlp_json_line;
     use gpulse::export::metrics::{metrics_batch, metrics_request, MetricsBatch};
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
@@ -233,7 +235,10 @@ mod request {
                 memory_rss_bytes: Some(3 << 30),
             },
         )]);
-        metrics_batch(&attributed(w, workloads, usage), &node())
+        let mut full = attributed(w, workloads, usage);
+        // The GPU time and energy charged to the process, as the attribution stage figures them.
+        full.accounts = GpuAccountant::default().account(&full.window, &full.workloads);
+        metrics_batch(&full, &node())
     }
 
     fn full_request() -> ExportMetricsServiceRequest {

@@ -4,7 +4,7 @@
 use super::device::mig_instance_ids;
 use super::{int, push_gauge, with, Family, MetricsBuilder, Span, Value};
 use crate::attribution::ProcessUsage;
-use crate::export::metrics::encoding::{MetricsBatch, PointAttributes};
+use crate::export::metrics::encoding::{AttributeSetId, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{MigInstanceWindow, ProcessWindow};
@@ -13,14 +13,15 @@ use crate::schema::MetricId;
 use MetricId as M;
 
 /// The points of one process on one device; `mig` is the MIG device it ran in, whose `hw.id`
-/// the points then carry (with the GPU as `hw.parent`).
+/// the points then carry (with the GPU as `hw.parent`). Returns the attribute set the points
+/// share, for the families other modules add.
 pub(super) fn push_process_device(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
     p: &ProcessWindow,
     mig: Option<&MigInstanceWindow>,
     gauge_span: Span,
-) {
+) -> AttributeSetId {
     let attributes = match mig {
         None => vec![
             kv_str("hw.id", p.device_uuid.as_str()),
@@ -78,6 +79,7 @@ pub(super) fn push_process_device(
         };
         push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
+    base
 }
 
 pub(super) fn push_process_usage(
