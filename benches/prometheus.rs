@@ -132,7 +132,7 @@ fn bench(c: &mut Criterion) {
     for (gpus, procs) in [(8, 64), (64, 1024)] {
         let w = window(gpus, procs);
         let p = published();
-        p.update(&w, &[]);
+        p.update(&w, &Default::default(), &[]);
         let (e, own) = p.latest();
         let text = encode(
             Arc::clone(&e),
