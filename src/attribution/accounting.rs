@@ -418,10 +418,9 @@ fn activities(
                     (Some(slice), Some(all)) if all > 0.0 => (slice as f64 / all).min(1.0),
                     _ => 0.0,
                 };
-                let alone = instance.pids == [p.pid];
-                let value = alone
-                    .then(|| instance.gpm.mean(GpmField::GraphicsActivity))
-                    .flatten();
+                let value = window
+                    .mig_instance_held_alone(p.pid, &p.device_uuid)
+                    .and_then(|alone| alone.gpm.mean(GpmField::GraphicsActivity));
                 return Activity {
                     value,
                     source: value.map(|_| ActivitySource::MigInstance),

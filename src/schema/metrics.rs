@@ -339,8 +339,8 @@ metric_table! {
     ProcessGpuUtilization: "process.gpu.utilization", Gauge, "1", Process,
         "Mean ratio of the window the process kept the GPU task busy.",
         attributes "`hw.id`, `gpu.index`, `hw.gpu.task` = `general` (SM) | `encoder` | `decoder`",
-        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`)",
-        notes "window mean";
+        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`); on MIG, `general` is its instance's GPM `GRAPHICS_UTIL`",
+        notes "window mean. On MIG (no per-process figures there) only a process alone on its GPU instance has a point: `general` = the instance's graphics-engine activity (DCGM's advice: `GR_ENGINE_ACTIVE` in place of GPU-Util), `hw.id` = the `MIG-…` UUID";
     ProcessGpuUtilizationMax: "process.gpu.utilization.max", Gauge, "1", Process,
         "Highest sampled process.gpu.utilization in the window.",
         attributes "",
@@ -364,6 +364,53 @@ metric_table! {
     ProcessGpuMemoryUtilizationMin: "process.gpu.memory.utilization.min", Gauge, "1", Process,
         "Lowest sampled process.gpu.memory.utilization in the window.",
         attributes "`hw.id`, `gpu.index`",
+        source "",
+        notes "";
+    // MIG: a process alone on its GPU instance takes the instance's GPM activity as its own
+    // (src/export/metrics/builder/process.rs; docs/shared-gpus.md#mig).
+    ProcessGpuSmActivity: "process.gpu.sm.activity", Gauge, "1", Process,
+        "Mean ratio of the MIG instance's SMs with a warp resident, for the process alone on it.",
+        attributes "`hw.id` (the `MIG-…` UUID), `hw.parent`, `gpu.index`, `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
+        source "its MIG instance's GPM `SM_UTIL` (`nvmlGpmMigSampleGet`)",
+        notes "window mean; only for a process alone on its MIG GPU instance in the window (the instance's activity is then its own; several processes on one instance get no point: NVML cannot split it), see [shared-gpus.md](shared-gpus.md#mig)";
+    ProcessGpuSmActivityMax: "process.gpu.sm.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuSmActivityMin: "process.gpu.sm.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuDramActivity: "process.gpu.dram.activity", Gauge, "1", Process,
+        "Mean ratio of the MIG instance's DRAM bandwidth used, for the process alone on it.",
+        attributes "as `process.gpu.sm.activity`",
+        source "its MIG instance's GPM `DRAM_BW_UTIL`",
+        notes "window mean; as `process.gpu.sm.activity`";
+    ProcessGpuDramActivityMax: "process.gpu.dram.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuDramActivityMin: "process.gpu.dram.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuPipeActivity: "process.gpu.pipe.activity", Gauge, "1", Process,
+        "Mean ratio of time the MIG instance's tensor pipes were active, for the process alone on it.",
+        attributes "as `process.gpu.sm.activity`, `nvidia.gpu.pipe` = `tensor`",
+        source "its MIG instance's GPM `ANY_TENSOR_UTIL`",
+        notes "window mean; as `process.gpu.sm.activity`";
+    ProcessGpuPipeActivityMax: "process.gpu.pipe.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuPipeActivityMin: "process.gpu.pipe.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
         source "",
         notes "";
     ProcessCpuUtilization: semconv::PROCESS_CPU_UTILIZATION, Gauge, "1", Process,

@@ -11,7 +11,9 @@
 //!   points carry each device's `hw.id` and `gpu.index`.
 //! - A MIG device is a device of its own on the node resource (`hw.id` = its `MIG-…` UUID,
 //!   `hw.parent` = the GPU's UUID, its GPU/compute instance ids), with its memory slice and GPM
-//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points.
+//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points,
+//!   and a process alone in its GPU instance takes the instance's GPM as its own
+//!   (`process.gpu.utilization` general, `.sm.activity`, `.dram.activity`, `.pipe.activity`).
 //! - Every metric is named by its typed [`MetricId`]: name, instrument and unit come from the
 //!   schema ([`crate::schema::METRICS`]).
 //! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
@@ -191,7 +193,14 @@ pub fn metrics_batch_with_training(
     for (pid, rows) in by_pid {
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
         for p in &rows {
-            let mig = window.mig_instance_of(p.pid, &p.device_uuid);
+            let mig = window
+                .mig_instance_of(p.pid, &p.device_uuid)
+                .map(|instance| process::ProcessMigDevice {
+                    instance,
+                    alone: window
+                        .mig_instance_held_alone(p.pid, &p.device_uuid)
+                        .is_some(),
+                });
             process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
         }
         let process = attributed.process(pid);
