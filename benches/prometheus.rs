@@ -148,7 +148,7 @@ fn bench(c: &mut Criterion) {
             text.len() / 1024
         );
         group.bench_function(format!("update_{gpus}x{procs}"), |b| {
-            b.iter(|| p.update(black_box(&w), &[]))
+            b.iter(|| p.update(black_box(&w), &Default::default(), &[]))
         });
         group.bench_function(format!("scrape_{gpus}x{procs}"), |b| {
             b.iter(|| {
