@@ -445,10 +445,9 @@ fn activities(
                     // Its size unknown: neither its energy nor its GPU-hours can be weighed.
                     _ => None,
                 };
-                let alone = instance.pids == [p.pid];
-                let value = alone
-                    .then(|| instance.gpm.mean(GpmField::GraphicsActivity))
-                    .flatten();
+                let value = window
+                    .mig_instance_held_alone(p.pid, &p.device_uuid)
+                    .and_then(|alone| alone.gpm.mean(GpmField::GraphicsActivity));
                 return Activity {
                     value,
                     source: value.map(|_| ActivitySource::MigInstance),

@@ -154,6 +154,7 @@ fn view() -> Arc<View> {
             accounts: Default::default(),
         }),
         findings: vec![finding],
+        training: Default::default(),
         at,
     })
 }
@@ -414,6 +415,7 @@ fn mig_devices_are_listed_under_their_gpu() {
             aggregator.take().expect("a window"),
         )),
         findings: vec![],
+        training: Default::default(),
         at,
     });
     app.observe(view, None);
