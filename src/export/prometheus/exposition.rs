@@ -564,6 +564,7 @@ mod tests {
             subject: Subject::Device(DeviceRef {
                 uuid: UUID.into(),
                 index: 0,
+                mig: None,
             }),
             summary: "throttled".into(),
             advice: "cool it".into(),
