@@ -8,8 +8,12 @@ mod request {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+    use gpulse::diagnosis::framework::DistributedIdentity;
+    use gpulse::diagnosis::training::{ProcessTraining, TrainingWindow};
     use gpulse::export::json::to_otlp_json_line;
-    use gpulse::export::metrics::{metrics_batch, metrics_request, MetricsBatch};
+    use gpulse::export::metrics::{
+        metrics_batch, metrics_batch_with_training, metrics_request, MetricsBatch,
+    };
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
         DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceInfo,
@@ -265,7 +269,23 @@ mod request {
                 memory_rss_bytes: Some(3 << 30),
             },
         )]);
-        metrics_batch(&attributed(w, workloads, usage), &node())
+        // 4242 is rank 1 of a torch.distributed job whose step spans reached the receiver.
+        let mut training = TrainingWindow::default();
+        training.processes.insert(
+            4242,
+            ProcessTraining {
+                step_seconds: 0.4,
+                collective_wait_seconds: Some(0.1),
+                data_wait_seconds: 0.05,
+                steps: 25,
+                distributed: Some(DistributedIdentity {
+                    rank: 1,
+                    job_id: Some("job-7".into()),
+                    ..DistributedIdentity::default()
+                }),
+            },
+        );
+        metrics_batch_with_training(&attributed(w, workloads, usage), &training, &node())
     }
 
     fn full_request() -> ExportMetricsServiceRequest {

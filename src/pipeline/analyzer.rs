@@ -14,6 +14,7 @@ use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAt
 use crate::config::downward::DownwardApi;
 use crate::config::{Config, InspectConfig};
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
+use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Diagnoser, FindingEvent, Thresholds};
 use crate::sampling::Window;
 
@@ -32,6 +33,8 @@ pub struct Analysis {
     pub attributed: Arc<AttributedWindow>,
     /// Findings that started or cleared with this window.
     pub events: Vec<FindingEvent>,
+    /// The processes' training figures the rules saw, which the window's metrics carry.
+    pub training: Arc<TrainingWindow>,
 }
 
 impl Analyzer {
@@ -92,12 +95,18 @@ impl Analyzer {
         let events = self
             .diagnoser
             .observe_with_framework(&attributed, &framework);
+        let training = Arc::new(TrainingWindow::from_evidence(&framework));
         self.view.send_replace(Some(Arc::new(View {
             attributed: Arc::clone(&attributed),
             findings: self.diagnoser.tracker().active().cloned().collect(),
+            training: Arc::clone(&training),
             at: SystemTime::now(),
         })));
-        Analysis { attributed, events }
+        Analysis {
+            attributed,
+            events,
+            training,
+        }
     }
 
     /// Attributes `window` without diagnosing or publishing it, so that the next window has CPU

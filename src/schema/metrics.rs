@@ -428,6 +428,23 @@ metric_table! {
         attributes "",
         source "`/proc/<pid>/status` (`VmRSS`)",
         notes "resident set size, last value";
+    // Training figures from the process's own step spans (gpulse's OTLP receiver): per rank, so
+    // a backend can compare the ranks of a job across nodes (docs/distributed.md).
+    TrainingStepDuration: "gpulse.training.step.duration", Gauge, "s", Process,
+        "Mean duration of the process's recent training steps, from its step spans.",
+        attributes "`pytorch.distributed.job.id`, `pytorch.distributed.rank` (int) when the process is a rank of a torch.distributed job",
+        source "the companion's `step` spans through gpulse's OTLP receiver",
+        notes "mean over the steps that ended within `input_bound.step_lookback` (1 min) of the newest, the figures the rules use; no point without recent step spans";
+    TrainingStepCollectiveWait: "gpulse.training.step.collective_wait", Gauge, "s", Process,
+        "Mean time per recent step the process had a torch.distributed collective in flight.",
+        attributes "as `gpulse.training.step.duration`",
+        source "`pytorch.distributed.collective.wait` on the companion's `step` spans",
+        notes "same steps as `gpulse.training.step.duration`; no point unless every counted step carried it. Step time outside collectives = duration − collective_wait";
+    TrainingStepDataWait: "gpulse.training.step.data_wait", Gauge, "s", Process,
+        "Mean time per recent step the process waited on its DataLoader.",
+        attributes "as `gpulse.training.step.duration`",
+        source "the companion's `data_wait` spans",
+        notes "same steps as `gpulse.training.step.duration`";
 }
 
 #[cfg(test)]

@@ -155,6 +155,7 @@ fn view() -> Arc<View> {
             accounts: Default::default(),
         }),
         findings: vec![finding],
+        training: Default::default(),
         at,
     })
 }
@@ -415,6 +416,7 @@ fn mig_devices_are_listed_under_their_gpu() {
             aggregator.take().expect("a window"),
         )),
         findings: vec![],
+        training: Default::default(),
         at,
     });
     app.observe(view, None);

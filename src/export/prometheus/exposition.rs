@@ -19,8 +19,9 @@ use super::names::{label_name, metric_name, OtlpKind, PromName};
 use crate::attribution::AttributedWindow;
 use crate::config::PrometheusNames;
 use crate::diagnosis::tracker::{ACTIVE_GAUGE_DESCRIPTION, ACTIVE_GAUGE_NAME, ACTIVE_GAUGE_UNIT};
+use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Finding, RuleId};
-use crate::export::metrics::metrics_request;
+use crate::export::metrics::metrics_request_with_training;
 use crate::export::resource::NodeIdentity;
 
 /// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
@@ -110,19 +111,21 @@ fn push_otlp_metric(b: &mut Builder, metric: &Metric, resource: &[(String, Strin
     }
 }
 
-/// The exposition of one analysed window and the findings active after it.
+/// The exposition of one analysed window (with its processes' training figures) and the
+/// findings active after it.
 ///
 /// `last_xid` is the last XID code seen per device UUID since gpulse started (dcgm-exporter's
 /// `DCGM_FI_DEV_XID_ERRORS` keeps it past the window that saw it).
 pub fn build(
     attributed: &AttributedWindow,
+    training: &TrainingWindow,
     findings: &[Finding],
     node: &NodeIdentity,
     names: PrometheusNames,
     max_series: usize,
     last_xid: &HashMap<String, u64>,
 ) -> Exposition {
-    let request = metrics_request(attributed, node);
+    let request = metrics_request_with_training(attributed, training, node);
     let mut b = Builder::new(max_series);
     let mut resources = request.resource_metrics.iter().map(|rm| {
         let labels = rm
@@ -307,7 +310,15 @@ mod tests {
     }
 
     fn build_with(w: &AttributedWindow, names: PrometheusNames, max: usize) -> Exposition {
-        build(w, &[], &node(), names, max, &HashMap::new())
+        build(
+            w,
+            &TrainingWindow::default(),
+            &[],
+            &node(),
+            names,
+            max,
+            &HashMap::new(),
+        )
     }
 
     fn samples<'a>(e: &'a Exposition, full_name: &str) -> &'a [Sample] {
@@ -482,6 +493,7 @@ mod tests {
         let xids = HashMap::from([(UUID.to_string(), 79u64)]);
         let e = build(
             &window(&[]),
+            &TrainingWindow::default(),
             &[],
             &node(),
             PrometheusNames::Dcgm,
@@ -494,11 +506,72 @@ mod tests {
         );
     }
 
+    /// The series a cross-node straggler rule reads: one per rank, labelled with the job id and
+    /// rank (point attributes) beside the process's own resource labels.
+    #[test]
+    fn training_figures_are_series_per_rank() {
+        use crate::diagnosis::framework::DistributedIdentity;
+        use crate::diagnosis::training::ProcessTraining;
+        let mut training = TrainingWindow::default();
+        for (pid, rank, step) in [(41, 0, 0.5), (42, 1, 0.75)] {
+            training.processes.insert(
+                pid,
+                ProcessTraining {
+                    step_seconds: step,
+                    collective_wait_seconds: Some(0.25),
+                    data_wait_seconds: 0.0,
+                    steps: 10,
+                    distributed: Some(DistributedIdentity {
+                        rank,
+                        job_id: Some("job-7".into()),
+                        ..DistributedIdentity::default()
+                    }),
+                },
+            );
+        }
+        let e = build(
+            &window(&[(41, None), (42, None)]),
+            &training,
+            &[],
+            &node(),
+            PrometheusNames::Otel,
+            1000,
+            &HashMap::new(),
+        );
+        let steps = samples(&e, "gpulse_training_step_duration_seconds");
+        let by_rank: Vec<(&str, &str, &str, SampleValue)> = steps
+            .iter()
+            .map(|s| {
+                (
+                    label(s, "pytorch_distributed_job_id").unwrap(),
+                    label(s, "pytorch_distributed_rank").unwrap(),
+                    label(s, "process_pid").unwrap(),
+                    s.value,
+                )
+            })
+            .collect();
+        assert_eq!(
+            by_rank,
+            [
+                ("job-7", "0", "41", SampleValue::Float(0.5)),
+                ("job-7", "1", "42", SampleValue::Float(0.75))
+            ]
+        );
+        assert_eq!(
+            samples(&e, "gpulse_training_step_collective_wait_seconds").len(),
+            2
+        );
+    }
+
     #[test]
     fn process_series_carry_the_container_and_vanish_with_the_process() {
         let published =
             super::super::Published::new(crate::config::PrometheusSettings::default(), node());
-        published.update(&window(&[(41, None), (42, None)]), &[]);
+        published.update(
+            &window(&[(41, None), (42, None)]),
+            &TrainingWindow::default(),
+            &[],
+        );
         let (e, _) = published.latest();
         let pids: Vec<&str> = samples(&e, "process_gpu_memory_usage_bytes")
             .iter()
@@ -508,7 +581,7 @@ mod tests {
             })
             .collect();
         assert_eq!(pids, ["41", "42"]);
-        published.update(&window(&[(42, None)]), &[]);
+        published.update(&window(&[(42, None)]), &TrainingWindow::default(), &[]);
         let (e, _) = published.latest();
         let text = encode(e, SelfMetrics::default(), Format::PrometheusText, at(2001)).unwrap();
         assert!(
@@ -544,8 +617,8 @@ mod tests {
             },
             node(),
         );
-        published.update(&w, &[]);
-        published.update(&w, &[]);
+        published.update(&w, &TrainingWindow::default(), &[]);
+        published.update(&w, &TrainingWindow::default(), &[]);
         let (e, own) = published.latest();
         assert_eq!(own.dropped_total, 2 * e.dropped);
         let text = encode(e, own, Format::PrometheusText, at(2001)).unwrap();
@@ -574,6 +647,7 @@ mod tests {
         };
         let e = build(
             &window(&[]),
+            &TrainingWindow::default(),
             &[finding],
             &node(),
             PrometheusNames::Otel,

@@ -37,6 +37,7 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{AttributedWindow, Workload};
+use crate::diagnosis::training::TrainingWindow;
 use crate::export::resource::{node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{Gauge, ProcessWindow};
@@ -140,8 +141,19 @@ pub(super) fn push_gauge(
 
 /// Builds the metrics of one export window from its attributed processes: a process with no
 /// usage figures (its `/proc` entry not visible) gets no CPU and RSS points. See the module
-/// documentation for the contract.
+/// documentation for the contract. Without training figures: for a window no receiver fed
+/// (`gpulse snapshot`, tests); `gpulse run` uses [`metrics_batch_with_training`].
 pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> MetricsBatch {
+    metrics_batch_with_training(attributed, &TrainingWindow::default(), node)
+}
+
+/// [`metrics_batch`] plus each process's `gpulse.training.step.*` points, from what its step
+/// spans said (`training`, the analyzer's figures for this window).
+pub fn metrics_batch_with_training(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+) -> MetricsBatch {
     let window = &attributed.window;
     let gauge_span = Span {
         start: to_nanos(window.start),
@@ -200,6 +212,9 @@ pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> Metr
                 .unwrap_or(gauge_span.start);
             process::push_process_usage(&mut b, u, gauge_span, first_seen);
         }
+        if let Some(t) = training.process(pid) {
+            process::push_training(&mut b, &mut batch, t, gauge_span);
+        }
         // Attribution lists every process of its window; one it missed is known by its PID.
         let resource = match process {
             Some(p) => process_resource(p.workload, node),
@@ -216,4 +231,13 @@ pub fn metrics_request(
     node: &NodeIdentity,
 ) -> ExportMetricsServiceRequest {
     metrics_batch(attributed, node).into_request()
+}
+
+/// [`metrics_batch_with_training`] as a prost request (what `/metrics` translates).
+pub fn metrics_request_with_training(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+) -> ExportMetricsServiceRequest {
+    metrics_batch_with_training(attributed, training, node).into_request()
 }

@@ -1,10 +1,12 @@
 //! The families of a process resource: its points on each device it holds (memory, per-process
 //! utilisation, on the MIG device it ran in where there is one, with that instance's GPM
-//! activity when it ran there alone) and its host usage (CPU, RSS).
+//! activity when it ran there alone), its host usage (CPU, RSS) and its training figures (step
+//! time, collective and data wait) with its rank.
 
 use super::device::mig_instance_ids;
 use super::{int, push_gauge, with, Family, MetricsBuilder, Span, Value};
 use crate::attribution::ProcessUsage;
+use crate::diagnosis::training::ProcessTraining;
 use crate::export::metrics::encoding::{AttributeSetId, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
@@ -197,4 +199,47 @@ pub(super) fn push_process_usage(
             int(bytes),
         );
     }
+}
+
+/// The per-step means the process's step spans gave, with its job id and rank as point
+/// attributes (so the series of one job's ranks line up across nodes without relying on which
+/// resource attributes a backend promotes to labels).
+pub(super) fn push_training(
+    b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
+    training: &ProcessTraining,
+    gauge_span: Span,
+) {
+    let mut attributes = Vec::new();
+    if let Some(d) = &training.distributed {
+        if let Some(job) = &d.job_id {
+            attributes.push(kv_str("pytorch.distributed.job.id", job.as_str()));
+        }
+        attributes.push(kv_int("pytorch.distributed.rank", i64::from(d.rank)));
+    }
+    let attrs = if attributes.is_empty() {
+        PointAttributes::NONE
+    } else {
+        PointAttributes::of(batch.add_attribute_set(attributes))
+    };
+    b.push(
+        M::TrainingStepDuration,
+        attrs.clone(),
+        gauge_span,
+        Value::F64(training.step_seconds),
+    );
+    if let Some(wait) = training.collective_wait_seconds {
+        b.push(
+            M::TrainingStepCollectiveWait,
+            attrs.clone(),
+            gauge_span,
+            Value::F64(wait),
+        );
+    }
+    b.push(
+        M::TrainingStepDataWait,
+        attrs,
+        gauge_span,
+        Value::F64(training.data_wait_seconds),
+    );
 }

@@ -771,3 +771,78 @@ fn json_keeps_oneof_defaults_and_drops_field_defaults() {
         serde_json::from_str(&line).expect("our JSON must parse back");
     assert_eq!(back, req);
 }
+
+/// A rank's step figures ride on its process resource with its job id and rank as point
+/// attributes; a process that sent steps without collective timings gets no collective_wait
+/// point (unknown is not 0), and one with no figures gets no training points.
+#[test]
+fn training_figures_are_points_of_the_process_with_its_rank() {
+    use crate::diagnosis::framework::DistributedIdentity;
+    use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
+    let w = window(
+        vec![bare_device(0)],
+        vec![process(42, 0), process(7, 0), process(9, 0)],
+    );
+    let mut training = TrainingWindow::default();
+    training.processes.insert(
+        42,
+        ProcessTraining {
+            step_seconds: 0.5,
+            collective_wait_seconds: Some(0.125),
+            data_wait_seconds: 0.25,
+            steps: 30,
+            distributed: Some(DistributedIdentity {
+                rank: 3,
+                job_id: Some("job-7".into()),
+                ..DistributedIdentity::default()
+            }),
+        },
+    );
+    training.processes.insert(
+        7,
+        ProcessTraining {
+            step_seconds: 0.2,
+            collective_wait_seconds: None,
+            data_wait_seconds: 0.0,
+            steps: 5,
+            distributed: None,
+        },
+    );
+    let req = metrics_request_with_training(&AttributedWindow::unattributed(w), &training, &node());
+    let [_, p7, p9, p42] = &req.resource_metrics[..] else {
+        panic!("node + three processes: {}", req.resource_metrics.len());
+    };
+    let step = &points(p42, "gpulse.training.step.duration")[0];
+    assert_eq!(value(step), 0.5);
+    assert_eq!(attr(step, "pytorch.distributed.job.id"), Some(&s("job-7")));
+    assert_eq!(
+        attr(step, "pytorch.distributed.rank"),
+        Some(&any_value::Value::IntValue(3))
+    );
+    assert_eq!(
+        (step.start_time_unix_nano, step.time_unix_nano),
+        (1000 * 1_000_000_000, 1010 * 1_000_000_000)
+    );
+    let wait = &points(p42, "gpulse.training.step.collective_wait")[0];
+    assert_eq!(value(wait), 0.125);
+    assert_eq!(
+        attr(wait, "pytorch.distributed.rank"),
+        attr(step, "pytorch.distributed.rank")
+    );
+    assert_eq!(
+        value(&points(p42, "gpulse.training.step.data_wait")[0]),
+        0.25
+    );
+    let m = metric(p42, "gpulse.training.step.duration").unwrap();
+    assert_eq!(m.unit, "s");
+    assert!(matches!(m.data, Some(Data::Gauge(_))));
+
+    let step7 = &points(p7, "gpulse.training.step.duration")[0];
+    assert_eq!(value(step7), 0.2);
+    assert!(step7.attributes.is_empty(), "no rank, no rank attributes");
+    assert!(metric(p7, "gpulse.training.step.collective_wait").is_none());
+    assert!(metric(p9, "gpulse.training.step.duration").is_none());
+    // Without training figures, the same window has no training points at all.
+    let plain = build(&window(vec![bare_device(0)], vec![process(42, 0)]));
+    assert!(metric(&plain.resource_metrics[1], "gpulse.training.step.duration").is_none());
+}
