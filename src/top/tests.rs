@@ -128,6 +128,7 @@ fn view() -> Arc<View> {
             device: Some(DeviceRef {
                 uuid: "GPU-0".into(),
                 index: 0,
+                mig: None,
             }),
             container_id: Some(CONTAINER.into()),
             pod_uid: None,
@@ -154,6 +155,7 @@ fn view() -> Arc<View> {
             accounts: Default::default(),
         }),
         findings: vec![finding],
+        training: Default::default(),
         at,
     })
 }
@@ -414,6 +416,7 @@ fn mig_devices_are_listed_under_their_gpu() {
             aggregator.take().expect("a window"),
         )),
         findings: vec![],
+        training: Default::default(),
         at,
     });
     app.observe(view, None);
