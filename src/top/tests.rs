@@ -128,6 +128,7 @@ fn view() -> Arc<View> {
             device: Some(DeviceRef {
                 uuid: "GPU-0".into(),
                 index: 0,
+                mig: None,
             }),
             container_id: Some(CONTAINER.into()),
             pod_uid: None,

@@ -397,6 +397,90 @@ mod tests {
     }
 
     #[test]
+    fn dcgm_names_give_each_mig_instance_its_series_with_gpu_i_labels() {
+        use crate::sampling::{GpmWindow, MigInstanceInfo, MigInstanceWindow};
+        use crate::schema::GpmField;
+        // Pods train-0 (PID 41) alone on GI 1, train-1 and train-2 (42, 43) on GI 2.
+        let mut w = window(&[
+            (41, Some("train-0")),
+            (42, Some("train-1")),
+            (43, Some("train-2")),
+        ]);
+        let instance =
+            |gi: u32, profile: &str, used_mib: u64, graphics: f64, pids| MigInstanceWindow {
+                info: Arc::new(MigInstanceInfo {
+                    uuid: format!("MIG-{gi}"),
+                    name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
+                    parent_uuid: UUID.into(),
+                    parent_index: 0,
+                    mig_index: gi - 1,
+                    gpu_instance_id: gi,
+                    compute_instance_id: 0,
+                }),
+                memory_used_bytes: Some(used_mib << 20),
+                memory_free_bytes: Some((40192 - used_mib) << 20),
+                memory_total_bytes: Some(40192 << 20),
+                gpm: GpmWindow::of([(GpmField::GraphicsActivity, Gauge::single(graphics))]),
+                pids,
+            };
+        w.window.devices[0].mig_instances = vec![
+            instance(1, "3g.40gb", 30720, 0.85, vec![41]),
+            instance(9, "2g.20gb", 4096, 0.05, vec![42, 43]),
+        ];
+        let e = build_with(&w, PrometheusNames::Dcgm, 1000);
+        let gract = samples(&e, "DCGM_FI_PROF_GR_ENGINE_ACTIVE");
+        assert_eq!(gract.len(), 2, "one per instance: {gract:?}");
+        let of = |name: &str, gi: &str| {
+            samples(&e, name)
+                .iter()
+                .find(|s| label(s, "GPU_I_ID") == Some(gi))
+                .unwrap_or_else(|| panic!("no {name} of GI {gi}"))
+        };
+        let gi1 = of("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "1");
+        assert_eq!(gi1.value, SampleValue::Float(0.85));
+        let names: Vec<&str> = gi1.labels.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..8],
+            [
+                "gpu",
+                "UUID",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "GPU_I_PROFILE",
+                "GPU_I_ID",
+                "Hostname"
+            ],
+            "dcgm-exporter's label order"
+        );
+        assert_eq!(label(gi1, "UUID"), Some(UUID), "the GPU's UUID");
+        assert_eq!(label(gi1, "GPU_I_PROFILE"), Some("3g.40gb"));
+        assert_eq!(label(gi1, "pod"), Some("train-0"), "its one pod");
+        assert_eq!(
+            of("DCGM_FI_DEV_FB_USED", "1").value,
+            SampleValue::Int(30720)
+        );
+        assert_eq!(
+            of("DCGM_FI_DEV_FB_FREE", "9").value,
+            SampleValue::Int(40192 - 4096)
+        );
+        let gi9 = of("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "9");
+        assert_eq!(label(gi9, "GPU_I_PROFILE"), Some("2g.20gb"));
+        assert_eq!(label(gi9, "pod"), None, "two pods share it");
+        // The GPU's own series stay, without instance labels.
+        let gpu = samples(&e, "DCGM_FI_DEV_GPU_UTIL");
+        assert_eq!(gpu.len(), 1);
+        assert_eq!(label(&gpu[0], "GPU_I_ID"), None);
+        assert_eq!(
+            samples(&e, "DCGM_FI_DEV_FB_USED")
+                .iter()
+                .filter(|s| label(s, "GPU_I_ID").is_none())
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn two_pods_on_one_gpu_leave_the_pod_labels_off() {
         let w = window(&[(41, Some("train-0")), (42, Some("train-1"))]);
         let e = build_with(&w, PrometheusNames::Dcgm, 1000);
@@ -553,6 +637,7 @@ mod tests {
             subject: Subject::Device(DeviceRef {
                 uuid: UUID.into(),
                 index: 0,
+                mig: None,
             }),
             summary: "throttled".into(),
             advice: "cool it".into(),
