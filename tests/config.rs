@@ -1380,11 +1380,26 @@ fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
             "none",
             "--otlp-endpoint",
             "http://collector:4318",
+            "--otlp-receiver-grpc",
+            "14317",
         ],
         &Env::default(),
         None,
     );
     assert_eq!(c.sinks.forward, Sink::Otlp);
+    // Without a receiver there is nothing to forward: an endpoint alone opens no lane.
+    let c = resolved(
+        &[
+            "--exporter",
+            "none",
+            "--otlp-endpoint",
+            "http://collector:4318",
+        ],
+        &Env::default(),
+        None,
+    );
+    assert_eq!(c.sinks.forward, Sink::Off);
+    assert_eq!(c.exporter, ExporterKind::Off);
 }
 
 #[test]

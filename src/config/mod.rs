@@ -280,7 +280,8 @@ impl Config {
                 logs_exporter: run.logs_exporter.as_deref(),
             },
             &layers,
-            exporter::traces_endpoint_explicit(run, &layers),
+            receiver::receiver_configured(run, &layers)
+                && exporter::traces_endpoint_explicit(run, &layers),
         )?;
         // OTLP settings are resolved (and can fail the start) only when a signal uses them.
         let exporter = if sinks.uses_otlp() {

@@ -188,9 +188,9 @@ pub struct SinkFlags<'a> {
     pub logs_exporter: Option<&'a str>,
 }
 
-/// Resolves the sinks. `upstream_explicit`: an OTLP endpoint for traces was set by a flag,
-/// variable or file key (not the default), which makes received spans forwarded even when
-/// gpulse's own signals use no OTLP.
+/// Resolves the sinks. `upstream_explicit`: the OTLP receiver is on and an OTLP endpoint for
+/// traces was set by a flag, variable or file key (not the default), which makes received
+/// telemetry forwarded even when gpulse's own signals use no OTLP.
 pub(crate) fn resolve(
     flags: SinkFlags<'_>,
     layers: &Layers<'_>,
