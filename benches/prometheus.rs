@@ -132,7 +132,7 @@ fn bench(c: &mut Criterion) {
     for (gpus, procs) in [(8, 64), (64, 1024)] {
         let w = window(gpus, procs);
         let p = published();
-        p.update(&w, &[]);
+        p.update(&w, &Default::default(), &[]);
         let (e, own) = p.latest();
         let text = encode(
             Arc::clone(&e),
@@ -148,7 +148,7 @@ fn bench(c: &mut Criterion) {
             text.len() / 1024
         );
         group.bench_function(format!("update_{gpus}x{procs}"), |b| {
-            b.iter(|| p.update(black_box(&w), &[]))
+            b.iter(|| p.update(black_box(&w), &Default::default(), &[]))
         });
         group.bench_function(format!("scrape_{gpus}x{procs}"), |b| {
             b.iter(|| {

@@ -7,13 +7,19 @@ mod request {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+    use gpulse::attribution::{
+        AttributedWindow, AttributionMethod, GpuAccountant, ProcessUsage, Workload,
+    };
+    use gpulse::diagnosis::framework::DistributedIdentity;
+    use gpulse::diagnosis::training::{ProcessTraining, TrainingWindow};
     use gpulse::export::json::to_otlp_json_line;
-    use gpulse::export::metrics::{metrics_batch, metrics_request, MetricsBatch};
+    use gpulse::export::metrics::{
+        metrics_batch, metrics_batch_with_training, metrics_request, MetricsBatch,
+    };
     use gpulse::export::resource::{NodeIdentity, GPULSE_VERSION};
     use gpulse::sampling::{
-        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, ProcessKind, ProcessWindow,
-        RemappedRows, ViolationTimes, Window,
+        DeviceInfo, DeviceStatus, DeviceWindow, Gauge, GpmWindow, MigInstanceInfo,
+        MigInstanceWindow, ProcessKind, ProcessWindow, RemappedRows, ViolationTimes, Window,
     };
     use gpulse::schema::{DeviceField, GpmField, Instrument, METRICS};
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -214,11 +220,43 @@ mod request {
         }
     }
 
+    /// GPU 2 in MIG mode with one instance, which process 4343 holds alone: the instance's
+    /// GPM is its own (the per-process MIG metrics).
+    fn mig_gpu_with_a_lone_process() -> (DeviceWindow, ProcessWindow) {
+        let mut gpu = empty_device(2);
+        let gpm = full_device(2).gpm;
+        gpu.mig_instances = vec![MigInstanceWindow {
+            info: Arc::new(MigInstanceInfo {
+                uuid: "MIG-00000002-0001-0000-0000-000000000000".into(),
+                name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb".into(),
+                parent_uuid: gpu.info.uuid.clone(),
+                parent_index: 2,
+                mig_index: 0,
+                gpu_instance_id: 1,
+                compute_instance_id: 0,
+            }),
+            memory_used_bytes: Some(1 << 30),
+            memory_free_bytes: Some(39 << 30),
+            memory_total_bytes: Some(40 << 30),
+            gpm,
+            pids: vec![4343],
+        }];
+        let process = ProcessWindow {
+            sm_utilization: None,
+            memory_utilization: None,
+            encoder_utilization: None,
+            decoder_utilization: None,
+            ..full_process(4343, 2)
+        };
+        (gpu, process)
+    }
+
     /// A batch with every field of every input set.
     fn full_batch() -> MetricsBatch {
+        let (mig_gpu, on_mig) = mig_gpu_with_a_lone_process();
         let w = window(
-            vec![full_device(0), full_device(1)],
-            vec![full_process(4242, 0), full_process(4242, 1)],
+            vec![full_device(0), full_device(1), mig_gpu],
+            vec![full_process(4242, 0), full_process(4242, 1), on_mig],
         );
         let mut wl = Workload::unresolved(4242);
         wl.vpid = Some(1);
@@ -233,7 +271,26 @@ mod request {
                 memory_rss_bytes: Some(3 << 30),
             },
         )]);
-        metrics_batch(&attributed(w, workloads, usage), &node())
+        // 4242 is rank 1 of a torch.distributed job whose step spans reached the receiver.
+        let mut training = TrainingWindow::default();
+        training.processes.insert(
+            4242,
+            ProcessTraining {
+                step_seconds: 0.4,
+                collective_wait_seconds: Some(0.1),
+                data_wait_seconds: 0.05,
+                steps: 25,
+                distributed: Some(DistributedIdentity {
+                    rank: 1,
+                    job_id: Some("job-7".into()),
+                    ..DistributedIdentity::default()
+                }),
+            },
+        );
+        let mut full = attributed(w, workloads, usage);
+        // The GPU time and energy charged to the process, as the attribution stage figures them.
+        full.accounts = GpuAccountant::default().account(&full.window, &full.workloads);
+        metrics_batch_with_training(&full, &training, &node())
     }
 
     fn full_request() -> ExportMetricsServiceRequest {

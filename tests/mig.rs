@@ -488,3 +488,188 @@ fn run_exports_another_nvmls_instances_as_devices_of_their_own() {
         "no warning: {stderr}"
     );
 }
+
+/// A real process standing in for a GPU process: the simulators list it by PID.
+fn sleeper() -> crate::kernel::ChildGuard {
+    crate::kernel::ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
+}
+
+/// The one point of `name` on process `pid`'s resource whose `hw.gpu.task` / `nvidia.gpu.pipe`
+/// is `task` (`None`: the metric has no point for the process).
+fn process_point<'a>(
+    request: &'a Value,
+    pid: u32,
+    name: &str,
+    task: Option<(&str, &str)>,
+) -> Option<&'a Value> {
+    let resource =
+        process_resource(request, pid).unwrap_or_else(|| panic!("no resource for {pid}"));
+    let metric = metrics_of(resource)
+        .into_iter()
+        .find(|m| m["name"] == name)?;
+    let matching: Vec<&Value> = points(metric)
+        .into_iter()
+        .filter(|p| match task {
+            Some((key, want)) => attr_str(&p["attributes"], key).as_deref() == Some(want),
+            None => true,
+        })
+        .collect();
+    assert!(matching.len() <= 1, "{pid} {name}: {matching:?}");
+    matching.first().copied()
+}
+
+/// The per-process activity of a process alone on its MIG instance: each metric's value, and
+/// the instance on every point.
+fn check_alone(request: &Value, pid: u32, instance: &str, parent: &str, want: [(&str, f64); 4]) {
+    let rows = [
+        ("process.gpu.utilization", Some(("hw.gpu.task", "general"))),
+        ("process.gpu.sm.activity", None),
+        ("process.gpu.dram.activity", None),
+        (
+            "process.gpu.pipe.activity",
+            Some(("nvidia.gpu.pipe", "tensor")),
+        ),
+    ];
+    for ((name, task), (key, value_want)) in rows.into_iter().zip(want) {
+        let point = process_point(request, pid, name, task)
+            .unwrap_or_else(|| panic!("{pid} alone on {instance} has no {name}"));
+        let got = value(point);
+        assert!(
+            (got - value_want).abs() < 1e-9,
+            "{pid} {name} ({key}): {got} != {value_want}"
+        );
+        assert_eq!(
+            attr_str(&point["attributes"], "hw.id").as_deref(),
+            Some(instance),
+            "{pid} {name}"
+        );
+        assert_eq!(
+            attr_str(&point["attributes"], "hw.parent").as_deref(),
+            Some(parent),
+            "{pid} {name}"
+        );
+    }
+}
+
+/// Processes sharing a MIG instance: their memory, and no activity split between them.
+fn check_shared(request: &Value, pid: u32, instance: &str, bytes: f64) {
+    let (got, id, _) = process_memory(request, pid);
+    assert_eq!(got, bytes, "{pid}'s memory");
+    assert_eq!(id.as_deref(), Some(instance), "{pid}");
+    for name in [
+        "process.gpu.utilization",
+        "process.gpu.sm.activity",
+        "process.gpu.dram.activity",
+        "process.gpu.pipe.activity",
+    ] {
+        assert!(
+            process_point(request, pid, name, None).is_none(),
+            "{pid} shares {instance}, yet has {name}: a split NVML cannot give"
+        );
+    }
+}
+
+#[test]
+fn run_gives_a_process_alone_on_its_instance_its_gpm_and_splits_no_shared_instance_sim() {
+    // shared-gpus.toml: GI 1 holds one process, GI 2 two; the time-sliced GPU's are irrelevant.
+    let alone = sleeper();
+    let pair = [sleeper(), sleeper()];
+    let slices = [sleeper(), sleeper()];
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let scenario = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios/shared-gpus.toml"),
+    )
+    .expect("scenario");
+    let gpulse = Gpulse::start(
+        &scenario,
+        &[],
+        &["--sample-interval", "100ms", "--export-interval", "1s"],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+            ("SHARED_MIG_ALONE_PID", alone.pid().to_string()),
+            (
+                "SHARED_MIG_PAIR_PIDS",
+                format!("{},{}", pair[0].pid(), pair[1].pid()),
+            ),
+            ("SHARED_SLICE_A_PID", slices[0].pid().to_string()),
+            ("SHARED_SLICE_B_PID", slices[1].pid().to_string()),
+        ],
+    );
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(60));
+    let (status, stderr) = gpulse.terminate();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    let request = window_requests(&requests)[1];
+    const GPU: &str = "GPU-5a4ed000-0000-4000-8000-000000000000";
+    check_alone(
+        request,
+        alone.pid(),
+        "MIG-5a4ed000-0001-5000-8000-000000000001",
+        GPU,
+        [
+            ("graphics", 0.6),
+            ("sm", 0.5),
+            ("dram", 0.2),
+            ("tensor", 0.25),
+        ],
+    );
+    for child in &pair {
+        check_shared(
+            request,
+            child.pid(),
+            "MIG-5a4ed000-0002-5000-8000-000000000002",
+            (8192 * MIB) as f64,
+        );
+    }
+    // The shared instance's own activity is still there, on the node resource.
+    let metrics = node_metrics(&requests);
+    let gr = point_of(
+        &metrics,
+        "nvidia.gpu.graphics.activity",
+        "MIG-5a4ed000-0002-5000-8000-000000000002",
+        None,
+    )
+    .expect("GI 2's graphics activity");
+    assert!((value(gr) - 0.9).abs() < 1e-9);
+}
+
+#[test]
+fn run_gives_a_process_alone_on_its_instance_its_gpm_and_splits_no_shared_instance_other() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = crate::other_nvml::build_library(dir.path());
+    // The library puts process i in GI 3 or GI 5 by i % 2: a and c share GI 3, b is alone on 5.
+    let (a, b, c) = (sleeper(), sleeper(), sleeper());
+    let pids = format!(
+        "{}:1073741824,{}:2147483648,{}:536870912",
+        a.pid(),
+        b.pid(),
+        c.pid()
+    );
+    let (requests, stderr) = run_other(&lib, &pids);
+    let request = window_requests(&requests)[1];
+    check_alone(
+        request,
+        b.pid(),
+        other::MIG5,
+        other::GPU0,
+        [
+            ("graphics", 0.09),
+            ("sm", 0.075),
+            ("dram", 0.03),
+            ("tensor", 0.0),
+        ],
+    );
+    check_shared(request, a.pid(), other::MIG3, 1073741824.0);
+    check_shared(request, c.pid(), other::MIG3, 536870912.0);
+    // GI 3 counts both processes' memory as used.
+    let metrics = node_metrics(&requests);
+    let used = point_of(&metrics, "hw.gpu.memory.usage", other::MIG3, None).expect("GI 3 memory");
+    assert_eq!(value(used), 1073741824.0 + 536870912.0);
+    assert!(
+        !stderr.lines().any(|l| l.contains("WARN")),
+        "no warning: {stderr}"
+    );
+}

@@ -104,11 +104,38 @@ impl fmt::Display for Severity {
     }
 }
 
-/// A device a finding is about (its `hw.id` and NVML index).
+/// A device a finding is about (its `hw.id` and NVML index), and the MIG instance on it when
+/// the finding is about one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct DeviceRef {
     pub uuid: String,
     pub index: u32,
+    /// The MIG instance the finding was evaluated on (a process's instance on a GPU in MIG
+    /// mode); `None` for a whole GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigRef>,
+}
+
+/// A MIG instance a finding is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct MigRef {
+    /// `MIG-…` UUID.
+    pub uuid: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    /// e.g. `3g.40gb`.
+    pub profile: String,
+}
+
+impl DeviceRef {
+    /// A whole GPU.
+    pub fn gpu(uuid: impl Into<String>, index: u32) -> Self {
+        Self {
+            uuid: uuid.into(),
+            index,
+            mig: None,
+        }
+    }
 }
 
 /// How the processes of a multi-GPU job were grouped.
@@ -214,6 +241,9 @@ impl fmt::Display for Subject {
                 write!(f, "pid {pid} ({service_name})")?;
                 if let Some(d) = device {
                     write!(f, " on GPU {}", d.index)?;
+                    if let Some(m) = &d.mig {
+                        write!(f, " MIG {} (GI {})", m.profile, m.gpu_instance_id)?;
+                    }
                 }
                 Ok(())
             }
@@ -371,6 +401,7 @@ mod tests {
             device: Some(DeviceRef {
                 uuid: "GPU-a".into(),
                 index: 0,
+                mig: None,
             }),
             container_id: None,
             pod_uid: None,

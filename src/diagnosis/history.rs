@@ -25,12 +25,15 @@ pub struct WindowSummary {
     pub gpu_memory_max_bytes: Option<u64>,
     /// The process's own SM utilisation, window mean.
     pub sm_utilization_mean: Option<f64>,
-    /// Its device's utilisation, window mean.
+    /// Its device's utilisation, window mean; on MIG, its instance's graphics-engine activity
+    /// (NVML gives no utilisation there; DCGM's advice: GR_ENGINE_ACTIVE in place of GPU-Util).
     pub device_utilization_mean: Option<f64>,
-    /// Its device's GPM SM activity, window mean (Hopper and newer).
+    /// Its device's (on MIG: its instance's) GPM SM activity, window mean (Hopper and newer).
     pub device_sm_activity_mean: Option<f64>,
-    /// Its device's GPM tensor activity (any tensor pipe), window mean.
+    /// Its device's (on MIG: its instance's) GPM tensor activity (any tensor pipe), window mean.
     pub device_tensor_activity_mean: Option<f64>,
+    /// The `device_*` figures are the process's MIG instance's, not the whole GPU's.
+    pub on_mig_instance: bool,
     /// Its device's interconnect traffic, window mean: NVLink where the device has it, else PCIe.
     pub device_interconnect: Option<InterconnectTraffic>,
 }
@@ -169,7 +172,7 @@ impl History {
         let mut present: HashSet<(u32, &str)> = HashSet::new();
         for p in &window.processes {
             present.insert((p.pid, p.device_uuid.as_str()));
-            let summary = WindowSummary {
+            let mut summary = WindowSummary {
                 start: window.start,
                 end: window.end,
                 gpu_memory_last_bytes: p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64),
@@ -184,7 +187,16 @@ impl History {
                     .get(p.device_uuid.as_str())
                     .copied()
                     .flatten(),
+                on_mig_instance: false,
             };
+            // On MIG the process's load is its instance's, not the whole GPU's: a rule on its
+            // "device" figures then judges the instance it runs in.
+            if let Some(m) = window.mig_instance_of(p.pid, &p.device_uuid) {
+                summary.device_utilization_mean = m.gpm.mean(GpmField::GraphicsActivity);
+                summary.device_sm_activity_mean = m.gpm.mean(GpmField::SmActivity);
+                summary.device_tensor_activity_mean = m.gpm.mean(GpmField::TensorActivity);
+                summary.on_mig_instance = true;
+            }
             let series = self
                 .series
                 .entry((p.pid, p.device_uuid.clone()))

@@ -16,6 +16,7 @@ pub mod otlp;
 pub mod rules;
 pub mod thresholds;
 pub mod tracker;
+pub mod training;
 pub mod xid;
 
 use crate::attribution::AttributedWindow;

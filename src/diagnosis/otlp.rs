@@ -15,7 +15,9 @@
 //!   `.evidence` (the layers the rule read, e.g. `nvml,procfs,spans`), one
 //!   `gpulse.diagnosis.value.<name>` per value, and about the subject: `hw.id` + `gpu.index`
 //!   for one device, `process.pid` (+ `process.vpid`, `container.id`, `k8s.pod.uid`) for a
-//!   workload, `gpulse.diagnosis.job` + `gpulse.diagnosis.pids` + `hw.ids` for a job.
+//!   workload, `gpulse.diagnosis.job` + `gpulse.diagnosis.pids` + `hw.ids` for a job. A
+//!   workload's finding evaluated on its MIG instance has, as its metric points, `hw.id` = the
+//!   `MIG-…` UUID, `hw.parent` = the GPU, the instance ids and `nvidia.gpu.mig.profile`.
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, SeverityNumber};
@@ -98,7 +100,24 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
                 attributes.push(kv_int("process.vpid", i64::from(*v)));
             }
             if let Some(d) = device {
-                attributes.push(kv_str("hw.id", &d.uuid));
+                match &d.mig {
+                    // As the process's metric points: the instance is the device, the GPU its
+                    // parent.
+                    Some(m) => {
+                        attributes.push(kv_str("hw.id", &m.uuid));
+                        attributes.push(kv_str("hw.parent", &d.uuid));
+                        attributes.push(kv_int(
+                            "nvidia.gpu.mig.gpu_instance_id",
+                            i64::from(m.gpu_instance_id),
+                        ));
+                        attributes.push(kv_int(
+                            "nvidia.gpu.mig.compute_instance_id",
+                            i64::from(m.compute_instance_id),
+                        ));
+                        attributes.push(kv_str("nvidia.gpu.mig.profile", &m.profile));
+                    }
+                    None => attributes.push(kv_str("hw.id", &d.uuid)),
+                }
                 attributes.push(kv_int("gpu.index", i64::from(d.index)));
             }
             if let Some(c) = container_id {
@@ -225,6 +244,43 @@ mod tests {
             },
             at,
         })
+    }
+
+    #[test]
+    fn a_finding_on_a_mig_instance_names_it_as_the_process_points_do() {
+        let mut device = crate::diagnosis::findings::DeviceRef::gpu("GPU-0", 0);
+        device.mig = Some(crate::diagnosis::findings::MigRef {
+            uuid: "MIG-1".into(),
+            gpu_instance_id: 1,
+            compute_instance_id: 0,
+            profile: "3g.40gb".into(),
+        });
+        let record = started(
+            Subject::Workload {
+                pid: 7,
+                vpid: None,
+                device: Some(device),
+                container_id: None,
+                pod_uid: None,
+                service_name: "train".into(),
+            },
+            vec![],
+        );
+        let string = |v: &str| Some(any_value::Value::StringValue(v.into()));
+        assert_eq!(attribute(&record, "hw.id").cloned(), string("MIG-1"));
+        assert_eq!(attribute(&record, "hw.parent").cloned(), string("GPU-0"));
+        assert_eq!(
+            attribute(&record, "nvidia.gpu.mig.profile").cloned(),
+            string("3g.40gb")
+        );
+        assert_eq!(
+            attribute(&record, "nvidia.gpu.mig.gpu_instance_id"),
+            Some(&any_value::Value::IntValue(1))
+        );
+        assert_eq!(
+            attribute(&record, "gpu.index"),
+            Some(&any_value::Value::IntValue(0))
+        );
     }
 
     #[test]

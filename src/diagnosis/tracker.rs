@@ -182,6 +182,7 @@ mod tests {
             subject: Subject::Device(DeviceRef {
                 uuid: format!("GPU-{gpu}"),
                 index: gpu,
+                mig: None,
             }),
             summary: format!("gpu {gpu}"),
             advice: String::new(),

@@ -253,6 +253,7 @@ mod tests {
         let device = Subject::Device(DeviceRef {
             uuid: "GPU-0".into(),
             index: 0,
+            mig: None,
         });
         let events = [
             about(workload(42)),

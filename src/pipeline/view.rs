@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use crate::attribution::AttributedWindow;
+use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::Finding;
 
 /// The state of a running pipeline as of its last closed window.
@@ -17,6 +18,8 @@ pub struct View {
     pub attributed: Arc<AttributedWindow>,
     /// Findings active after this window, as the tracker holds them.
     pub findings: Vec<Finding>,
+    /// What the processes' step spans said (per-rank step time and collective wait), as exported.
+    pub training: Arc<TrainingWindow>,
     /// When the window was analysed.
     pub at: SystemTime,
 }

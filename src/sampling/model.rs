@@ -122,6 +122,15 @@ pub struct MigInstanceInfo {
     pub compute_instance_id: u32,
 }
 
+impl MigInstanceInfo {
+    /// The MIG profile, e.g. `3g.40gb`: NVML names a MIG device "<GPU name> MIG <profile>"
+    /// (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same); the whole name when it
+    /// does not follow that form.
+    pub fn profile(&self) -> &str {
+        self.name.rsplit_once("MIG ").map_or(&self.name, |(_, p)| p)
+    }
+}
+
 /// One MIG device in one pass. NVML gives a MIG handle no utilisation, clocks, power or
 /// temperature (those belong to the parent GPU): memory and GPM are what it has of its own.
 #[derive(Debug, Clone, Serialize)]

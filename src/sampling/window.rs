@@ -328,6 +328,29 @@ impl Window {
             .flat_map(|d| &d.mig_instances)
             .find(|m| m.pids.binary_search(&pid).is_ok())
     }
+
+    /// The MIG device process `pid` ran in on the GPU `device_uuid`, when it was the only
+    /// process of the window in that device's GPU instance: then the instance's GPM activity is
+    /// its own. GPM is measured per GPU instance, so a process alone on its compute instance
+    /// that shares the GPU instance with another compute instance in use is not alone. `None`
+    /// also when the process is not on a MIG device: NVML gives MIG no per-process figures, and
+    /// a split between several processes would be invented.
+    pub fn mig_instance_held_alone(
+        &self,
+        pid: u32,
+        device_uuid: &str,
+    ) -> Option<&MigInstanceWindow> {
+        let instance = self.mig_instance_of(pid, device_uuid)?;
+        let gi = instance.info.gpu_instance_id;
+        let alone = self
+            .devices
+            .iter()
+            .filter(|d| d.info.uuid == device_uuid)
+            .flat_map(|d| &d.mig_instances)
+            .filter(|m| m.info.gpu_instance_id == gi)
+            .all(|m| m.pids.iter().all(|&other| other == pid));
+        alone.then_some(instance)
+    }
 }
 
 /// One process on one device over one window (present in at least one of its samples).
@@ -349,4 +372,87 @@ pub struct ProcessWindow {
     pub memory_utilization: Option<Gauge>,
     pub encoder_utilization: Option<Gauge>,
     pub decoder_utilization: Option<Gauge>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::MigInstanceInfo;
+
+    fn instance(uuid: &str, gi: u32, ci: u32, pids: Vec<u32>) -> MigInstanceWindow {
+        MigInstanceWindow {
+            info: Arc::new(MigInstanceInfo {
+                uuid: uuid.into(),
+                name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".into(),
+                parent_uuid: "GPU-0".into(),
+                parent_index: 0,
+                mig_index: 0,
+                gpu_instance_id: gi,
+                compute_instance_id: ci,
+            }),
+            memory_used_bytes: None,
+            memory_free_bytes: None,
+            memory_total_bytes: None,
+            gpm: GpmWindow::default(),
+            pids,
+        }
+    }
+
+    fn window_of(instances: Vec<MigInstanceWindow>) -> Window {
+        let info = Arc::new(DeviceInfo {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:10:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: None,
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        });
+        let mut device = DeviceWindow::empty(info, SystemTime::UNIX_EPOCH);
+        device.mig_instances = instances;
+        Window {
+            start: SystemTime::UNIX_EPOCH,
+            end: SystemTime::UNIX_EPOCH,
+            sample_count: 1,
+            driver_version: None,
+            cuda_driver_version: None,
+            devices: vec![device],
+            processes: Vec::new(),
+            xid_events: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn alone_means_alone_in_the_whole_gpu_instance_the_gpm_measures() {
+        let w = window_of(vec![
+            instance("MIG-a", 1, 0, vec![7]),
+            instance("MIG-b", 2, 0, vec![8, 9]),
+            instance("MIG-c0", 3, 0, vec![10]),
+            instance("MIG-c1", 3, 1, vec![11]),
+            instance("MIG-d0", 4, 0, vec![12]),
+            instance("MIG-d1", 4, 1, vec![]),
+        ]);
+        let alone = |pid| {
+            w.mig_instance_held_alone(pid, "GPU-0")
+                .map(|m| &*m.info.uuid)
+        };
+        assert_eq!(alone(7), Some("MIG-a"));
+        assert_eq!(alone(8), None, "two processes on one instance");
+        assert_eq!(alone(10), None, "a sibling compute instance is in use");
+        assert_eq!(alone(11), None);
+        assert_eq!(alone(12), Some("MIG-d0"), "an idle sibling takes nothing");
+        assert_eq!(alone(99), None, "not on a MIG device");
+        assert!(
+            w.mig_instance_held_alone(7, "GPU-1").is_none(),
+            "another GPU"
+        );
+        assert_eq!(
+            w.mig_instance_of(10, "GPU-0").map(|m| &*m.info.uuid),
+            Some("MIG-c0")
+        );
+    }
 }

@@ -339,8 +339,8 @@ metric_table! {
     ProcessGpuUtilization: "process.gpu.utilization", Gauge, "1", Process,
         "Mean ratio of the window the process kept the GPU task busy.",
         attributes "`hw.id`, `gpu.index`, `hw.gpu.task` = `general` (SM) | `encoder` | `decoder`",
-        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`)",
-        notes "window mean";
+        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`); on MIG, `general` is its instance's GPM `GRAPHICS_UTIL`",
+        notes "window mean. On MIG (no per-process figures there) only a process alone on its GPU instance has a point: `general` = the instance's graphics-engine activity (DCGM's advice: `GR_ENGINE_ACTIVE` in place of GPU-Util), `hw.id` = the `MIG-…` UUID";
     ProcessGpuUtilizationMax: "process.gpu.utilization.max", Gauge, "1", Process,
         "Highest sampled process.gpu.utilization in the window.",
         attributes "",
@@ -366,6 +366,53 @@ metric_table! {
         attributes "`hw.id`, `gpu.index`",
         source "",
         notes "";
+    // MIG: a process alone on its GPU instance takes the instance's GPM activity as its own
+    // (src/export/metrics/builder/process.rs; docs/shared-gpus.md#mig).
+    ProcessGpuSmActivity: "process.gpu.sm.activity", Gauge, "1", Process,
+        "Mean ratio of the MIG instance's SMs with a warp resident, for the process alone on it.",
+        attributes "`hw.id` (the `MIG-…` UUID), `hw.parent`, `gpu.index`, `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
+        source "its MIG instance's GPM `SM_UTIL` (`nvmlGpmMigSampleGet`)",
+        notes "window mean; only for a process alone on its MIG GPU instance in the window (the instance's activity is then its own; several processes on one instance get no point: NVML cannot split it), see [shared-gpus.md](shared-gpus.md#mig)";
+    ProcessGpuSmActivityMax: "process.gpu.sm.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuSmActivityMin: "process.gpu.sm.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.sm.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuDramActivity: "process.gpu.dram.activity", Gauge, "1", Process,
+        "Mean ratio of the MIG instance's DRAM bandwidth used, for the process alone on it.",
+        attributes "as `process.gpu.sm.activity`",
+        source "its MIG instance's GPM `DRAM_BW_UTIL`",
+        notes "window mean; as `process.gpu.sm.activity`";
+    ProcessGpuDramActivityMax: "process.gpu.dram.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuDramActivityMin: "process.gpu.dram.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.dram.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuPipeActivity: "process.gpu.pipe.activity", Gauge, "1", Process,
+        "Mean ratio of time the MIG instance's tensor pipes were active, for the process alone on it.",
+        attributes "as `process.gpu.sm.activity`, `nvidia.gpu.pipe` = `tensor`",
+        source "its MIG instance's GPM `ANY_TENSOR_UTIL`",
+        notes "window mean; as `process.gpu.sm.activity`";
+    ProcessGpuPipeActivityMax: "process.gpu.pipe.activity.max", Gauge, "1", Process,
+        "Highest process.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
+    ProcessGpuPipeActivityMin: "process.gpu.pipe.activity.min", Gauge, "1", Process,
+        "Lowest process.gpu.pipe.activity between two GPM samples in the window.",
+        attributes "",
+        source "",
+        notes "";
     ProcessCpuUtilization: semconv::PROCESS_CPU_UTILIZATION, Gauge, "1", Process,
         "CPU time of the process alone over the window, ratio of one core.",
         attributes "",
@@ -381,6 +428,40 @@ metric_table! {
         attributes "",
         source "`/proc/<pid>/status` (`VmRSS`)",
         notes "resident set size, last value";
+    // Training figures from the process's own step spans (gpulse's OTLP receiver): per rank, so
+    // a backend can compare the ranks of a job across nodes (docs/distributed.md).
+    TrainingStepDuration: "gpulse.training.step.duration", Gauge, "s", Process,
+        "Mean duration of the process's recent training steps, from its step spans.",
+        attributes "`pytorch.distributed.job.id`, `pytorch.distributed.rank` (int) when the process is a rank of a torch.distributed job",
+        source "the companion's `step` spans through gpulse's OTLP receiver",
+        notes "mean over the steps that ended within `input_bound.step_lookback` (1 min) of the newest, the figures the rules use; no point without recent step spans";
+    TrainingStepCollectiveWait: "gpulse.training.step.collective_wait", Gauge, "s", Process,
+        "Mean time per recent step the process had a torch.distributed collective in flight.",
+        attributes "as `gpulse.training.step.duration`",
+        source "`pytorch.distributed.collective.wait` on the companion's `step` spans",
+        notes "same steps as `gpulse.training.step.duration`; no point unless every counted step carried it. Step time outside collectives = duration − collective_wait";
+    TrainingStepDataWait: "gpulse.training.step.data_wait", Gauge, "s", Process,
+        "Mean time per recent step the process waited on its DataLoader.",
+        attributes "as `gpulse.training.step.duration`",
+        source "the companion's `data_wait` spans",
+        notes "same steps as `gpulse.training.step.duration`";
+    // Shared GPUs: GPU time and energy per process, and the energy no process was charged
+    // (src/attribution/accounting.rs; docs/shared-gpus.md).
+    GpuEnergyAttribution: "gpulse.gpu.energy", Counter, "J", Device,
+        "Energy of the GPU since gpulse started accounting it, by whether its processes were charged for it.",
+        attributes "`gpulse.energy.attribution` = `attributed` | `unattributed`",
+        source "the GPU's energy per window (the `hw.energy` delta, else mean power × the window) split as in [shared-gpus.md](shared-gpus.md)",
+        notes "`attributed` = charged to its processes (`process.gpu.energy`, exited processes included), `unattributed` = the rest: idle power, busy time of no known process, MIG instances shared by several processes; the two add up to the GPU's energy since the first accounted window (start)";
+    ProcessGpuEnergy: "process.gpu.energy", Counter, "J", Process,
+        "GPU energy charged to the process: the device's energy apportioned by the process's busy time.",
+        attributes "`hw.id`, `gpu.index`",
+        source "the device's energy per window × the process's activity × its presence (× its MIG slice), see [shared-gpus.md](shared-gpus.md)",
+        notes "since `first_seen` on that device; no point while its activity is not knowable (several processes on a MIG instance or on a GPU without per-process figures); the processes' sum never exceeds the device's";
+    ProcessGpuTime: "process.gpu.time", Counter, "s", Process,
+        "Time the process held the GPU, by whether it kept the GPU busy.",
+        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.time.state` = `active` | `idle` | `unknown`",
+        source "the process lists (held time) and its activity per window, see [shared-gpus.md](shared-gpus.md)",
+        notes "since `first_seen` on that device; the states add up to the time it held the GPU; `active` = windows whose activity reached 5 %, `idle` = below, `unknown` = activity not knowable";
 }
 
 #[cfg(test)]

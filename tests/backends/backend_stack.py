@@ -209,11 +209,15 @@ PROMETHEUS_OTLP = {
 }
 
 
-def start_prometheus(stack: Stack, scrape_targets=(), otlp=False, remote_write=False, name="prometheus"):
-    """Prometheus on a free port; returns (proc, base URL). Scrapes `scrape_targets` every second."""
+def start_prometheus(stack: Stack, scrape_targets=(), otlp=False, remote_write=False, name="prometheus",
+                     rule_files=()):
+    """Prometheus on a free port; returns (proc, base URL). Scrapes `scrape_targets` every second
+    and evaluates the rules of `rule_files` every second."""
     binary = backend("prometheus")
     port = free_port()
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
+    if rule_files:
+        config["rule_files"] = [str(p) for p in rule_files]
     if scrape_targets:
         # honor_labels as examples/compose/prometheus.yml: keep the collector's job/instance.
         config["scrape_configs"] = [{"job_name": "otel-collector", "honor_labels": True,

@@ -206,3 +206,60 @@ def test_the_hardware_alert_fires_on_the_findings_gauge_and_only_then(tmp_path):
     test_path.write_text(yaml.safe_dump(test), encoding="utf-8")
     out = subprocess.run([tool, "test", "rules", str(test_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_cross_node_straggler_alert_names_the_slow_rank_and_spares_even_jobs(tmp_path):
+    """Job `slow`: ranks 0 and 1 on gpu-node-1 wait 0.25 s of their 0.5 s steps in all-reduce,
+    rank 2 on gpu-node-2 waits for nobody (its 0.5 s are all busy): it is the straggler, and the
+    alert carries its node and rank. Job `even`: every rank alike, no alert. Series as gpulse's
+    /metrics exposes them (scraped from two gpulse instances)."""
+    tool = promtool()
+    rules_path = rules_file(tmp_path)
+
+    def series(metric, job, rank, node, pid):
+        return (f'{metric}{{host_name="{node}",instance="{node}:9400",job="gpulse",process_pid="{pid}",'
+                f'pytorch_distributed_job_id="{job}",pytorch_distributed_rank="{rank}"}}')
+
+    inputs = []
+    # Binary fractions, so the medians compare exactly.
+    ranks = [("slow", 0, "gpu-node-1", 100, 0.5, 0.25), ("slow", 1, "gpu-node-1", 101, 0.5, 0.25),
+             ("slow", 2, "gpu-node-2", 200, 0.5, 0.0),
+             ("even", 0, "gpu-node-1", 300, 0.5, 0.25), ("even", 1, "gpu-node-2", 400, 0.5, 0.25)]
+    for job, rank, node, pid, step, wait in ranks:
+        inputs.append({"series": series("gpulse_training_step_duration_seconds", job, rank, node, pid),
+                       "values": f"{step}x60"})
+        inputs.append({"series": series("gpulse_training_step_collective_wait_seconds", job, rank, node, pid),
+                       "values": f"{wait}x60"})
+    test = {
+        "rule_files": [str(rules_path)],
+        "evaluation_interval": "10s",
+        "tests": [{
+            "interval": "10s",
+            "input_series": inputs,
+            "promql_expr_test": [{
+                "expr": "gpulse:training_step_busy_seconds:job_median",
+                "eval_time": "1m",
+                "exp_samples": [
+                    {"labels": 'gpulse:training_step_busy_seconds:job_median{pytorch_distributed_job_id="slow"}',
+                     "value": 0.25},
+                    {"labels": 'gpulse:training_step_busy_seconds:job_median{pytorch_distributed_job_id="even"}',
+                     "value": 0.25}],
+            }],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "GpulseRankStragglerAcrossNodes", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "GpulseRankStragglerAcrossNodes", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "host_name": "gpu-node-2",
+                                   "pytorch_distributed_job_id": "slow", "pytorch_distributed_rank": "2"},
+                    "exp_annotations": {
+                        "summary": "Rank 2 of job slow on gpu-node-2 holds the other ranks back",
+                        "description": next(r for r in rules() if r.get("alert") == "GpulseRankStragglerAcrossNodes")
+                        ["annotations"]["description"].replace("{{ $labels.host_name }}", "gpu-node-2"),
+                    },
+                }]},
+            ],
+        }],
+    }
+    test_path = tmp_path / "test.yml"
+    test_path.write_text(yaml.safe_dump(test), encoding="utf-8")
+    out = subprocess.run([tool, "test", "rules", str(test_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

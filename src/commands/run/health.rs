@@ -205,6 +205,7 @@ mod tests {
         sender.send_replace(Some(Arc::new(crate::pipeline::View {
             attributed: Arc::new(crate::attribution::AttributedWindow::unattributed(window)),
             findings: Vec::new(),
+            training: Default::default(),
             at: std::time::SystemTime::now(),
         })));
         assert_eq!(

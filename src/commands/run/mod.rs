@@ -27,7 +27,7 @@ use crate::attribution::AttributedWindow;
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
 use crate::export::logs::{findings_request, log_record_count};
-use crate::export::metrics::{metrics_batch, MetricsBatch};
+use crate::export::metrics::{metrics_batch_with_training, MetricsBatch};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
 use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
@@ -297,7 +297,7 @@ impl Pipeline {
     /// Queues the window's metrics request, gpulse's own health included.
     fn export_metrics(&mut self, analysis: Option<&crate::pipeline::Analysis>) {
         let batch = match analysis {
-            Some(a) => metrics_batch(&a.attributed, &self.node),
+            Some(a) => metrics_batch_with_training(&a.attributed, &a.training, &self.node),
             None => MetricsBatch::default(),
         };
         let points = batch.point_count() as u64;

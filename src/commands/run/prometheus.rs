@@ -43,7 +43,7 @@ pub async fn start(
                 // (`cargo bench --bench prometheus`), which must not stall the pipeline's tasks.
                 let published = Arc::clone(&published);
                 let built = tokio::task::spawn_blocking(move || {
-                    published.update(&view.attributed, &view.findings);
+                    published.update(&view.attributed, &view.training, &view.findings);
                 })
                 .await;
                 if let Err(e) = built {

@@ -76,6 +76,7 @@ mod tests {
         let view = View {
             attributed: Arc::new(attributed),
             findings: Vec::new(),
+            training: Default::default(),
             at: UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_121),
         };
         let (status, body) = status_json(Some(&view));

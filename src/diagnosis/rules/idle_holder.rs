@@ -10,7 +10,7 @@ use crate::diagnosis::findings::{
 use crate::diagnosis::history::{Series, WindowSummary};
 use crate::diagnosis::thresholds::IdleHolder;
 
-use super::{process_device_ref, Inputs};
+use super::{process_device_ref_in, Inputs};
 
 const IDLE_ADVICE: &str = "The process keeps GPU memory without using the GPU: a notebook \
 kernel or a stopped job holding its CUDA context. End it (or restart the notebook kernel) to \
@@ -40,7 +40,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
         if idle_long.is_none() && !orphan {
             continue;
         }
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let mut values = vec![
             ("gpu_memory_bytes".to_string(), Value::from(held)),
             (
@@ -120,10 +120,17 @@ fn idle_utilization(s: &WindowSummary) -> Option<(f64, &'static str)> {
     // idle: a shared busy device hides an idle process (a miss) but never invents one.
     // GPM SM activity, where the GPU gives it, says how much of the GPU works; GPU-Util only
     // whether any kernel ran.
+    // On MIG the "device" figures are the process's instance's (its GPM): the instance is idle
+    // only when every process in it is.
+    let (sm_source, util_source) = if s.on_mig_instance {
+        ("mig_instance_sm_activity", "mig_instance_graphics_activity")
+    } else {
+        ("device_sm_activity", "device")
+    };
     s.sm_utilization_mean
         .map(|u| (u, "process_sm"))
-        .or(s.device_sm_activity_mean.map(|u| (u, "device_sm_activity")))
-        .or(s.device_utilization_mean.map(|u| (u, "device")))
+        .or(s.device_sm_activity_mean.map(|u| (u, sm_source)))
+        .or(s.device_utilization_mean.map(|u| (u, util_source)))
 }
 
 fn idle_run(series: &Series, t: &IdleHolder) -> Option<IdleRun> {

@@ -5,9 +5,9 @@
 
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::LowSmEfficiency;
-use crate::schema::{DeviceField, GpmField};
+use crate::schema::GpmField;
 
-use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
+use super::{process_device_ref_in, sustained_main_holders, Inputs, SustainedHolder};
 
 const ADVICE: &str = "The GPU is busy but most SMs idle: kernels too small to fill it, or the \
 CPU launching them one by one. Raise the batch size if memory allows; fuse the small kernels \
@@ -26,20 +26,20 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
                 if util >= t.gpu_utilization_at_least && sm < t.sm_activity_below
         )
     });
-    for SustainedHolder {
-        process: p,
-        device,
-        since,
-        seconds,
-    } in sustained
-    {
+    for holder in &sustained {
+        let SustainedHolder {
+            process: p,
+            since,
+            seconds,
+            ..
+        } = *holder;
         let (Some(util), Some(sm)) = (
-            device.gauge(DeviceField::UtilizationGpu),
-            device.gpm.gauge(GpmField::SmActivity),
+            holder.utilization(),
+            holder.gpm().gauge(GpmField::SmActivity),
         ) else {
             continue;
         };
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let summary = format!(
             "{subject} keeps the GPU {} busy but only {} of its SMs active for {}",
             pct(util.mean),

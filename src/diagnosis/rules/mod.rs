@@ -12,6 +12,8 @@ pub mod low_sm_efficiency;
 pub mod memory_fragmentation;
 pub mod memory_growth;
 pub mod memory_pressure;
+#[cfg(test)]
+mod mig_tests;
 pub mod rank_straggler;
 pub mod tensor_cores_idle;
 pub mod throttling;
@@ -20,9 +22,9 @@ pub mod uneven_multi_gpu;
 use std::collections::HashMap;
 
 use crate::attribution::{ProcessUsage, Workload};
-use crate::sampling::{DeviceWindow, ProcessWindow, Window};
+use crate::sampling::{DeviceWindow, GpmWindow, MigInstanceWindow, ProcessWindow, Window};
 
-use super::findings::{DeviceRef, Finding, Subject};
+use super::findings::{DeviceRef, Finding, MigRef, Subject};
 use super::framework::FrameworkEvidence;
 use super::history::{History, Series, WindowSummary};
 use super::thresholds::Thresholds;
@@ -91,23 +93,44 @@ pub(crate) fn device_ref(d: &DeviceWindow) -> DeviceRef {
     DeviceRef {
         uuid: d.info.uuid.clone(),
         index: d.info.index,
+        mig: None,
     }
+}
+
+/// The device of a process, with the MIG instance it ran in on a GPU in MIG mode.
+pub(crate) fn process_device_ref_in(window: &Window, p: &ProcessWindow) -> DeviceRef {
+    let mut device = process_device_ref(p);
+    device.mig = window
+        .mig_instance_of(p.pid, &p.device_uuid)
+        .map(|m| MigRef {
+            uuid: m.info.uuid.clone(),
+            gpu_instance_id: m.info.gpu_instance_id,
+            compute_instance_id: m.info.compute_instance_id,
+            profile: m.info.profile().to_string(),
+        });
+    device
 }
 
 pub(crate) fn process_device_ref(p: &ProcessWindow) -> DeviceRef {
     DeviceRef {
         uuid: p.device_uuid.clone(),
         index: p.device_index,
+        mig: None,
     }
 }
 
-/// For each device, the process holding the most GPU memory on it in this window: the one a
-/// device-wide GPM condition is reported on.
+/// For each device (each MIG instance, on a GPU in MIG mode), the process holding the most GPU
+/// memory on it in this window: the one a device-wide GPM condition is reported on.
 pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
-    let mut best: std::collections::BTreeMap<&str, &'a ProcessWindow> = Default::default();
+    let mut best: std::collections::BTreeMap<(&str, Option<&str>), &'a ProcessWindow> =
+        Default::default();
     for p in &inputs.window.processes {
         let held = |p: &ProcessWindow| p.gpu_memory_bytes.map_or(0.0, |g| g.last);
-        let entry = best.entry(p.device_uuid.as_str()).or_insert(p);
+        let instance = inputs
+            .window
+            .mig_instance_of(p.pid, &p.device_uuid)
+            .map(|m| m.info.uuid.as_str());
+        let entry = best.entry((p.device_uuid.as_str(), instance)).or_insert(p);
         if held(p) > held(entry) || (held(p) == held(entry) && p.pid < entry.pid) {
             *entry = p;
         }
@@ -122,8 +145,28 @@ pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
 pub(crate) struct SustainedHolder<'a> {
     pub process: &'a ProcessWindow,
     pub device: &'a DeviceWindow,
+    /// The MIG instance the process ran in, whose figures the condition was judged on.
+    pub instance: Option<&'a MigInstanceWindow>,
     pub since: std::time::SystemTime,
     pub seconds: f64,
+}
+
+impl SustainedHolder<'_> {
+    /// The GPM activity the condition was judged on: the MIG instance's, else the device's.
+    pub fn gpm(&self) -> &GpmWindow {
+        self.instance.map_or(&self.device.gpm, |m| &m.gpm)
+    }
+
+    /// How busy the device was: GPU-Util, or on MIG (where NVML gives none) the instance's
+    /// graphics-engine activity.
+    pub fn utilization(&self) -> Option<crate::sampling::Gauge> {
+        match self.instance {
+            Some(m) => m.gpm.gauge(crate::schema::GpmField::GraphicsActivity),
+            None => self
+                .device
+                .gauge(crate::schema::DeviceField::UtilizationGpu),
+        }
+    }
 }
 
 /// The main holder of each device whose condition `holds` has lasted `min_duration`: what the
@@ -144,6 +187,9 @@ pub(crate) fn sustained_main_holders<'a>(
             Some(SustainedHolder {
                 process,
                 device: inputs.device(&process.device_uuid)?,
+                instance: inputs
+                    .window
+                    .mig_instance_of(process.pid, &process.device_uuid),
                 since,
                 seconds,
             })

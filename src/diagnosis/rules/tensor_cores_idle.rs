@@ -6,7 +6,7 @@
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::thresholds::TensorCoresIdle;
 
-use super::{process_device_ref, sustained_main_holders, Inputs, SustainedHolder};
+use super::{process_device_ref_in, sustained_main_holders, Inputs, SustainedHolder};
 use crate::schema::GpmField;
 
 const ADVICE: &str = "The SMs work but the tensor cores do not: the math runs in FP32 on the \
@@ -26,20 +26,20 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding> {
                 if sm >= t.sm_activity_at_least && tensor < t.tensor_activity_below
         )
     });
-    for SustainedHolder {
-        process: p,
-        device,
-        since,
-        seconds,
-    } in sustained
-    {
+    for holder in &sustained {
+        let SustainedHolder {
+            process: p,
+            since,
+            seconds,
+            ..
+        } = *holder;
         let (Some(sm), Some(tensor)) = (
-            device.gpm.gauge(GpmField::SmActivity),
-            device.gpm.gauge(GpmField::TensorActivity),
+            holder.gpm().gauge(GpmField::SmActivity),
+            holder.gpm().gauge(GpmField::TensorActivity),
         ) else {
             continue;
         };
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let summary = format!(
             "{subject} keeps the SMs busy ({} SM activity) with the tensor cores idle ({} tensor activity) for {}",
             pct(sm.mean),

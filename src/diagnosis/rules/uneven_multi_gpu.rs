@@ -71,6 +71,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
                     DeviceRef {
                         uuid: uuid.clone(),
                         index: *index,
+                        mig: None,
                     },
                     u,
                 ));

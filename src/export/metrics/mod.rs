@@ -8,5 +8,7 @@
 pub mod builder;
 pub mod encoding;
 
-pub use builder::{metrics_batch, metrics_request};
+pub use builder::{
+    metrics_batch, metrics_batch_with_training, metrics_request, metrics_request_with_training,
+};
 pub use encoding::{data_point_count, MetricsBatch};

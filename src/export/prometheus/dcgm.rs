@@ -7,7 +7,9 @@
 //! `gpu`, `UUID`, `device`, `modelName`, `Hostname`, `pci_bus_id`, `DCGM_FI_DRIVER_VERSION`,
 //! and `container`/`namespace`/`pod` of the one Kubernetes pod using the GPU (absent when none
 //! or several do, where dcgm-exporter cannot tell either). Per-process series are the OTLP
-//! ones (`process_gpu_*`), which dcgm-exporter has no equivalent for.
+//! ones (`process_gpu_*`), which dcgm-exporter has no equivalent for. A GPU in MIG mode also
+//! gets one set of series per MIG instance, labelled `GPU_I_PROFILE` and `GPU_I_ID` as
+//! dcgm-exporter labels them: its memory slice and its GPU instance's `DCGM_FI_PROF_*`.
 //!
 //! Two deliberate differences: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` counts from when gpulse
 //! first saw the device (DCGM: since the driver loaded), and it is typed `gauge`, not `counter`,
@@ -20,9 +22,9 @@ use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
-use crate::sampling::DeviceStatus;
+use crate::sampling::{DeviceStatus, MigInstanceWindow};
 use crate::schema::DcgmScale;
-use crate::schema::{WindowKind, DEVICE_FIELDS, GPM_FIELDS};
+use crate::schema::{DeviceField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 const MIB: u64 = 1 << 20;
 
@@ -35,14 +37,20 @@ fn dcgm_name(name: &str) -> PromName {
     }
 }
 
-/// The pod using a device, as dcgm-exporter labels it: only when exactly one pod does.
-fn pod_labels(attributed: &AttributedWindow, uuid: &str) -> Vec<(String, String)> {
+/// The pod using a device (or, with `pids`, a MIG instance of it), as dcgm-exporter labels it:
+/// only when exactly one pod does.
+fn pod_labels(
+    attributed: &AttributedWindow,
+    uuid: &str,
+    pids: Option<&[u32]>,
+) -> Vec<(String, String)> {
     let mut pods: Vec<(&str, Option<&str>, Option<&str>)> = Vec::new();
     for p in attributed
         .window
         .processes
         .iter()
         .filter(|p| p.device_uuid == uuid)
+        .filter(|p| pids.is_none_or(|pids| pids.binary_search(&p.pid).is_ok()))
     {
         let Some(w) = attributed.workloads.get(&p.pid) else {
             continue;
@@ -106,7 +114,8 @@ pub(super) fn push_devices(
         if let Some(version) = &window.driver_version {
             labels.push(("DCGM_FI_DRIVER_VERSION".into(), version.clone()));
         }
-        labels.extend(pod_labels(attributed, &info.uuid));
+        let gpu_labels = labels.clone();
+        labels.extend(pod_labels(attributed, &info.uuid, None));
 
         for spec in &DEVICE_FIELDS {
             let Some(series) = spec.dcgm else { continue };
@@ -160,5 +169,55 @@ pub(super) fn push_devices(
                 SampleValue::Float(ratio),
             );
         }
+        for m in &d.mig_instances {
+            push_mig_instance(b, attributed, &gpu_labels, m);
+        }
+    }
+}
+
+/// A MIG instance's series, as dcgm-exporter gives them: the GPU's labels (its `UUID`, `gpu`,
+/// `device`) with `GPU_I_PROFILE` and `GPU_I_ID` after `modelName`, the pod using the instance,
+/// its memory slice (`DCGM_FI_DEV_FB_*`) and its GPU instance's `DCGM_FI_PROF_*` activity.
+fn push_mig_instance(
+    b: &mut Builder,
+    attributed: &AttributedWindow,
+    gpu_labels: &[(String, String)],
+    m: &MigInstanceWindow,
+) {
+    let mut labels = Vec::with_capacity(gpu_labels.len() + 5);
+    for label in gpu_labels {
+        labels.push(label.clone());
+        if label.0 == "modelName" {
+            labels.push(("GPU_I_PROFILE".into(), m.info.profile().to_string()));
+            labels.push(("GPU_I_ID".into(), m.info.gpu_instance_id.to_string()));
+        }
+    }
+    labels.extend(pod_labels(attributed, &m.info.parent_uuid, Some(&m.pids)));
+    for (field, bytes) in [
+        (DeviceField::MemoryUsed, m.memory_used_bytes),
+        (DeviceField::MemoryFree, m.memory_free_bytes),
+    ] {
+        let (Some(series), Some(bytes)) = (field.spec().dcgm, bytes) else {
+            continue;
+        };
+        b.push(
+            &dcgm_name(series.name),
+            series.help,
+            FamilyKind::Gauge,
+            labels.clone(),
+            SampleValue::Int((bytes / MIB) as i64),
+        );
+    }
+    for spec in &GPM_FIELDS {
+        let (Some(series), Some(ratio)) = (spec.dcgm, m.gpm.mean(spec.field)) else {
+            continue;
+        };
+        b.push(
+            &dcgm_name(series.name),
+            series.help,
+            FamilyKind::Gauge,
+            labels.clone(),
+            SampleValue::Float(ratio),
+        );
     }
 }

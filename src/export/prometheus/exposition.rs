@@ -19,8 +19,9 @@ use super::names::{label_name, metric_name, OtlpKind, PromName};
 use crate::attribution::AttributedWindow;
 use crate::config::PrometheusNames;
 use crate::diagnosis::tracker::{ACTIVE_GAUGE_DESCRIPTION, ACTIVE_GAUGE_NAME, ACTIVE_GAUGE_UNIT};
+use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Finding, RuleId};
-use crate::export::metrics::metrics_request;
+use crate::export::metrics::metrics_request_with_training;
 use crate::export::resource::NodeIdentity;
 
 /// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
@@ -110,19 +111,21 @@ fn push_otlp_metric(b: &mut Builder, metric: &Metric, resource: &[(String, Strin
     }
 }
 
-/// The exposition of one analysed window and the findings active after it.
+/// The exposition of one analysed window (with its processes' training figures) and the
+/// findings active after it.
 ///
 /// `last_xid` is the last XID code seen per device UUID since gpulse started (dcgm-exporter's
 /// `DCGM_FI_DEV_XID_ERRORS` keeps it past the window that saw it).
 pub fn build(
     attributed: &AttributedWindow,
+    training: &TrainingWindow,
     findings: &[Finding],
     node: &NodeIdentity,
     names: PrometheusNames,
     max_series: usize,
     last_xid: &HashMap<String, u64>,
 ) -> Exposition {
-    let request = metrics_request(attributed, node);
+    let request = metrics_request_with_training(attributed, training, node);
     let mut b = Builder::new(max_series);
     let mut resources = request.resource_metrics.iter().map(|rm| {
         let labels = rm
@@ -307,7 +310,15 @@ mod tests {
     }
 
     fn build_with(w: &AttributedWindow, names: PrometheusNames, max: usize) -> Exposition {
-        build(w, &[], &node(), names, max, &HashMap::new())
+        build(
+            w,
+            &TrainingWindow::default(),
+            &[],
+            &node(),
+            names,
+            max,
+            &HashMap::new(),
+        )
     }
 
     fn samples<'a>(e: &'a Exposition, full_name: &str) -> &'a [Sample] {
@@ -386,6 +397,90 @@ mod tests {
     }
 
     #[test]
+    fn dcgm_names_give_each_mig_instance_its_series_with_gpu_i_labels() {
+        use crate::sampling::{GpmWindow, MigInstanceInfo, MigInstanceWindow};
+        use crate::schema::GpmField;
+        // Pods train-0 (PID 41) alone on GI 1, train-1 and train-2 (42, 43) on GI 2.
+        let mut w = window(&[
+            (41, Some("train-0")),
+            (42, Some("train-1")),
+            (43, Some("train-2")),
+        ]);
+        let instance =
+            |gi: u32, profile: &str, used_mib: u64, graphics: f64, pids| MigInstanceWindow {
+                info: Arc::new(MigInstanceInfo {
+                    uuid: format!("MIG-{gi}"),
+                    name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
+                    parent_uuid: UUID.into(),
+                    parent_index: 0,
+                    mig_index: gi - 1,
+                    gpu_instance_id: gi,
+                    compute_instance_id: 0,
+                }),
+                memory_used_bytes: Some(used_mib << 20),
+                memory_free_bytes: Some((40192 - used_mib) << 20),
+                memory_total_bytes: Some(40192 << 20),
+                gpm: GpmWindow::of([(GpmField::GraphicsActivity, Gauge::single(graphics))]),
+                pids,
+            };
+        w.window.devices[0].mig_instances = vec![
+            instance(1, "3g.40gb", 30720, 0.85, vec![41]),
+            instance(9, "2g.20gb", 4096, 0.05, vec![42, 43]),
+        ];
+        let e = build_with(&w, PrometheusNames::Dcgm, 1000);
+        let gract = samples(&e, "DCGM_FI_PROF_GR_ENGINE_ACTIVE");
+        assert_eq!(gract.len(), 2, "one per instance: {gract:?}");
+        let of = |name: &str, gi: &str| {
+            samples(&e, name)
+                .iter()
+                .find(|s| label(s, "GPU_I_ID") == Some(gi))
+                .unwrap_or_else(|| panic!("no {name} of GI {gi}"))
+        };
+        let gi1 = of("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "1");
+        assert_eq!(gi1.value, SampleValue::Float(0.85));
+        let names: Vec<&str> = gi1.labels.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..8],
+            [
+                "gpu",
+                "UUID",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "GPU_I_PROFILE",
+                "GPU_I_ID",
+                "Hostname"
+            ],
+            "dcgm-exporter's label order"
+        );
+        assert_eq!(label(gi1, "UUID"), Some(UUID), "the GPU's UUID");
+        assert_eq!(label(gi1, "GPU_I_PROFILE"), Some("3g.40gb"));
+        assert_eq!(label(gi1, "pod"), Some("train-0"), "its one pod");
+        assert_eq!(
+            of("DCGM_FI_DEV_FB_USED", "1").value,
+            SampleValue::Int(30720)
+        );
+        assert_eq!(
+            of("DCGM_FI_DEV_FB_FREE", "9").value,
+            SampleValue::Int(40192 - 4096)
+        );
+        let gi9 = of("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "9");
+        assert_eq!(label(gi9, "GPU_I_PROFILE"), Some("2g.20gb"));
+        assert_eq!(label(gi9, "pod"), None, "two pods share it");
+        // The GPU's own series stay, without instance labels.
+        let gpu = samples(&e, "DCGM_FI_DEV_GPU_UTIL");
+        assert_eq!(gpu.len(), 1);
+        assert_eq!(label(&gpu[0], "GPU_I_ID"), None);
+        assert_eq!(
+            samples(&e, "DCGM_FI_DEV_FB_USED")
+                .iter()
+                .filter(|s| label(s, "GPU_I_ID").is_none())
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn two_pods_on_one_gpu_leave_the_pod_labels_off() {
         let w = window(&[(41, Some("train-0")), (42, Some("train-1"))]);
         let e = build_with(&w, PrometheusNames::Dcgm, 1000);
@@ -398,6 +493,7 @@ mod tests {
         let xids = HashMap::from([(UUID.to_string(), 79u64)]);
         let e = build(
             &window(&[]),
+            &TrainingWindow::default(),
             &[],
             &node(),
             PrometheusNames::Dcgm,
@@ -410,11 +506,72 @@ mod tests {
         );
     }
 
+    /// The series a cross-node straggler rule reads: one per rank, labelled with the job id and
+    /// rank (point attributes) beside the process's own resource labels.
+    #[test]
+    fn training_figures_are_series_per_rank() {
+        use crate::diagnosis::framework::DistributedIdentity;
+        use crate::diagnosis::training::ProcessTraining;
+        let mut training = TrainingWindow::default();
+        for (pid, rank, step) in [(41, 0, 0.5), (42, 1, 0.75)] {
+            training.processes.insert(
+                pid,
+                ProcessTraining {
+                    step_seconds: step,
+                    collective_wait_seconds: Some(0.25),
+                    data_wait_seconds: 0.0,
+                    steps: 10,
+                    distributed: Some(DistributedIdentity {
+                        rank,
+                        job_id: Some("job-7".into()),
+                        ..DistributedIdentity::default()
+                    }),
+                },
+            );
+        }
+        let e = build(
+            &window(&[(41, None), (42, None)]),
+            &training,
+            &[],
+            &node(),
+            PrometheusNames::Otel,
+            1000,
+            &HashMap::new(),
+        );
+        let steps = samples(&e, "gpulse_training_step_duration_seconds");
+        let by_rank: Vec<(&str, &str, &str, SampleValue)> = steps
+            .iter()
+            .map(|s| {
+                (
+                    label(s, "pytorch_distributed_job_id").unwrap(),
+                    label(s, "pytorch_distributed_rank").unwrap(),
+                    label(s, "process_pid").unwrap(),
+                    s.value,
+                )
+            })
+            .collect();
+        assert_eq!(
+            by_rank,
+            [
+                ("job-7", "0", "41", SampleValue::Float(0.5)),
+                ("job-7", "1", "42", SampleValue::Float(0.75))
+            ]
+        );
+        assert_eq!(
+            samples(&e, "gpulse_training_step_collective_wait_seconds").len(),
+            2
+        );
+    }
+
     #[test]
     fn process_series_carry_the_container_and_vanish_with_the_process() {
         let published =
             super::super::Published::new(crate::config::PrometheusSettings::default(), node());
-        published.update(&window(&[(41, None), (42, None)]), &[]);
+        published.update(
+            &window(&[(41, None), (42, None)]),
+            &TrainingWindow::default(),
+            &[],
+        );
         let (e, _) = published.latest();
         let pids: Vec<&str> = samples(&e, "process_gpu_memory_usage_bytes")
             .iter()
@@ -424,7 +581,7 @@ mod tests {
             })
             .collect();
         assert_eq!(pids, ["41", "42"]);
-        published.update(&window(&[(42, None)]), &[]);
+        published.update(&window(&[(42, None)]), &TrainingWindow::default(), &[]);
         let (e, _) = published.latest();
         let text = encode(e, SelfMetrics::default(), Format::PrometheusText, at(2001)).unwrap();
         assert!(
@@ -460,8 +617,8 @@ mod tests {
             },
             node(),
         );
-        published.update(&w, &[]);
-        published.update(&w, &[]);
+        published.update(&w, &TrainingWindow::default(), &[]);
+        published.update(&w, &TrainingWindow::default(), &[]);
         let (e, own) = published.latest();
         assert_eq!(own.dropped_total, 2 * e.dropped);
         let text = encode(e, own, Format::PrometheusText, at(2001)).unwrap();
@@ -480,6 +637,7 @@ mod tests {
             subject: Subject::Device(DeviceRef {
                 uuid: UUID.into(),
                 index: 0,
+                mig: None,
             }),
             summary: "throttled".into(),
             advice: "cool it".into(),
@@ -489,6 +647,7 @@ mod tests {
         };
         let e = build(
             &window(&[]),
+            &TrainingWindow::default(),
             &[finding],
             &node(),
             PrometheusNames::Otel,

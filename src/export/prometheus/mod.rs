@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::attribution::AttributedWindow;
 use crate::config::PrometheusSettings;
+use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::Finding;
 use crate::export::resource::NodeIdentity;
 pub use encode::{Format, SelfMetrics};
@@ -57,7 +58,12 @@ impl Published {
     }
 
     /// Rebuilds the exposition from an analysed window and the findings active after it.
-    pub fn update(&self, attributed: &AttributedWindow, findings: &[Finding]) {
+    pub fn update(
+        &self,
+        attributed: &AttributedWindow,
+        training: &TrainingWindow,
+        findings: &[Finding],
+    ) {
         let mut last_xid = self.lock().last_xid.clone();
         for event in &attributed.window.xid_events {
             last_xid.insert(event.device_uuid.clone(), event.xid);
@@ -65,6 +71,7 @@ impl Published {
         // Built outside the lock: a scrape meanwhile gets the previous window, not a wait.
         let exposition = exposition::build(
             attributed,
+            training,
             findings,
             &self.node,
             self.settings.names,

@@ -1,9 +1,10 @@
 //! The request builder: a `Window` and the workloads turned into one [`MetricsBatch`] (what the
 //! exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`; one
-//! function per collector family (device, GPM, process-on-device, process usage), each pushing
-//! the data points of its part of the window, as Vector's `host_metrics` source does. The device
-//! families are in [`device`], the process ones in [`process`]; this module holds the point
-//! collector they share and assembles the resources.
+//! function per collector family (device, GPM, process-on-device, process usage, accounting),
+//! each pushing the data points of its part of the window, as Vector's `host_metrics` source
+//! does. The device families are in [`device`], the process ones in [`process`], the GPU time
+//! and energy charged to processes in [`accounting`]; this module holds the point collector they
+//! share and assembles the resources.
 //!
 //! ## Contract
 //! - One `ResourceMetrics` for the node (first, always present: device metrics), then one per
@@ -11,7 +12,9 @@
 //!   points carry each device's `hw.id` and `gpu.index`.
 //! - A MIG device is a device of its own on the node resource (`hw.id` = its `MIG-…` UUID,
 //!   `hw.parent` = the GPU's UUID, its GPU/compute instance ids), with its memory slice and GPM
-//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points.
+//!   activity; a process running in it has the instance's `hw.id` on its `process.gpu.*` points,
+//!   and a process alone in its GPU instance takes the instance's GPM as its own
+//!   (`process.gpu.utilization` general, `.sm.activity`, `.dram.activity`, `.pipe.activity`).
 //! - Every metric is named by its typed [`MetricId`]: name, instrument and unit come from the
 //!   schema ([`crate::schema::METRICS`]).
 //! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
@@ -23,6 +26,7 @@
 //! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
 //! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
 
+mod accounting;
 mod device;
 mod process;
 #[cfg(test)]
@@ -35,6 +39,7 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{AttributedWindow, Workload};
+use crate::diagnosis::training::TrainingWindow;
 use crate::export::resource::{node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{Gauge, ProcessWindow};
@@ -138,8 +143,19 @@ pub(super) fn push_gauge(
 
 /// Builds the metrics of one export window from its attributed processes: a process with no
 /// usage figures (its `/proc` entry not visible) gets no CPU and RSS points. See the module
-/// documentation for the contract.
+/// documentation for the contract. Without training figures: for a window no receiver fed
+/// (`gpulse snapshot`, tests); `gpulse run` uses [`metrics_batch_with_training`].
 pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> MetricsBatch {
+    metrics_batch_with_training(attributed, &TrainingWindow::default(), node)
+}
+
+/// [`metrics_batch`] plus each process's `gpulse.training.step.*` points, from what its step
+/// spans said (`training`, the analyzer's figures for this window).
+pub fn metrics_batch_with_training(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+) -> MetricsBatch {
     let window = &attributed.window;
     let gauge_span = Span {
         start: to_nanos(window.start),
@@ -156,13 +172,16 @@ pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> Metr
 
     let mut node_builder = MetricsBuilder::new(window.devices.len() * 48);
     for device in &window.devices {
-        device::push_device(
+        let base = device::push_device(
             &mut node_builder,
             &mut batch,
             device,
             driver_version,
             gauge_span,
         );
+        if let Some(account) = attributed.accounts.device(&device.info.uuid) {
+            accounting::push_device_energy(&mut node_builder, base, account, gauge_span.end);
+        }
         for m in &device.mig_instances {
             device::push_mig_instance(
                 &mut node_builder,
@@ -179,8 +198,18 @@ pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> Metr
     for (pid, rows) in by_pid {
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
         for p in &rows {
-            let mig = window.mig_instance_of(p.pid, &p.device_uuid);
-            process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+            let mig = window
+                .mig_instance_of(p.pid, &p.device_uuid)
+                .map(|instance| process::ProcessMigDevice {
+                    instance,
+                    alone: window
+                        .mig_instance_held_alone(p.pid, &p.device_uuid)
+                        .is_some(),
+                });
+            let base = process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+            if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
+                accounting::push_process_accounting(&mut b, base, account, gauge_span.end);
+            }
         }
         let process = attributed.process(pid);
         if let Some(u) = process.and_then(|p| p.usage) {
@@ -190,6 +219,9 @@ pub fn metrics_batch(attributed: &AttributedWindow, node: &NodeIdentity) -> Metr
                 .min()
                 .unwrap_or(gauge_span.start);
             process::push_process_usage(&mut b, u, gauge_span, first_seen);
+        }
+        if let Some(t) = training.process(pid) {
+            process::push_training(&mut b, &mut batch, t, gauge_span);
         }
         // Attribution lists every process of its window; one it missed is known by its PID.
         let resource = match process {
@@ -207,4 +239,13 @@ pub fn metrics_request(
     node: &NodeIdentity,
 ) -> ExportMetricsServiceRequest {
     metrics_batch(attributed, node).into_request()
+}
+
+/// [`metrics_batch_with_training`] as a prost request (what `/metrics` translates).
+pub fn metrics_request_with_training(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+) -> ExportMetricsServiceRequest {
+    metrics_batch_with_training(attributed, training, node).into_request()
 }

@@ -1,26 +1,40 @@
 //! The families of a process resource: its points on each device it holds (memory, per-process
-//! utilisation, on the MIG device it ran in where there is one) and its host usage (CPU, RSS).
+//! utilisation, on the MIG device it ran in where there is one, with that instance's GPM
+//! activity when it ran there alone), its host usage (CPU, RSS) and its training figures (step
+//! time, collective and data wait) with its rank.
 
 use super::device::mig_instance_ids;
 use super::{int, push_gauge, with, Family, MetricsBuilder, Span, Value};
 use crate::attribution::ProcessUsage;
-use crate::export::metrics::encoding::{MetricsBatch, PointAttributes};
+use crate::diagnosis::training::ProcessTraining;
+use crate::export::metrics::encoding::{AttributeSetId, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{MigInstanceWindow, ProcessWindow};
-use crate::schema::MetricId;
+use crate::sampling::{GpmWindow, MigInstanceWindow, ProcessWindow};
+use crate::schema::{GpmField, MetricId};
 
 use MetricId as M;
 
+/// The MIG device a process ran in, and whether it was alone in its GPU instance (then the
+/// instance's GPM activity is its own).
+#[derive(Clone, Copy)]
+pub(super) struct ProcessMigDevice<'a> {
+    pub(super) instance: &'a MigInstanceWindow,
+    pub(super) alone: bool,
+}
+
 /// The points of one process on one device; `mig` is the MIG device it ran in, whose `hw.id`
-/// the points then carry (with the GPU as `hw.parent`).
+/// the points then carry (with the GPU as `hw.parent`). Returns the attribute set the points
+/// share, for the families other modules add.
 pub(super) fn push_process_device(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
     p: &ProcessWindow,
-    mig: Option<&MigInstanceWindow>,
+    mig: Option<ProcessMigDevice<'_>>,
     gauge_span: Span,
-) {
+) -> AttributeSetId {
+    let alone_on = mig.filter(|m| m.alone).map(|m| m.instance);
+    let mig = mig.map(|m| m.instance);
     let attributes = match mig {
         None => vec![
             kv_str("hw.id", p.device_uuid.as_str()),
@@ -70,6 +84,12 @@ pub(super) fn push_process_device(
             push_gauge(b, util, attrs, gauge_span, g);
         }
     }
+    if let Some(instance) = alone_on {
+        // NVML gives MIG no per-process utilisation; should a driver ever give it, its own
+        // figure wins over the instance's.
+        let own_general = p.sm_utilization.is_some();
+        push_instance_activity(b, base, &instance.gpm, own_general, gauge_span);
+    }
     if let Some(g) = &p.memory_utilization {
         let fam = Family {
             mean: M::ProcessGpuMemoryUtilization,
@@ -77,6 +97,73 @@ pub(super) fn push_process_device(
             min: Some(M::ProcessGpuMemoryUtilizationMin),
         };
         push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
+    }
+    base
+}
+
+/// A process alone on its MIG GPU instance: the instance's GPM activity as its own. NVML gives
+/// no per-process utilisation on MIG; the graphics engine's activity stands in for the `general`
+/// task (DCGM's advice on MIG: `GR_ENGINE_ACTIVE` in place of GPU-Util).
+fn push_instance_activity(
+    b: &mut MetricsBuilder,
+    base: AttributeSetId,
+    gpm: &GpmWindow,
+    own_general: bool,
+    gauge_span: Span,
+) {
+    let family = |mean, max, min| Family {
+        mean,
+        max: Some(max),
+        min: Some(min),
+    };
+    let rows = [
+        (
+            GpmField::GraphicsActivity,
+            family(
+                M::ProcessGpuUtilization,
+                M::ProcessGpuUtilizationMax,
+                M::ProcessGpuUtilizationMin,
+            ),
+            Some(("hw.gpu.task", "general")),
+        ),
+        (
+            GpmField::SmActivity,
+            family(
+                M::ProcessGpuSmActivity,
+                M::ProcessGpuSmActivityMax,
+                M::ProcessGpuSmActivityMin,
+            ),
+            None,
+        ),
+        (
+            GpmField::DramActivity,
+            family(
+                M::ProcessGpuDramActivity,
+                M::ProcessGpuDramActivityMax,
+                M::ProcessGpuDramActivityMin,
+            ),
+            None,
+        ),
+        (
+            GpmField::TensorActivity,
+            family(
+                M::ProcessGpuPipeActivity,
+                M::ProcessGpuPipeActivityMax,
+                M::ProcessGpuPipeActivityMin,
+            ),
+            Some(("nvidia.gpu.pipe", "tensor")),
+        ),
+    ];
+    for (field, fam, attribute) in rows {
+        if own_general && field == GpmField::GraphicsActivity {
+            continue;
+        }
+        let Some(g) = gpm.gauge(field) else { continue };
+        let attrs = match attribute {
+            Some((key, value)) => with(base, key, value),
+            None => PointAttributes::of(base),
+        };
+        push_gauge(b, fam, attrs, gauge_span, &g);
     }
 }
 
@@ -114,4 +201,47 @@ pub(super) fn push_process_usage(
             int(bytes),
         );
     }
+}
+
+/// The per-step means the process's step spans gave, with its job id and rank as point
+/// attributes (so the series of one job's ranks line up across nodes without relying on which
+/// resource attributes a backend promotes to labels).
+pub(super) fn push_training(
+    b: &mut MetricsBuilder,
+    batch: &mut MetricsBatch,
+    training: &ProcessTraining,
+    gauge_span: Span,
+) {
+    let mut attributes = Vec::new();
+    if let Some(d) = &training.distributed {
+        if let Some(job) = &d.job_id {
+            attributes.push(kv_str("pytorch.distributed.job.id", job.as_str()));
+        }
+        attributes.push(kv_int("pytorch.distributed.rank", i64::from(d.rank)));
+    }
+    let attrs = if attributes.is_empty() {
+        PointAttributes::NONE
+    } else {
+        PointAttributes::of(batch.add_attribute_set(attributes))
+    };
+    b.push(
+        M::TrainingStepDuration,
+        attrs.clone(),
+        gauge_span,
+        Value::F64(training.step_seconds),
+    );
+    if let Some(wait) = training.collective_wait_seconds {
+        b.push(
+            M::TrainingStepCollectiveWait,
+            attrs.clone(),
+            gauge_span,
+            Value::F64(wait),
+        );
+    }
+    b.push(
+        M::TrainingStepDataWait,
+        attrs,
+        gauge_span,
+        Value::F64(training.data_wait_seconds),
+    );
 }

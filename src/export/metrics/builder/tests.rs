@@ -546,6 +546,111 @@ fn mig_instances_are_devices_under_their_gpu_and_carry_their_processes() {
     assert_eq!(attr(&p7[0], "hw.parent"), None);
 }
 
+/// The resource of process `pid` in a request.
+fn process_resource_of(req: &ExportMetricsServiceRequest, pid: i64) -> &ResourceMetrics {
+    req.resource_metrics
+        .iter()
+        .find(|rm| {
+            rm.resource.as_ref().is_some_and(|r| {
+                r.attributes.iter().any(|kv| {
+                    kv.key == "process.pid"
+                        && kv.value.as_ref().and_then(|v| v.value.clone())
+                            == Some(any_value::Value::IntValue(pid))
+                })
+            })
+        })
+        .unwrap_or_else(|| panic!("no resource of process {pid}"))
+}
+
+#[test]
+fn a_process_alone_on_its_mig_instance_takes_its_gpm_and_shared_instances_are_not_split() {
+    use crate::sampling::{GpmWindow, MigInstanceInfo, MigInstanceWindow};
+    use crate::schema::GpmField as F;
+    let activity = |graphics: f64, sm: f64, dram: f64, tensor: f64| {
+        GpmWindow::of([
+            (
+                F::GraphicsActivity,
+                g(graphics, graphics - 0.1, graphics + 0.1, graphics),
+            ),
+            (F::SmActivity, g(sm, sm, sm, sm)),
+            (F::DramActivity, g(dram, dram, dram, dram)),
+            (F::TensorActivity, g(tensor, tensor, tensor, tensor)),
+            (F::Fp32Activity, g(0.7, 0.7, 0.7, 0.7)),
+        ])
+    };
+    let instance = |uuid: &str, gi: u32, ci: u32, pids: Vec<u32>| MigInstanceWindow {
+        info: Arc::new(MigInstanceInfo {
+            uuid: uuid.into(),
+            name: "NVIDIA H100 80GB HBM3 MIG 2g.20gb".into(),
+            parent_uuid: "GPU-0000".into(),
+            parent_index: 0,
+            mig_index: gi,
+            gpu_instance_id: gi,
+            compute_instance_id: ci,
+        }),
+        memory_used_bytes: Some(4 << 30),
+        memory_free_bytes: Some(16 << 30),
+        memory_total_bytes: Some(20 << 30),
+        gpm: activity(0.6, 0.5, 0.2, 0.25),
+        pids,
+    };
+    let mut gpu = bare_device(0);
+    gpu.mig_instances = vec![
+        // 42 alone; 43 and 44 share one; 45 and 46 each alone on a compute instance of one GPU
+        // instance, whose GPM they share.
+        instance("MIG-alone", 1, 0, vec![42]),
+        instance("MIG-pair", 2, 0, vec![43, 44]),
+        instance("MIG-ci0", 3, 0, vec![45]),
+        instance("MIG-ci1", 3, 1, vec![46]),
+    ];
+    let on_mig = |pid: u32| ProcessWindow {
+        sm_utilization: None,
+        ..process(pid, 0)
+    };
+    let w = window(vec![gpu], (42..=46).map(on_mig).collect());
+    let req = build(&w);
+
+    let alone = process_resource_of(&req, 42);
+    let only = |name: &str| {
+        let p = points(alone, name);
+        assert_eq!(p.len(), 1, "{name}: {p:?}");
+        assert_eq!(attr(&p[0], "hw.id"), Some(&s("MIG-alone")), "{name}");
+        assert_eq!(attr(&p[0], "hw.parent"), Some(&s("GPU-0000")), "{name}");
+        assert_eq!(
+            attr(&p[0], "nvidia.gpu.mig.gpu_instance_id"),
+            Some(&any_value::Value::IntValue(1)),
+            "{name}"
+        );
+        p[0].clone()
+    };
+    let general = only("process.gpu.utilization");
+    assert_eq!(attr(&general, "hw.gpu.task"), Some(&s("general")));
+    assert!((value(&general) - 0.6).abs() < 1e-12, "graphics activity");
+    assert!((value(&only("process.gpu.utilization.max")) - 0.7).abs() < 1e-12);
+    assert!((value(&only("process.gpu.utilization.min")) - 0.5).abs() < 1e-12);
+    assert_eq!(value(&only("process.gpu.sm.activity")), 0.5);
+    assert_eq!(value(&only("process.gpu.sm.activity.max")), 0.5);
+    assert_eq!(value(&only("process.gpu.dram.activity")), 0.2);
+    let tensor = only("process.gpu.pipe.activity");
+    assert_eq!(attr(&tensor, "nvidia.gpu.pipe"), Some(&s("tensor")));
+    assert_eq!(value(&tensor), 0.25);
+
+    // Shared instances (one compute instance, or two of one GPU instance): memory only.
+    for pid in 43..=46 {
+        let rm = process_resource_of(&req, pid);
+        assert_eq!(points(rm, "process.gpu.memory.usage").len(), 1, "{pid}");
+        for name in [
+            "process.gpu.utilization",
+            "process.gpu.utilization.max",
+            "process.gpu.sm.activity",
+            "process.gpu.dram.activity",
+            "process.gpu.pipe.activity",
+        ] {
+            assert!(points(rm, name).is_empty(), "{pid} has {name}: no split");
+        }
+    }
+}
+
 #[test]
 fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
     let w = window(
@@ -665,4 +770,79 @@ fn json_keeps_oneof_defaults_and_drops_field_defaults() {
     let back: ExportMetricsServiceRequest =
         serde_json::from_str(&line).expect("our JSON must parse back");
     assert_eq!(back, req);
+}
+
+/// A rank's step figures ride on its process resource with its job id and rank as point
+/// attributes; a process that sent steps without collective timings gets no collective_wait
+/// point (unknown is not 0), and one with no figures gets no training points.
+#[test]
+fn training_figures_are_points_of_the_process_with_its_rank() {
+    use crate::diagnosis::framework::DistributedIdentity;
+    use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
+    let w = window(
+        vec![bare_device(0)],
+        vec![process(42, 0), process(7, 0), process(9, 0)],
+    );
+    let mut training = TrainingWindow::default();
+    training.processes.insert(
+        42,
+        ProcessTraining {
+            step_seconds: 0.5,
+            collective_wait_seconds: Some(0.125),
+            data_wait_seconds: 0.25,
+            steps: 30,
+            distributed: Some(DistributedIdentity {
+                rank: 3,
+                job_id: Some("job-7".into()),
+                ..DistributedIdentity::default()
+            }),
+        },
+    );
+    training.processes.insert(
+        7,
+        ProcessTraining {
+            step_seconds: 0.2,
+            collective_wait_seconds: None,
+            data_wait_seconds: 0.0,
+            steps: 5,
+            distributed: None,
+        },
+    );
+    let req = metrics_request_with_training(&AttributedWindow::unattributed(w), &training, &node());
+    let [_, p7, p9, p42] = &req.resource_metrics[..] else {
+        panic!("node + three processes: {}", req.resource_metrics.len());
+    };
+    let step = &points(p42, "gpulse.training.step.duration")[0];
+    assert_eq!(value(step), 0.5);
+    assert_eq!(attr(step, "pytorch.distributed.job.id"), Some(&s("job-7")));
+    assert_eq!(
+        attr(step, "pytorch.distributed.rank"),
+        Some(&any_value::Value::IntValue(3))
+    );
+    assert_eq!(
+        (step.start_time_unix_nano, step.time_unix_nano),
+        (1000 * 1_000_000_000, 1010 * 1_000_000_000)
+    );
+    let wait = &points(p42, "gpulse.training.step.collective_wait")[0];
+    assert_eq!(value(wait), 0.125);
+    assert_eq!(
+        attr(wait, "pytorch.distributed.rank"),
+        attr(step, "pytorch.distributed.rank")
+    );
+    assert_eq!(
+        value(&points(p42, "gpulse.training.step.data_wait")[0]),
+        0.25
+    );
+    let m = metric(p42, "gpulse.training.step.duration").unwrap();
+    assert_eq!(m.unit, "s");
+    assert!(matches!(m.data, Some(Data::Gauge(_))));
+
+    let step7 = &points(p7, "gpulse.training.step.duration")[0];
+    assert_eq!(value(step7), 0.2);
+    assert!(step7.attributes.is_empty(), "no rank, no rank attributes");
+    assert!(metric(p7, "gpulse.training.step.collective_wait").is_none());
+    assert!(metric(p9, "gpulse.training.step.duration").is_none());
+    // Without training figures, the same window has no training points at all.
+    let plain = build(&window(vec![bare_device(0)], vec![process(42, 0)]));
+    assert!(metric(&plain.resource_metrics[1], "gpulse.training.step.duration").is_none());
 }

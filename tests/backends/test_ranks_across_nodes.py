@@ -1,0 +1,127 @@
+"""Two nodes, one job: the cross-node straggler rule on the real Prometheus.
+
+Two `gpulse run` instances stand in for two nodes, each with its own nvml-sim scenario listing
+its own ranks (real processes, tests/backends/rank.py) and its own OTLP receiver, to which those
+ranks send their step spans like the PyTorch companion does. Both export OTLP to Prometheus 3's
+own receiver, which evaluates the PrometheusRule's `gpulse.distributed` group as shipped
+(examples/kubernetes/prometheus-operator/prometheusrule.yaml). Job `slow`: ranks 0 and 1 on node
+A wait in all-reduce for rank 2 on node B, which waits for nobody. Neither gpulse alone can
+compare rank 2 with the others (node B has one rank); Prometheus, from the exported
+gpulse.training.step.* series, names rank 2 on node B, and only it."""
+
+import os
+import sys
+
+import pytest
+import yaml
+
+from backend_stack import HERE, REPO, free_port, gpulse_paths, promql, start_prometheus
+
+PROMETHEUS_RULE = REPO / "examples" / "kubernetes" / "prometheus-operator" / "prometheusrule.yaml"
+RANK = HERE / "rank.py"
+STEP_S = 0.2
+
+DEVICE = """
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-{node}0000000-1111-2222-3333-00000000000{index}"
+pci_bus_id = "00000000:{bus}:00.0"
+memory_total_mib = 81559
+
+[device.signals]
+gpu_util = 60
+power_w = 400
+
+[[device.process]]
+pid_env = "GPULSE_RANK_{index}"
+name = "python3"
+kind = "compute"
+memory_used_mib = 2048
+sm_util = 50
+"""
+
+
+def scenario(tmp, node, indexes):
+    text = '[driver]\nversion = "570.124.06"\nnvml_version = "12.570.124.06"\ncuda_version = "12.8"\n'
+    for i in indexes:
+        text += DEVICE.format(node="a" if node == "node-a" else "b", index=i, bus=f"{0x18 + i:02X}")
+    path = tmp / f"{node}.toml"
+    path.write_text(text)
+    return path
+
+
+def distributed_rules(tmp):
+    """The shipped PrometheusRule's cross-node group, as a plain Prometheus rule file."""
+    (rule,) = [d for d in yaml.safe_load_all(PROMETHEUS_RULE.read_text()) if d and d["kind"] == "PrometheusRule"]
+    groups = [g for g in rule["spec"]["groups"] if g["name"] == "gpulse.distributed"]
+    assert groups, "prometheusrule.yaml has no gpulse.distributed group"
+    path = tmp / "distributed-rules.yml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    return path, groups[0]
+
+
+def alert_expr(group, name):
+    return next(r["expr"] for r in group["rules"] if r.get("alert") == name)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(stack):
+    rules_path, group = distributed_rules(stack.tmp)
+    _, prom = start_prometheus(stack, otlp=True, rule_files=[rules_path])
+    gpulse, lib = gpulse_paths()
+    config = stack.tmp / "gpulse.toml"
+    config.write_text("")
+    # (node, rank, collective wait per step): the slow rank 2 waits for nobody.
+    layout = [("node-a", 0, 0.12), ("node-a", 1, 0.12), ("node-b", 2, 0.0)]
+    receivers = {node: free_port() for node in ("node-a", "node-b")}
+    ranks = {}
+    for node, rank, wait in layout:
+        ranks[rank] = stack.start(f"rank{rank}", [sys.executable, RANK, f"http://127.0.0.1:{receivers[node]}",
+                                                  "slow", rank, STEP_S, wait])
+    for node, indexes in (("node-a", [0, 1]), ("node-b", [2])):
+        env = {
+            "NVML_SIM_SCENARIO": str(scenario(stack.tmp, node, indexes)),
+            "GPULSE_KUBELET_SOCKET": "none",
+            "GPULSE_LOG": "info",
+            "OTEL_SERVICE_NAME": "gpulse",
+            "OTEL_RESOURCE_ATTRIBUTES": f"host.name={node}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{prom}/api/v1/otlp/v1/metrics",
+            **{f"GPULSE_RANK_{i}": str(ranks[i].pid) for i in indexes},
+        }
+        unset = [k for k in os.environ if k.startswith(("OTEL_", "GPULSE_"))]
+        stack.start(f"gpulse-{node}", [gpulse, "run", "--nvml-lib", lib, "--config", config,
+                                       "--sample-interval", "200ms", "--export-interval", "1s",
+                                       "--otlp-receiver-http", str(receivers[node])], env=env, unset=unset)
+    stack.wait_until("every rank's step time in Prometheus",
+                     lambda: len(promql(prom, "gpulse:training_step_busy_seconds")) == 3)
+    return prom, group, ranks
+
+
+def test_each_rank_is_a_series_with_its_job_rank_and_node(two_nodes):
+    prom, _, ranks = two_nodes
+    steps = promql(prom, "gpulse_training_step_duration_seconds")
+    seen = {(s["metric"]["pytorch_distributed_rank"], s["metric"]["host_name"], s["metric"]["process_pid"])
+            for s in steps if s["metric"].get("pytorch_distributed_job_id") == "slow"}
+    assert seen == {("0", "node-a", str(ranks[0].pid)), ("1", "node-a", str(ranks[1].pid)),
+                    ("2", "node-b", str(ranks[2].pid))}, steps
+    for s in steps:
+        # Each rank sleeps STEP_S per step; the figure is the mean of its step spans' durations.
+        assert float(s["value"][1]) == pytest.approx(STEP_S, abs=1e-6), s
+    wait = {s["metric"]["pytorch_distributed_rank"]: float(s["value"][1])
+            for s in promql(prom, "gpulse_training_step_collective_wait_seconds")}
+    assert wait == pytest.approx({"0": 0.12, "1": 0.12, "2": 0.0}), wait
+
+
+def test_the_cross_node_rule_names_the_straggler_on_the_other_node(two_nodes, stack):
+    prom, group, _ = two_nodes
+    expr = alert_expr(group, "GpulseRankStragglerAcrossNodes")
+    found = stack.wait_until("the straggler expression to name a rank", lambda: promql(prom, expr))
+    assert [(s["metric"]["pytorch_distributed_rank"], s["metric"]["host_name"],
+             s["metric"]["pytorch_distributed_job_id"]) for s in found] == [("2", "node-b", "slow")], found
+    # Its value is its excess busy time per step over the job's median rank: 0.2 s against 0.08 s.
+    assert float(found[0]["value"][1]) == pytest.approx(STEP_S - (STEP_S - 0.12), abs=1e-6), found
+    # Prometheus evaluates the shipped alert too: pending (its `for` is minutes) on rank 2 only.
+    alerts = stack.wait_until("the alert to be pending",
+                              lambda: promql(prom, 'ALERTS{alertname="GpulseRankStragglerAcrossNodes"}'))
+    assert {(a["metric"]["pytorch_distributed_rank"], a["metric"]["host_name"]) for a in alerts} == {("2", "node-b")}
