@@ -188,9 +188,19 @@ def collector_service():
     raise AssertionError("collector.yaml has no Service")
 
 
+def uses_otlp(c: dict) -> bool:
+    """Whether a gpulse container sends anything over OTLP (the default for both signals)."""
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    return any("otlp" in env.get(var, "otlp").split(",") for var in ("OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"))
+
+
 @pytest.mark.parametrize("file,doc,spec,field,c", gpulse_containers())
 def test_gpulse_sends_to_the_collector_service(file, doc, spec, field, c):
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    if not uses_otlp(c):
+        assert not any(k.startswith("OTEL_EXPORTER_OTLP_") for k in env), \
+            "a Prometheus-only container names no OTLP endpoint (it would never be used)"
+        return
     m = re.fullmatch(r"http://([^.:/]+)\.([^.:/]+)\.svc(?:\.cluster\.local)?:(\d+)", env["OTEL_EXPORTER_OTLP_ENDPOINT"])
     assert m, env["OTEL_EXPORTER_OTLP_ENDPOINT"]
     svc = collector_service()
@@ -233,3 +243,94 @@ def test_collector_rbac_covers_k8sattributes():
     dep = next(d for d in found if d["kind"] == "Deployment")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["name"] == dep["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+PROMETHEUS_ONLY = K8S_DIR / "daemonset-prometheus.yaml"
+
+
+def prometheus_only_container() -> tuple[dict, dict]:
+    ds = next(d for d in docs(PROMETHEUS_ONLY) if d["kind"] == "DaemonSet")
+    return ds, next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "gpulse")
+
+
+def test_dcgm_exporter_replacement_is_prometheus_only_on_port_9400():
+    ds, c = prometheus_only_container()
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["OTEL_METRICS_EXPORTER"] == "prometheus"
+    assert env["OTEL_LOGS_EXPORTER"] == "none"
+    assert not uses_otlp(c)
+    assert env["OTEL_EXPORTER_PROMETHEUS_HOST"] == "0.0.0.0", "Prometheus scrapes the pod IP"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["metrics"] == int(env["OTEL_EXPORTER_PROMETHEUS_PORT"]) == 9400, "dcgm-exporter's port"
+    assert "--prometheus-names=dcgm" in c["args"]
+    assert not any(a.startswith("--prometheus-addr") for a in c["args"]), \
+        "--prometheus-addr would override the OTEL_EXPORTER_PROMETHEUS_* address"
+    # A replacement for daemonset.yaml, selected by the same PodMonitor.
+    (main,) = [d for d in docs(K8S_DIR / "daemonset.yaml") if d["kind"] == "DaemonSet"]
+    assert ds["metadata"] == main["metadata"]
+    assert ds["spec"]["selector"] == main["spec"]["selector"]
+    for path in (K8S_DIR / "prometheus-operator").glob("*.yaml"):
+        for pm in (d for d in docs(path) if d["kind"] == "PodMonitor"):
+            assert pm["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+            assert all(ep["port"] == "metrics" for ep in pm["spec"]["podMetricsEndpoints"])
+
+
+def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_path):
+    """The manifest's own args and literal env, through the real binary against nvml-sim: /metrics
+    carries DCGM_FI_* series on the OTEL_EXPORTER_PROMETHEUS_* address, and a listener on the OTLP
+    default port (where an OTLP exporter would send) sees no connection. Only the port is moved to
+    a free one (9400 may be taken) and the health address kept on loopback."""
+    import socket
+    import time
+    import urllib.request
+
+    binary = REPO / "target" / "debug" / "gpulse"
+    sim = REPO / "target" / "debug" / "libnvidia_ml.so"
+    if not (binary.exists() and sim.exists()):
+        absent("target/debug/gpulse and libnvidia_ml.so are not built (cargo build --workspace)")
+    _, c = prometheus_only_container()
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e and "$(" not in e["value"]}
+    otlp = socket.socket()
+    otlp.bind(("127.0.0.1", 0))
+    otlp.listen()
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(port)
+    env["OTEL_EXPORTER_PROMETHEUS_HOST"] = "127.0.0.1"
+    # Were OTLP used, it would go here; the manifest names no endpoint, so this is a trap only.
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{otlp.getsockname()[1]}"
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('[[device]]\nname = "NVIDIA H100 80GB HBM3"\n\n[device.signals]\ngpu_util = 62\n')
+    args = [a for a in c["args"] if not a.startswith("--health-addr")]
+    args = [a.replace("--export-interval=10s", "--export-interval=1s") for a in args]
+    log = tmp_path / "stderr.log"
+    import subprocess
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [str(binary), "run", *args, "--nvml-lib", str(sim), "--kubelet-socket", "none"],
+            env={"PATH": "/usr/bin:/bin", "NVML_SIM_SCENARIO": str(scenario), **env},
+            stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        body, deadline = "", time.monotonic() + 60
+        while "DCGM_FI_DEV_GPU_UTIL{" not in body:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"no DCGM series on /metrics:\n{body}\n{log.read_text()}"
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                pass
+            time.sleep(0.2)
+        util = [l for l in body.splitlines() if l.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+        assert util and float(util[0].rsplit(" ", 1)[1]) == 62, util
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0, log.read_text()
+    otlp.setblocking(False)
+    try:
+        conn, peer = otlp.accept()
+        raise AssertionError(f"gpulse connected to the OTLP trap from {peer}:\n{log.read_text()}")
+    except BlockingIOError:
+        pass
+    assert "OTLP" not in log.read_text(), log.read_text()
