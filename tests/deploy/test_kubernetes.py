@@ -277,8 +277,8 @@ def test_dcgm_exporter_replacement_is_prometheus_only_on_port_9400():
 
 def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_path):
     """The manifest's own args and literal env, through the real binary against nvml-sim: /metrics
-    carries DCGM_FI_* series on the OTEL_EXPORTER_PROMETHEUS_* address, and a listener on the OTLP
-    default port (where an OTLP exporter would send) sees no connection. Only the port is moved to
+    carries DCGM_FI_* series on the OTEL_EXPORTER_PROMETHEUS_* address, a finding is still logged
+    with the logs exporter off, and a listener set as the OTLP endpoint sees no connection. Only the port is moved to
     a free one (9400 may be taken) and the health address kept on loopback."""
     import socket
     import time
@@ -302,7 +302,10 @@ def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_pa
     # Were OTLP used, it would go here; the manifest names no endpoint, so this is a trap only.
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{otlp.getsockname()[1]}"
     scenario = tmp_path / "scenario.toml"
-    scenario.write_text('[[device]]\nname = "NVIDIA H100 80GB HBM3"\n\n[device.signals]\ngpu_util = 62\n')
+    # XID 79 half a second in: a hardware_errors finding, which with OTEL_LOGS_EXPORTER=none must
+    # still reach the log and the /metrics findings gauge.
+    scenario.write_text('[[device]]\nname = "NVIDIA H100 80GB HBM3"\n\n[device.signals]\ngpu_util = 62\n\n'
+                        '[[event]]\nat_s = 0.5\ndevice = 0\nxid = 79\n')
     args = [a for a in c["args"] if not a.startswith("--health-addr")]
     args = [a.replace("--export-interval=10s", "--export-interval=1s") for a in args]
     log = tmp_path / "stderr.log"
@@ -314,9 +317,9 @@ def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_pa
             stdout=subprocess.DEVNULL, stderr=err)
     try:
         body, deadline = "", time.monotonic() + 60
-        while "DCGM_FI_DEV_GPU_UTIL{" not in body:
+        while "DCGM_FI_DEV_GPU_UTIL{" not in body or "finding started" not in log.read_text():
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"no DCGM series on /metrics:\n{body}\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no DCGM series or no finding logged:\n{body}\n{log.read_text()}"
             try:
                 body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             except OSError:
@@ -324,6 +327,7 @@ def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_pa
             time.sleep(0.2)
         util = [l for l in body.splitlines() if l.startswith("DCGM_FI_DEV_GPU_UTIL{")]
         assert util and float(util[0].rsplit(" ", 1)[1]) == 62, util
+        assert "XID 79" in log.read_text()
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) == 0, log.read_text()

@@ -286,11 +286,13 @@ impl Pipeline {
         if self.sinks.metrics != Sink::Off {
             self.export_metrics(analysis.as_ref());
         }
-        if self.sinks.logs == Sink::Off {
-            return;
-        }
         if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
-            self.export_findings(&analysis.events, &analysis.attributed);
+            // Logged whatever the logs exporter: with `none` (Prometheus-only) this line and the
+            // /metrics findings gauge are what the on-call engineer has.
+            analysis.events.iter().for_each(log_finding);
+            if self.sinks.logs != Sink::Off {
+                self.export_findings(&analysis.events, &analysis.attributed);
+            }
         }
     }
 
@@ -315,7 +317,6 @@ impl Pipeline {
     }
 
     fn export_findings(&mut self, events: &[FindingEvent], attributed: &AttributedWindow) {
-        events.iter().for_each(log_finding);
         let request = findings_request(&self.node, events, attributed);
         let records = log_record_count(&request) as u64;
         self.push(
