@@ -23,4 +23,5 @@ mod run;
 mod sampling;
 mod shared;
 mod snapshot_window;
+mod terminal;
 mod top;
