@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::kernel::{require_root, ChildGuard, KillOnDrop};
 use crate::sampling::{gpulse_bin, sim_lib};
+use crate::terminal::Tmux;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const MIB: u64 = 1024 * 1024;
@@ -667,4 +668,151 @@ else:
         assert!(page.contains(legend), "{legend} missing from the report");
     }
     assert!(!page.contains("No companion spans"));
+}
+
+/// The command of the Ctrl-C test: Python with SIGINT blocked, so every SIGINT that reaches it
+/// is taken with `sigwaitinfo` and counted with its sender (`si_pid` 0: the kernel, for the
+/// terminal). After the first it listens a second longer (a duplicate forwarded by gpulse would
+/// arrive in that second, unless it merged with the first while still pending), as a training
+/// script's cleanup takes time, then dies of SIGINT as an interrupted Python does.
+const CTRL_C_CHILD: &str = r#"
+import os, signal, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+print("child-ready", flush=True)
+seen = [signal.sigwaitinfo({signal.SIGINT})]
+deadline = time.monotonic() + 1.0
+while (left := deadline - time.monotonic()) > 0:
+    info = signal.sigtimedwait({signal.SIGINT}, left)
+    if info is not None:
+        seen.append(info)
+print("child: %d SIGINT from %s; cleaning up" % (len(seen), ",".join("pid %d" % i.si_pid for i in seen)), flush=True)
+time.sleep(0.3)
+print("child: done", flush=True)
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+os.kill(os.getpid(), signal.SIGINT)
+"#;
+
+/// Ctrl-C typed at a real terminal (tmux, an interactive bash with job control, gpulse the
+/// foreground job) reaches the command once, from the terminal (the command counts what it
+/// gets, and gpulse's debug log says it did not forward it); gpulse, which got the same
+/// SIGINT, outlives the command's cleanup, prints the summary after the command's last line,
+/// writes the report and the JSON, and exits 130 as the shell reports for a SIGINT death.
+#[test]
+fn ctrl_c_at_a_terminal_reaches_the_command_once_and_gpulse_reports_then_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().canonicalize().unwrap();
+    let probe = record(&dir_path, "", &[]);
+    let child = dir_path.join("child.py");
+    std::fs::write(&child, CTRL_C_CHILD).unwrap();
+    let script = dir_path.join("record.sh");
+    // `exec`: the foreground job is gpulse itself (with the command in its process group), not
+    // a shell that the terminal's SIGINT would also stop.
+    let mut env = String::new();
+    for (k, v) in probe.get_envs() {
+        if let Some(v) = v {
+            env.push_str(&format!(
+                "export {}='{}'\n",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            ));
+        } else {
+            env.push_str(&format!("unset {}\n", k.to_string_lossy()));
+        }
+    }
+    std::fs::write(
+        &script,
+        format!(
+            "{env}export GPULSE_LOG=warn,gpulse::record::child=debug\ncd '{dir}'\nexec '{bin}' record --nvml-lib '{lib}' --sample-interval 100ms \
+             --export-interval 500ms --report report.html --json summary.json -- '{python}' \
+             child.py\n",
+            dir = dir_path.display(),
+            bin = gpulse_bin(),
+            lib = sim_lib().display(),
+            python = crate::common::python(),
+        ),
+    )
+    .unwrap();
+    let tmux = Tmux::new("record");
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "record",
+        "-x",
+        "200",
+        "-y",
+        "50",
+        "-e",
+        "PS1=$ ",
+        "bash",
+        "--norc",
+        "--noprofile",
+    ]);
+    tmux.wait_for("the shell's prompt", Duration::from_secs(10), |s| {
+        s.starts_with('$')
+    });
+    tmux.keys(&[
+        "-l",
+        &format!("sh {}; echo gpulse-exit=$?", script.display()),
+    ]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the command to start", Duration::from_secs(30), |s| {
+        s.contains("child-ready")
+    });
+    tmux.keys(&["C-c"]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(30), |s| {
+        s.lines().any(|l| l.starts_with("gpulse-exit="))
+    });
+    let line = |needle: &str| {
+        screen
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} on the screen:\n{screen}"))
+    };
+    assert!(
+        screen.contains("child: 1 SIGINT from pid 0;"),
+        "the command must get the terminal's SIGINT (from the kernel, pid 0) exactly once:\n{screen}"
+    );
+    // A second SIGINT sent while the first is still pending merges with it, so the count alone
+    // cannot always see one; gpulse's own account of its decision can.
+    line("SIGINT from the terminal reached the command directly");
+    assert!(
+        !screen.contains("forwarding SIGINT"),
+        "gpulse must not send the terminal's SIGINT a second time:\n{screen}"
+    );
+    let done = line("child: done");
+    let summary = line("gpulse record: ");
+    assert!(
+        summary > done,
+        "gpulse must outlive the command's cleanup and summarise after it:\n{screen}"
+    );
+    assert!(
+        screen
+            .lines()
+            .nth(summary)
+            .unwrap()
+            .contains("(killed by SIGINT)"),
+        "{screen}"
+    );
+    line("GPU 0 NVIDIA H100 80GB HBM3");
+    let report = dir_path.join("report.html");
+    // Absolute, though `--report` was relative: to copy it off the machine as printed.
+    line(&format!("report: {}", report.display()));
+    line(&format!(
+        "summary JSON: {}",
+        dir_path.join("summary.json").display()
+    ));
+    assert!(
+        screen.lines().any(|l| l == "gpulse-exit=130"),
+        "gpulse exits 128 + SIGINT:\n{screen}"
+    );
+    let html = std::fs::read_to_string(&report).expect("the report is written");
+    assert!(html.contains("<svg"), "the report has its charts");
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(dir_path.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(json["exit_signal"], "SIGINT");
+    assert_eq!(json["report"], report.display().to_string());
+    assert!(json["exit_code"].is_null());
+    assert!(json["samples"].as_u64().unwrap() > 0, "{json}");
 }

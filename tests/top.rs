@@ -1,20 +1,21 @@
 //! `gpulse top` end to end, as a person sees it: the binary runs in a real terminal (tmux at
-//! 160×50) against the independent NVML implementation (tests/fixtures/other-nvml) that lists
-//! real sleeping processes, one of them in a Docker-style cgroup with a child of its own. The
-//! screen is read with `capture-pane` and driven with `send-keys`.
+//! 160×50, `terminal::Tmux`) against the independent NVML implementation
+//! (tests/fixtures/other-nvml) that lists real sleeping processes, one of them in a Docker-style
+//! cgroup with a child of its own. The screen is read with `capture-pane` and driven with
+//! `send-keys`.
 //!
 //! Needs Debian's `tmux` (/usr/bin/tmux) and root with a writable cgroup2 hierarchy; without them
 //! the test fails and says what is missing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::kernel::{child_of, is_root, join_cgroup, CgroupGuard, ChildGuard, KillOnDrop};
 use crate::other_nvml::build_library;
 use crate::sampling::gpulse_bin;
+use crate::terminal::Tmux;
 
-const TMUX: &str = "/usr/bin/tmux";
 /// A Docker container id; the view shows its first 12 characters.
 const CONTAINER_ID: &str = "70b5c0ffee00d15ea5ed0123456789abcdef0123456789abcdef0123456789ab";
 
@@ -32,74 +33,6 @@ fn cgroup2_root() -> PathBuf {
          put a process in a Docker-style cgroup"
     );
     hybrid
-}
-
-/// A tmux server of its own (its own socket), killed on drop.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn new() -> Self {
-        assert!(
-            Path::new(TMUX).exists(),
-            "{TMUX} is missing: install Debian's tmux (apt-get install tmux)"
-        );
-        // Tests run in parallel: each server needs a socket of its own.
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self {
-            socket: format!("gpulse-top-test-{}-{n}", std::process::id()),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let output = Command::new(TMUX)
-            .args(["-L", &self.socket, "-f", "/dev/null"])
-            .args(args)
-            .output()
-            .expect("run tmux");
-        assert!(
-            output.status.success(),
-            "tmux {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "top"];
-        args.extend_from_slice(keys);
-        self.run(&args);
-    }
-
-    /// Polls the screen until `done` holds; panics with the last screen after `timeout`.
-    fn wait_for(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let screen = self.screen();
-            if done(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {timeout:?} waiting for {what}; the screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new(TMUX)
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
 }
 
 /// The line of the process table that starts with `gpu` and `pid`.
@@ -148,7 +81,7 @@ fn top_in_tmux_shows_gpus_processes_containers_and_findings_and_obeys_keys() {
         bin = gpulse_bin(),
         lib = lib.display(),
     );
-    let tmux = Tmux::new();
+    let tmux = Tmux::new("top");
     tmux.run(&[
         "new-session",
         "-d",
@@ -295,7 +228,7 @@ fn top_restores_the_terminal_on_sigterm_and_sighup() {
             bin = gpulse_bin(),
             lib = lib.display(),
         );
-        let tmux = Tmux::new();
+        let tmux = Tmux::new("top");
         tmux.run(&[
             "new-session",
             "-d",

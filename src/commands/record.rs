@@ -64,15 +64,27 @@ impl Outputs {
         };
         Ok(Self {
             report: report
-                .map(|p| create(&p, "the HTML report", "--report").map(|f| (p, f)))
+                .map(|p| {
+                    let p = absolute(p);
+                    create(&p, "the HTML report", "--report").map(|f| (p, f))
+                })
                 .transpose()?,
             json: args
                 .json
                 .as_ref()
-                .map(|p| create(p, "the JSON summary", "--json").map(|f| (p.clone(), f)))
+                .map(|p| {
+                    let p = absolute(p.clone());
+                    create(&p, "the JSON summary", "--json").map(|f| (p, f))
+                })
                 .transpose()?,
         })
     }
+}
+
+/// The path as the summary prints it: absolute, so it can be copied off the machine as it is
+/// (`scp host:PATH .`) whatever directory the command was started from.
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// `gpulse-record-20260102-150405.html`: sortable, and no `:` (awkward in shells and on scp).
@@ -255,32 +267,37 @@ async fn start_receivers(
     }
 }
 
-/// Prints the summary and writes the files; a failure to write one is said and does not stop
-/// the others (the summary on standard error always comes).
+/// Writes the report, then prints the summary and writes it as JSON (naming the report); a
+/// failure to write one file is said and does not stop the others (the summary on standard
+/// error always comes).
 fn write_outputs(recording: &Recording, outputs: Outputs) {
-    let summary = Summary::of(recording);
-    let mut text = summary.render_text();
-    if let Some((path, mut file)) = outputs.json {
-        let written = serde_json::to_writer_pretty(&mut file, &summary)
-            .map_err(std::io::Error::from)
-            .and_then(|()| file.write_all(b"\n"));
-        if let Err(e) = written {
-            text.push_str(&format!(
-                "  could not write the JSON summary to {}: {e}\n",
-                path.display()
-            ));
-        }
-    }
+    let mut summary = Summary::of(recording);
+    let mut notes = String::new();
     if let Some((path, mut file)) = outputs.report {
         match file.write_all(html::render(recording).as_bytes()) {
-            Ok(()) => text.push_str(&format!("  report: {}\n", path.display())),
-            Err(e) => text.push_str(&format!(
+            Ok(()) => {
+                notes.push_str(&format!("  report: {}\n", path.display()));
+                summary.report = Some(path.display().to_string());
+            }
+            Err(e) => notes.push_str(&format!(
                 "  could not write the report to {}: {e}\n",
                 path.display()
             )),
         }
     }
-    eprint!("{text}");
+    if let Some((path, mut file)) = outputs.json {
+        let written = serde_json::to_writer_pretty(&mut file, &summary)
+            .map_err(std::io::Error::from)
+            .and_then(|()| file.write_all(b"\n"));
+        match written {
+            Ok(()) => notes.push_str(&format!("  summary JSON: {}\n", path.display())),
+            Err(e) => notes.push_str(&format!(
+                "  could not write the JSON summary to {}: {e}\n",
+                path.display()
+            )),
+        }
+    }
+    eprint!("{}{notes}", summary.render_text());
 }
 
 /// `gpulse report RECORDING -o FILE.html`.
@@ -297,9 +314,11 @@ pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
             flag: "-o",
             source,
         })?;
+    let mut summary = Summary::of(&recording);
+    summary.report = Some(absolute(args.output.clone()).display().to_string());
     if let Some(path) = &args.json {
         let mut json = create(path, "the JSON summary", "--json")?;
-        serde_json::to_writer_pretty(&mut json, &Summary::of(&recording))
+        serde_json::to_writer_pretty(&mut json, &summary)
             .map_err(std::io::Error::from)
             .map_err(|source| RecordError::Output {
                 what: "the JSON summary",
@@ -308,7 +327,9 @@ pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
                 source,
             })?;
     }
-    let mut text = Summary::of(&recording).render_text();
-    text.push_str(&format!("  report: {}\n", args.output.display()));
+    let mut text = summary.render_text();
+    if let Some(report) = &summary.report {
+        text.push_str(&format!("  report: {report}\n"));
+    }
     Ok(text)
 }

@@ -37,6 +37,9 @@ pub struct Summary<'a> {
     pub energy_joules: Option<f64>,
     pub energy_wh: Option<f64>,
     pub findings: &'a [FindingMark],
+    /// Where the HTML report was written, as an absolute path (to copy it off an SSH box);
+    /// `null` with `--report none` or when it could not be written.
+    pub report: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,6 +186,7 @@ impl<'a> Summary<'a> {
             energy_joules: energy,
             energy_wh: energy.map(|j| j / 3600.0),
             findings: &recording.findings,
+            report: None,
         }
     }
 
