@@ -144,10 +144,14 @@ pub struct SnapshotArgs {
     /// [default: one sample]
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
     pub window: Option<String>,
+
+    /// Prices the window's roll-ups by job, pod and container are costed with.
+    #[command(flatten)]
+    pub cost: CostArgs,
 }
 
 /// Prices the per-job, per-pod and per-container roll-ups are costed with (`run`'s /status,
-/// `top`).
+/// `top`, `snapshot --window`).
 #[derive(Debug, Clone, Default, Args)]
 pub struct CostArgs {
     /// Price of one GPU for one hour, in your currency (a MIG instance costs its slice).
@@ -450,6 +454,10 @@ mod tests {
                     format: OutputFormat::Table
                 },
                 window: None,
+                cost: CostArgs {
+                    cost_per_gpu_hour: None,
+                    cost_per_kwh: None,
+                },
             })
         ));
         let cli = Cli::try_parse_from(["gpulse", "snapshot", "--window", "3s"]).unwrap();
@@ -457,6 +465,11 @@ mod tests {
             panic!("snapshot expected");
         };
         assert_eq!(args.window.as_deref(), Some("3s"));
+        let cli = Cli::try_parse_from(["gpulse", "snapshot", "--cost-per-kwh", "0.3"]).unwrap();
+        let Command::Snapshot(args) = cli.command else {
+            panic!("snapshot expected");
+        };
+        assert_eq!(args.cost.cost_per_kwh.as_deref(), Some("0.3"));
         assert!(Cli::try_parse_from(["gpulse", "snapshot", "--window", "soon"]).is_err());
     }
 }

@@ -38,7 +38,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Snapshot(args) => {
-            let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
+            let config = InspectConfig::resolve_with_prices(
+                &cli.global,
+                &args.inspect,
+                &args.cost,
+                &config::process_env,
+            )?;
             let window = commands::snapshot::window(args)?;
             init_logging(&quiet_by_default(&config.log));
             print!("{}", commands::snapshot::snapshot(&config, window)?);

@@ -387,3 +387,101 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
         "{sum} of {total}"
     );
 }
+
+/// `sleep` with `SLURM_JOB_ID` in its environment, once it has exec'd (its environ is then its
+/// own, not the test's).
+fn slurm_sleeper(job: &str) -> ChildGuard {
+    let child = ChildGuard::spawn(Command::new("sleep").arg("300").env("SLURM_JOB_ID", job))
+        .expect("spawn sleep");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !std::fs::read(format!("/proc/{}/environ", child.pid()))
+        .map(|e| e.windows(12).any(|w| w == b"SLURM_JOB_ID"))
+        .unwrap_or(false)
+    {
+        assert!(std::time::Instant::now() < deadline, "sleep never exec'd");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
+    let (a, b) = (slurm_sleeper("7001"), slurm_sleeper("7001"));
+    let (alone, pair) = (sleeper(), [sleeper(), sleeper()]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/nvml-sim/scenarios/shared-gpus.toml"
+        ),
+        &scenario,
+    )
+    .expect("copy scenario");
+    let run = |format: &str| {
+        let out = Command::new(gpulse_bin())
+            .args(["snapshot", "--window", "1s", "--format", format])
+            .args(["--cost-per-gpu-hour", "3.6", "--nvml-lib"])
+            .arg(crate::sampling::sim_lib())
+            .env("NVML_SIM_SCENARIO", &scenario)
+            .env("GPULSE_KUBELET_SOCKET", "none")
+            .env("SHARED_SLICE_A_PID", a.pid().to_string())
+            .env("SHARED_SLICE_B_PID", b.pid().to_string())
+            .env("SHARED_MIG_ALONE_PID", alone.pid().to_string())
+            .env(
+                "SHARED_MIG_PAIR_PIDS",
+                format!("{},{}", pair[0].pid(), pair[1].pid()),
+            )
+            .output()
+            .expect("run gpulse snapshot");
+        assert!(
+            out.status.success(),
+            "gpulse snapshot failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+
+    let json: Value = serde_json::from_str(&run("json")).expect("snapshot JSON");
+    let held = |pid: u32| {
+        json["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .and_then(|p| p["accounting"]["held_seconds"].as_f64())
+            .unwrap_or_else(|| panic!("no held time for {pid}: {json:#}"))
+    };
+    let job = json["accounting"]["rollups"]
+        .as_array()
+        .expect("rollups")
+        .iter()
+        .find(|r| r["kind"] == "job" && r["id"] == "7001")
+        .unwrap_or_else(|| panic!("no job 7001: {json:#}"));
+    assert_eq!(job["processes"], 2);
+    let hours = job["gpu_hours"].as_f64().expect("GPU-hours");
+    let held_seconds = held(a.pid()) + held(b.pid());
+    assert!(held_seconds > 0.5, "about a second each: {held_seconds}");
+    assert!(close(hours, held_seconds / 3600.0, 1e-9), "{job}");
+    assert!(close(
+        job["cost"].as_f64().expect("cost"),
+        hours * 3.6,
+        1e-9
+    ));
+    assert_eq!(job["idle_share"], 0.0, "both are busy: {job}");
+    assert!(job["energy_kwh"].as_f64().expect("kWh") > 0.0);
+
+    let table = run("table");
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("job ") && l.contains(" 7001 "))
+        .unwrap_or_else(|| panic!("no job line in the table:\n{table}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    // KIND ID NAME PROCS GPU-HOURS KWH IDLE COST
+    assert_eq!(cells.len(), 8, "{line}");
+    assert_eq!((cells[3], cells[6]), ("2", "0%"), "{line}");
+    let cost: f64 = cells[7].parse().expect("a cost");
+    let table_hours: f64 = cells[4].parse().expect("GPU-hours");
+    assert!((cost - table_hours * 3.6).abs() < 1e-3, "{line}");
+    assert!(table.contains("Roll-ups over the"), "{table}");
+}

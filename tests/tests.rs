@@ -7,6 +7,7 @@ mod diagnosis;
 mod energy;
 mod enrich;
 mod export;
+mod exporters;
 mod findings;
 mod framework;
 mod gpm;

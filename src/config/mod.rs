@@ -413,6 +413,21 @@ impl InspectConfig {
         Self::resolve_with_cost(global, &InspectArgs::default(), cost, env, file.as_ref())
     }
 
+    /// [`InspectConfig::resolve`] for `snapshot`, whose flags include the prices.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::resolve`], for the settings read here.
+    pub fn resolve_with_prices(
+        global: &GlobalArgs,
+        args: &InspectArgs,
+        cost: &crate::cli::CostArgs,
+        env: EnvLookup<'_>,
+    ) -> Result<InspectConfig, ConfigError> {
+        let file = load_file(global, env)?;
+        Self::resolve_with_cost(global, args, cost, env, file.as_ref())
+    }
+
     fn resolve_with_cost(
         global: &GlobalArgs,
         args: &InspectArgs,

@@ -43,8 +43,9 @@ pub struct SnapshotReport<'a> {
     /// `/status` only: Unix time, in seconds, at which the window was analysed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at: Option<f64>,
-    /// `/status` only: each device's energy, what its processes were charged and the rest,
-    /// and the roll-ups by job, pod and container since gpulse started.
+    /// `/status` and `snapshot --window` only: each device's energy, what its processes were
+    /// charged and the rest, and the roll-ups by job, pod and container since gpulse started
+    /// (for a snapshot: over its window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accounting: Option<AccountingReport<'a>>,
 }
