@@ -7,7 +7,9 @@ mod request {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use gpulse::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+    use gpulse::attribution::{
+        AttributedWindow, AttributionMethod, GpuAccountant, ProcessUsage, Workload,
+    };
     use gpulse::diagnosis::framework::DistributedIdentity;
     use gpulse::diagnosis::training::{ProcessTraining, TrainingWindow};
     use gpulse::export::json::to_otlp_json_line;
@@ -285,7 +287,10 @@ mod request {
                 }),
             },
         );
-        metrics_batch_with_training(&attributed(w, workloads, usage), &training, &node())
+        let mut full = attributed(w, workloads, usage);
+        // The GPU time and energy charged to the process, as the attribution stage figures them.
+        full.accounts = GpuAccountant::default().account(&full.window, &full.workloads);
+        metrics_batch_with_training(&full, &training, &node())
     }
 
     fn full_request() -> ExportMetricsServiceRequest {

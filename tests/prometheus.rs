@@ -174,7 +174,7 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// `/metrics` once it shows a window (the first appears after one export interval).
-fn scrape_until(port: u16, ready: impl Fn(&str) -> bool) -> String {
+pub fn scrape_until(port: u16, ready: impl Fn(&str) -> bool) -> String {
     let start = Instant::now();
     loop {
         let (status, _, body) = get(port, "/metrics", None);
@@ -191,7 +191,7 @@ fn scrape_until(port: u16, ready: impl Fn(&str) -> bool) -> String {
 }
 
 /// The sample lines of `name` (exactly that name), as (labels text, value).
-fn series<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+pub fn series<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -4,6 +4,7 @@ mod attribution;
 mod common;
 mod config;
 mod diagnosis;
+mod energy;
 mod enrich;
 mod export;
 mod findings;

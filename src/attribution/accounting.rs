@@ -11,8 +11,10 @@
 //!   utilisation: a process alone on its MIG instance takes the instance's graphics-engine
 //!   activity (GPM, DCGM's GR_ENGINE_ACTIVE); several processes on one instance have no
 //!   knowable activity each, and none is invented.
-//! - **Active time**: held time of a window whose activity reaches [`ACTIVE_THRESHOLD`]
-//!   (`state=active`); unknown where the activity is.
+//! - **Active, idle and unknown time**: held time of a window whose activity reaches
+//!   [`ACTIVE_THRESHOLD`] is active, of one whose activity is below it idle, of one whose activity
+//!   is not knowable unknown; the three add up to the held time (`process.gpu.time` by
+//!   `gpulse.gpu.time.state`).
 //! - **Energy**: the device's energy in the window (the delta of its energy counter, else its
 //!   mean power times the window's length) apportioned by busy time: each process gets the
 //!   energy times its activity weight, where a MIG instance's weight is its activity times its
@@ -71,9 +73,15 @@ pub struct ProcessAccount {
     pub held_seconds: f64,
     /// `None` while its activity has never been knowable.
     pub active_seconds: Option<f64>,
+    /// Held time in windows whose activity was below [`ACTIVE_THRESHOLD`]; `None` as above.
+    pub idle_seconds: Option<f64>,
+    /// Held time in windows whose activity was not knowable (a shared MIG instance, several
+    /// processes on a GPU without per-process figures).
+    pub unknown_seconds: f64,
     pub energy_joules: Option<f64>,
-    /// The share of a whole GPU it holds: 1, or its MIG instance's slice.
-    pub gpu_share: f64,
+    /// The share of a whole GPU it holds: 1, or its MIG instance's slice; `None` where the
+    /// instance's size is unknown (then it has no energy and counts no GPU-hours).
+    pub gpu_share: Option<f64>,
     #[serde(with = "crate::sampling::model::unix_nanos")]
     pub since: SystemTime,
 }
@@ -298,8 +306,10 @@ impl GpuAccountant {
                 window_energy_joules: None,
                 held_seconds: 0.0,
                 active_seconds: None,
+                idle_seconds: None,
+                unknown_seconds: 0.0,
                 energy_joules: None,
-                gpu_share: 1.0,
+                gpu_share: Some(1.0),
                 since: p.first_seen,
             });
         account.mig_uuid.clone_from(&activity.mig_uuid);
@@ -310,9 +320,17 @@ impl GpuAccountant {
         account.window_held_seconds = held;
         account.window_energy_joules = charged;
         account.held_seconds += held;
-        if let Some(value) = activity.value {
-            let active = if value >= ACTIVE_THRESHOLD { held } else { 0.0 };
-            *account.active_seconds.get_or_insert(0.0) += active;
+        match activity.value {
+            Some(value) => {
+                let (active, idle) = if value >= ACTIVE_THRESHOLD {
+                    (held, 0.0)
+                } else {
+                    (0.0, held)
+                };
+                *account.active_seconds.get_or_insert(0.0) += active;
+                *account.idle_seconds.get_or_insert(0.0) += idle;
+            }
+            None => account.unknown_seconds += held,
         }
         if let Some(joules) = charged {
             *account.energy_joules.get_or_insert(0.0) += joules;
@@ -326,7 +344,8 @@ impl GpuAccountant {
             let Some(workload) = workloads.get(&account.pid) else {
                 continue;
             };
-            let share_hours = account.window_held_seconds * account.gpu_share / 3600.0;
+            let share_hours =
+                account.window_held_seconds * account.gpu_share.unwrap_or(0.0) / 3600.0;
             let kwh = account.window_energy_joules.unwrap_or(0.0) / 3.6e6;
             for (kind, id, name) in groups_of(workload) {
                 let key = (kind, id.clone());
@@ -389,8 +408,9 @@ impl GpuAccountant {
 struct Activity {
     value: Option<f64>,
     source: Option<ActivitySource>,
-    /// The share of the GPU its activity is relative to: 1, or its MIG instance's slice.
-    gpu_share: f64,
+    /// The share of the GPU its activity is relative to: 1, or its MIG instance's slice;
+    /// `None` for an instance whose size or whose GPU's memory NVML did not give.
+    gpu_share: Option<f64>,
     /// The share of the window's samples that listed it.
     presence: f64,
     mig_uuid: Option<String>,
@@ -407,7 +427,13 @@ fn activities(
     // Per-process utilisation is given on this device when any process had a sample of it;
     // then a sample without a process means the process did not run.
     let per_process = on_device.iter().any(|p| p.sm_utilization.is_some());
-    let device_memory = device.info.memory_total_bytes.map(|b| b as f64);
+    // The total NVML gave at discovery, else the window's reading (a driver without
+    // `nvmlDeviceGetMemoryInfo_v2` answers only the v1 call the sampler falls back to).
+    let device_memory = device
+        .info
+        .memory_total_bytes
+        .map(|b| b as f64)
+        .or_else(|| device.last(DeviceField::MemoryTotal));
     let presence =
         |p: &ProcessWindow| (f64::from(p.samples) / f64::from(window.sample_count.max(1))).min(1.0);
     on_device
@@ -415,8 +441,9 @@ fn activities(
         .map(|p| {
             if let Some(instance) = window.mig_instance_of(p.pid, &p.device_uuid) {
                 let gpu_share = match (instance.memory_total_bytes, device_memory) {
-                    (Some(slice), Some(all)) if all > 0.0 => (slice as f64 / all).min(1.0),
-                    _ => 0.0,
+                    (Some(slice), Some(all)) if all > 0.0 => Some((slice as f64 / all).min(1.0)),
+                    // Its size unknown: neither its energy nor its GPU-hours can be weighed.
+                    _ => None,
                 };
                 let value = window
                     .mig_instance_held_alone(p.pid, &p.device_uuid)
@@ -448,7 +475,7 @@ fn activities(
             Activity {
                 value,
                 source,
-                gpu_share: 1.0,
+                gpu_share: Some(1.0),
                 presence: presence(p),
                 mig_uuid: None,
             }
@@ -462,7 +489,7 @@ fn activities(
 fn energy_weights(activities: &[Activity]) -> Vec<Option<f64>> {
     let raw: Vec<Option<f64>> = activities
         .iter()
-        .map(|a| a.value.map(|v| v * a.gpu_share * a.presence))
+        .map(|a| Some(a.value? * a.gpu_share? * a.presence))
         .collect();
     let total: f64 = raw.iter().flatten().sum();
     let scale = if total > 1.0 { 1.0 / total } else { 1.0 };
@@ -633,6 +660,8 @@ mod tests {
         let p2 = accounts.process(2, GPU).unwrap();
         assert!(close(p2.held_seconds, 20.0));
         assert_eq!(p2.active_seconds, Some(10.0));
+        assert_eq!(p2.idle_seconds, Some(10.0));
+        assert_eq!(p2.unknown_seconds, 0.0);
         assert!(close(accounts.device(GPU).unwrap().energy_joules, 1500.0));
     }
 
@@ -722,16 +751,56 @@ mod tests {
         assert_eq!(alone.activity, Some(0.5));
         assert_eq!(alone.activity_source, Some(ActivitySource::MigInstance));
         assert_eq!(alone.mig_uuid.as_deref(), Some("MIG-0"));
-        assert!(close(alone.gpu_share, 0.5));
+        assert!(close(alone.gpu_share.unwrap(), 0.5));
         assert!(close(alone.energy_joules.unwrap(), 1000.0 * 0.5 * 0.5));
         for pid in [2, 3] {
             let shared = accounts.process(pid, GPU).unwrap();
             assert_eq!(shared.activity, None);
             assert_eq!(shared.energy_joules, None);
             assert_eq!(shared.active_seconds, None);
+            assert_eq!(shared.idle_seconds, None);
             assert!(close(shared.held_seconds, 10.0));
-            assert!(close(shared.gpu_share, 0.25));
+            assert!(close(shared.unknown_seconds, 10.0));
+            assert!(close(shared.gpu_share.unwrap(), 0.25));
         }
+        assert!(close(
+            accounts.device(GPU).unwrap().unattributed_joules,
+            750.0
+        ));
+    }
+
+    #[test]
+    fn an_instance_of_unknown_size_is_not_charged_and_the_windows_memory_total_is_its_gpus() {
+        // No memory total at discovery (a v1-only driver), but the window read one: 80 GiB.
+        let mut gpu = device(Some(1000.0), 0.0);
+        let mut info = (*gpu.info).clone();
+        info.memory_total_bytes = None;
+        gpu.info = Arc::new(info);
+        gpu.fields
+            .set_gauge(DeviceField::MemoryTotal, Some(gauge((80 * GIB) as f64, 10)));
+        let mut unsized_instance = instance(1, 20 * GIB, 0.5, vec![2]);
+        unsized_instance.memory_total_bytes = None;
+        gpu.mig_instances = vec![instance(0, 40 * GIB, 0.5, vec![1]), unsized_instance];
+        let w = window(
+            10,
+            vec![gpu],
+            vec![process(1, 10, None), process(2, 10, None)],
+        );
+        let accounts = GpuAccountant::default().account(&w, &HashMap::new());
+        let sized = accounts.process(1, GPU).unwrap();
+        assert_eq!(sized.gpu_share, Some(0.5));
+        assert!(close(sized.energy_joules.unwrap(), 250.0));
+        let unsized_process = accounts.process(2, GPU).unwrap();
+        assert_eq!(unsized_process.gpu_share, None);
+        assert_eq!(
+            unsized_process.activity,
+            Some(0.5),
+            "its activity is still known"
+        );
+        assert_eq!(
+            unsized_process.energy_joules, None,
+            "but not its share of the energy"
+        );
         assert!(close(
             accounts.device(GPU).unwrap().unattributed_joules,
             750.0

@@ -23,7 +23,7 @@ pub mod usage;
 pub mod windows;
 pub mod workload;
 
-pub use accounting::{Accounts, GpuAccountant, Prices, Rollup};
+pub use accounting::{Accounts, DeviceAccount, GpuAccountant, Prices, ProcessAccount, Rollup};
 pub use attributed::{AttributedProcess, AttributedWindow};
 pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,

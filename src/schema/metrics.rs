@@ -445,6 +445,23 @@ metric_table! {
         attributes "as `gpulse.training.step.duration`",
         source "the companion's `data_wait` spans",
         notes "same steps as `gpulse.training.step.duration`";
+    // Shared GPUs: GPU time and energy per process, and the energy no process was charged
+    // (src/attribution/accounting.rs; docs/shared-gpus.md).
+    GpuEnergyAttribution: "gpulse.gpu.energy", Counter, "J", Device,
+        "Energy of the GPU since gpulse started accounting it, by whether its processes were charged for it.",
+        attributes "`gpulse.energy.attribution` = `attributed` | `unattributed`",
+        source "the GPU's energy per window (the `hw.energy` delta, else mean power × the window) split as in [shared-gpus.md](shared-gpus.md)",
+        notes "`attributed` = charged to its processes (`process.gpu.energy`, exited processes included), `unattributed` = the rest: idle power, busy time of no known process, MIG instances shared by several processes; the two add up to the GPU's energy since the first accounted window (start)";
+    ProcessGpuEnergy: "process.gpu.energy", Counter, "J", Process,
+        "GPU energy charged to the process: the device's energy apportioned by the process's busy time.",
+        attributes "`hw.id`, `gpu.index`",
+        source "the device's energy per window × the process's activity × its presence (× its MIG slice), see [shared-gpus.md](shared-gpus.md)",
+        notes "since `first_seen` on that device; no point while its activity is not knowable (several processes on a MIG instance or on a GPU without per-process figures); the processes' sum never exceeds the device's";
+    ProcessGpuTime: "process.gpu.time", Counter, "s", Process,
+        "Time the process held the GPU, by whether it kept the GPU busy.",
+        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.time.state` = `active` | `idle` | `unknown`",
+        source "the process lists (held time) and its activity per window, see [shared-gpus.md](shared-gpus.md)",
+        notes "since `first_seen` on that device; the states add up to the time it held the GPU; `active` = windows whose activity reached 5 %, `idle` = below, `unknown` = activity not knowable";
 }
 
 #[cfg(test)]

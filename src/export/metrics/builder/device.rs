@@ -99,13 +99,14 @@ pub(super) fn push_mig_instance(
     push_gpm(b, base, &m.gpm, gauge_span);
 }
 
+/// Pushes a GPU's points; returns its attribute set, for the families other modules add.
 pub(super) fn push_device(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
     d: &DeviceWindow,
     driver_version: Option<&str>,
     gauge_span: Span,
-) {
+) -> AttributeSetId {
     let base = batch.add_attribute_set(device_attributes(d, driver_version));
     let sum_span = Span {
         start: to_nanos(d.counters_start),
@@ -176,6 +177,7 @@ pub(super) fn push_device(
         }
     }
     push_nvlink(b, batch, d, driver_version, gauge_span, sum_span);
+    base
 }
 
 /// The scalar device fields, as the schema's device field table maps them to metrics: a gauge's

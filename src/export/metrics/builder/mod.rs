@@ -1,9 +1,10 @@
 //! The request builder: a `Window` and the workloads turned into one [`MetricsBatch`] (what the
 //! exporter encodes) or, for tests and OTLP/JSON, one `ExportMetricsServiceRequest`; one
-//! function per collector family (device, GPM, process-on-device, process usage), each pushing
-//! the data points of its part of the window, as Vector's `host_metrics` source does. The device
-//! families are in [`device`], the process ones in [`process`]; this module holds the point
-//! collector they share and assembles the resources.
+//! function per collector family (device, GPM, process-on-device, process usage, accounting),
+//! each pushing the data points of its part of the window, as Vector's `host_metrics` source
+//! does. The device families are in [`device`], the process ones in [`process`], the GPU time
+//! and energy charged to processes in [`accounting`]; this module holds the point collector they
+//! share and assembles the resources.
 //!
 //! ## Contract
 //! - One `ResourceMetrics` for the node (first, always present: device metrics), then one per
@@ -25,6 +26,7 @@
 //! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
 //! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
 
+mod accounting;
 mod device;
 mod process;
 #[cfg(test)]
@@ -170,13 +172,16 @@ pub fn metrics_batch_with_training(
 
     let mut node_builder = MetricsBuilder::new(window.devices.len() * 48);
     for device in &window.devices {
-        device::push_device(
+        let base = device::push_device(
             &mut node_builder,
             &mut batch,
             device,
             driver_version,
             gauge_span,
         );
+        if let Some(account) = attributed.accounts.device(&device.info.uuid) {
+            accounting::push_device_energy(&mut node_builder, base, account, gauge_span.end);
+        }
         for m in &device.mig_instances {
             device::push_mig_instance(
                 &mut node_builder,
@@ -201,7 +206,10 @@ pub fn metrics_batch_with_training(
                         .mig_instance_held_alone(p.pid, &p.device_uuid)
                         .is_some(),
                 });
-            process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+            let base = process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+            if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
+                accounting::push_process_accounting(&mut b, base, account, gauge_span.end);
+            }
         }
         let process = attributed.process(pid);
         if let Some(u) = process.and_then(|p| p.usage) {

@@ -24,14 +24,15 @@ pub(super) struct ProcessMigDevice<'a> {
 }
 
 /// The points of one process on one device; `mig` is the MIG device it ran in, whose `hw.id`
-/// the points then carry (with the GPU as `hw.parent`).
+/// the points then carry (with the GPU as `hw.parent`). Returns the attribute set the points
+/// share, for the families other modules add.
 pub(super) fn push_process_device(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
     p: &ProcessWindow,
     mig: Option<ProcessMigDevice<'_>>,
     gauge_span: Span,
-) {
+) -> AttributeSetId {
     let alone_on = mig.filter(|m| m.alone).map(|m| m.instance);
     let mig = mig.map(|m| m.instance);
     let attributes = match mig {
@@ -97,6 +98,7 @@ pub(super) fn push_process_device(
         };
         push_gauge(b, fam, PointAttributes::of(base), gauge_span, g);
     }
+    base
 }
 
 /// A process alone on its MIG GPU instance: the instance's GPM activity as its own. NVML gives

@@ -1,0 +1,389 @@
+//! GPU energy and time per process over the real export paths (issue 24): `gpulse run` exporting
+//! OTLP to the real receiver and serving `/metrics`, with real processes as the listed PIDs.
+//! Against nvml-sim's `shared-gpus.toml` (a time-sliced GPU and a MIG GPU) and against the
+//! independent NVML of tests/fixtures/other-nvml, whose power figure the simulator never sees:
+//! the processes' `process.gpu.energy` never adds up to more than the device's
+//! `gpulse.gpu.energy`, whose `attributed` part is exactly what the processes were charged.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{Receiver, ReceiverOptions};
+use crate::kernel::ChildGuard;
+use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests, Gpulse};
+use crate::sampling::gpulse_bin;
+
+const SLICED_GPU: &str = "GPU-5a4ed000-0000-4000-8000-000000000001";
+const MIG_GPU: &str = "GPU-5a4ed000-0000-4000-8000-000000000000";
+const MIG_ALONE: &str = "MIG-5a4ed000-0001-5000-8000-000000000001";
+const MIG_PAIR: &str = "MIG-5a4ed000-0002-5000-8000-000000000002";
+
+const OTHER_GPU0: &str = "GPU-0ther000-1111-2222-3333-444444444444";
+const OTHER_GI5: &str = "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd02";
+/// GPU 0's power in the other library (123456 mW).
+const OTHER_POWER_W: f64 = 123.456;
+
+fn sleeper() -> ChildGuard {
+    ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
+}
+
+/// The points of metric `name` in one resource whose attribute `key` is `want` (every point
+/// when `key` is empty).
+fn points_of<'a>(resource: &'a Value, name: &str, key: &str, want: &str) -> Vec<&'a Value> {
+    metrics_of(resource)
+        .into_iter()
+        .filter(|m| m["name"] == name)
+        .flat_map(points)
+        .filter(|p| key.is_empty() || attr_str(&p["attributes"], key).as_deref() == Some(want))
+        .collect()
+}
+
+/// The one value of `name` on `resource` with `key` = `want`, `None` when there is no point.
+fn one(resource: &Value, name: &str, key: &str, want: &str) -> Option<f64> {
+    let found = points_of(resource, name, key, want);
+    assert!(found.len() <= 1, "{name} {key}={want}: {found:?}");
+    found.first().map(|p| value(p))
+}
+
+fn process(request: &Value, pid: u32) -> &Value {
+    process_resource(request, pid).unwrap_or_else(|| panic!("no resource for pid {pid}"))
+}
+
+/// A process's time on its device, by `gpulse.gpu.time.state`.
+fn time_states(resource: &Value) -> Vec<(String, f64)> {
+    let mut states: Vec<(String, f64)> = points_of(resource, "process.gpu.time", "", "")
+        .into_iter()
+        .map(|p| {
+            let state = attr_str(&p["attributes"], "gpulse.gpu.time.state").expect("a state");
+            (state, value(p))
+        })
+        .collect();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    states
+}
+
+/// The device's `gpulse.gpu.energy`: (attributed, unattributed).
+fn device_energy(request: &Value, uuid: &str) -> (f64, f64) {
+    let node = &request["request"]["resourceMetrics"][0];
+    let part = |state: &str| {
+        points_of(
+            node,
+            "gpulse.gpu.energy",
+            "gpulse.energy.attribution",
+            state,
+        )
+        .into_iter()
+        .find(|p| attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid))
+        .map(value)
+        .unwrap_or_else(|| panic!("no {state} gpulse.gpu.energy for {uuid}"))
+    };
+    (part("attributed"), part("unattributed"))
+}
+
+fn start_time(resource: &Value, name: &str) -> String {
+    points_of(resource, name, "", "")[0]["startTimeUnixNano"]
+        .as_str()
+        .expect("a start time")
+        .to_string()
+}
+
+fn close(a: f64, b: f64, relative: f64) -> bool {
+    (a - b).abs() <= relative * a.abs().max(b.abs()) + 1e-9
+}
+
+/// The port `gpulse run` says it serves `/metrics` on.
+fn metrics_port(gpulse: &Gpulse) -> u16 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = gpulse.stderr_so_far();
+        if let Some(port) = log
+            .split("Prometheus metrics on http://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+        {
+            return port;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gpulse did not say where /metrics is:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
+    let (slice_a, slice_b, alone) = (sleeper(), sleeper(), sleeper());
+    let pair = [sleeper(), sleeper()];
+    let (a, b) = (slice_a.pid(), slice_b.pid());
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let scenario = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/nvml-sim/scenarios/shared-gpus.toml"
+    ))
+    .expect("scenario shared-gpus.toml");
+    let gpulse = Gpulse::start(
+        &scenario,
+        &[],
+        &[
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+            "--prometheus-addr",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+            ("SHARED_SLICE_A_PID", a.to_string()),
+            ("SHARED_SLICE_B_PID", b.to_string()),
+            ("SHARED_MIG_ALONE_PID", alone.pid().to_string()),
+            (
+                "SHARED_MIG_PAIR_PIDS",
+                format!("{},{}", pair[0].pid(), pair[1].pid()),
+            ),
+        ],
+    );
+    let port = metrics_port(&gpulse);
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 3, Duration::from_secs(60));
+    let scrape = crate::prometheus::scrape_until(port, |body| {
+        body.contains("process_gpu_energy_joules_total")
+    });
+    let (exit, stderr) = gpulse.terminate();
+    assert!(exit.success(), "gpulse run exited with {exit}: {stderr}");
+    let windows = window_requests(&requests);
+    let last = windows[windows.len() - 1];
+
+    // Time-sliced GPU: A is busy 40 %, B 20 %: A is charged twice B's energy, and the two add
+    // up to what the device says it charged; the 40 % idle rest is unattributed.
+    let energy = |pid| {
+        one(
+            process(last, pid),
+            "process.gpu.energy",
+            "hw.id",
+            SLICED_GPU,
+        )
+        .unwrap_or_else(|| panic!("no process.gpu.energy for {pid}"))
+    };
+    let (energy_a, energy_b) = (energy(a), energy(b));
+    assert!(energy_a > 0.0);
+    assert!(
+        close(energy_a / energy_b, 2.0, 1e-6),
+        "{energy_a} / {energy_b}"
+    );
+    let (attributed, unattributed) = device_energy(last, SLICED_GPU);
+    assert!(
+        close(attributed, energy_a + energy_b, 1e-9),
+        "{attributed} != {energy_a} + {energy_b}"
+    );
+    assert!(energy_a + energy_b <= attributed + unattributed);
+    let share = unattributed / (attributed + unattributed);
+    assert!((share - 0.4).abs() < 0.02, "unattributed share {share}");
+    // Both are busy above the threshold all the time: held time is all active, none idle.
+    for pid in [a, b] {
+        let states = time_states(process(last, pid));
+        assert_eq!(states.len(), 2, "{pid}: {states:?}");
+        assert_eq!(states[0].0, "active");
+        assert!(states[0].1 > 1.0, "{pid}: {states:?}");
+        assert_eq!(states[1], ("idle".to_string(), 0.0), "{pid}");
+    }
+
+    // MIG: the lone process is charged 0.6 (activity) × 0.5 (its slice) of the GPU's energy,
+    // on its instance's hw.id; the pair on the other instance gets unknown time and no energy.
+    let alone_resource = process(last, alone.pid());
+    let alone_energy = one(alone_resource, "process.gpu.energy", "hw.id", MIG_ALONE)
+        .expect("the lone process's energy on its instance");
+    let (mig_attributed, mig_unattributed) = device_energy(last, MIG_GPU);
+    assert!(close(mig_attributed, alone_energy, 1e-9));
+    let alone_share = alone_energy / (mig_attributed + mig_unattributed);
+    assert!((alone_share - 0.3).abs() < 0.02, "{alone_share}");
+    for child in &pair {
+        let resource = process(last, child.pid());
+        assert!(
+            points_of(resource, "process.gpu.energy", "", "").is_empty(),
+            "no invented split: {resource}"
+        );
+        let states = time_states(resource);
+        assert_eq!(states.len(), 1, "{states:?}");
+        assert_eq!(states[0].0, "unknown");
+        assert!(states[0].1 > 1.0);
+        assert_eq!(
+            attr_str(
+                &points_of(resource, "process.gpu.time", "", "")[0]["attributes"],
+                "hw.id"
+            )
+            .as_deref(),
+            Some(MIG_PAIR)
+        );
+    }
+
+    // Cumulative sums from a fixed start: growing window after window.
+    let mut previous = 0.0;
+    for w in &windows[1..] {
+        let resource = process(w, a);
+        let joules = one(resource, "process.gpu.energy", "hw.id", SLICED_GPU).expect("energy");
+        assert!(joules >= previous, "{joules} after {previous}");
+        previous = joules;
+        assert_eq!(
+            start_time(resource, "process.gpu.energy"),
+            start_time(process(last, a), "process.gpu.energy")
+        );
+    }
+    let energy_metric = metrics_of(process(last, a))
+        .into_iter()
+        .find(|m| m["name"] == "process.gpu.energy")
+        .expect("process.gpu.energy");
+    assert_eq!(energy_metric["unit"], "J");
+    assert_eq!(energy_metric["sum"]["isMonotonic"], true);
+    assert_eq!(
+        energy_metric["sum"]["aggregationTemporality"],
+        "AGGREGATION_TEMPORALITY_CUMULATIVE"
+    );
+
+    // /metrics: Prometheus's names; within the scrape, the processes on the sliced GPU never
+    // add up to more than the GPU's energy.
+    let on_sliced = |name: &str| -> Vec<(String, f64)> {
+        crate::prometheus::series(&scrape, name)
+            .into_iter()
+            .filter(|(labels, _)| labels.contains(&format!("hw_id=\"{SLICED_GPU}\"")))
+            .map(|(labels, v)| (labels.to_string(), v))
+            .collect()
+    };
+    let processes = on_sliced("process_gpu_energy_joules_total");
+    assert_eq!(processes.len(), 2, "{scrape}");
+    let device = on_sliced("gpulse_gpu_energy_joules_total");
+    assert_eq!(device.len(), 2, "attributed and unattributed: {scrape}");
+    assert!(device
+        .iter()
+        .any(|(l, _)| l.contains("gpulse_energy_attribution=\"unattributed\"")));
+    let process_sum: f64 = processes.iter().map(|(_, v)| v).sum();
+    let device_sum: f64 = device.iter().map(|(_, v)| v).sum();
+    assert!(process_sum > 0.0 && process_sum <= device_sum, "{scrape}");
+    let active: Vec<f64> = on_sliced("process_gpu_time_seconds_total")
+        .into_iter()
+        .filter(|(l, _)| l.contains("gpulse_gpu_time_state=\"active\""))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        active.len() == 2 && active.iter().all(|v| *v > 0.0),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("# TYPE process_gpu_energy_joules_total counter"),
+        "{scrape}"
+    );
+}
+
+#[test]
+fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lib = crate::other_nvml::build_library(dir.path());
+    // The library's rule: GPU 0's process i runs in instance i % 2. So `shared` and `shared_too`
+    // are two on GI 3 (2g.12gb), and `alone` is alone on GI 5 (1g.6gb: 6 of 24 GiB, 9 % busy).
+    let (shared, alone, shared_too) = (sleeper(), sleeper(), sleeper());
+    let pids = format!(
+        "{}:1073741824,{}:1073741824,{}:1073741824",
+        shared.pid(),
+        alone.pid(),
+        shared_too.pid()
+    );
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let stderr_path = dir.path().join("stderr.log");
+    let mut gpulse = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ])
+        .arg("--nvml-lib")
+        .arg(&lib)
+        .env("OTHER_NVML_PIDS", pids)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("start gpulse run");
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= 3, Duration::from_secs(60));
+    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
+    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
+    let status = gpulse.wait().expect("wait for gpulse");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    let windows = window_requests(&requests);
+    let last = windows[windows.len() - 1];
+
+    // The library has no energy counter: the GPU's energy is its power × the time accounted,
+    // from the account's start to this window's end.
+    let (attributed, unattributed) = device_energy(last, OTHER_GPU0);
+    let node = &last["request"]["resourceMetrics"][0];
+    let point = points_of(node, "gpulse.gpu.energy", "hw.id", OTHER_GPU0)[0];
+    let nanos = |key: &str| -> f64 { point[key].as_str().expect(key).parse().expect(key) };
+    let seconds = (nanos("timeUnixNano") - nanos("startTimeUnixNano")) / 1e9;
+    let total = attributed + unattributed;
+    assert!(
+        close(total, OTHER_POWER_W * seconds, 1e-6),
+        "{total} J over {seconds} s"
+    );
+
+    // Alone on GI 5: charged its instance's 9 % graphics activity × its 0.25 slice; 9 % is over
+    // the 5 % threshold, so its held time is active.
+    let alone_resource = process(last, alone.pid());
+    let alone_energy = one(alone_resource, "process.gpu.energy", "hw.id", OTHER_GI5)
+        .expect("the lone process's energy on GI 5");
+    assert!(
+        close(alone_energy, total * 0.09 * 0.25, 1e-6),
+        "{alone_energy} of {total}: {alone_resource}"
+    );
+    assert!(close(attributed, alone_energy, 1e-9), "only it is charged");
+    let states = time_states(alone_resource);
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert_eq!(states[0].0, "active");
+    assert!(
+        close(states[0].1, seconds, 1e-6),
+        "{states:?} over {seconds} s"
+    );
+    assert_eq!(states[1], ("idle".to_string(), 0.0));
+
+    // Two on GI 3: NVML cannot tell their split, so neither is charged; their held time is
+    // unknown time, and the sum of every process stays below the device's.
+    for pid in [shared.pid(), shared_too.pid()] {
+        let resource = process(last, pid);
+        assert!(
+            points_of(resource, "process.gpu.energy", "", "").is_empty(),
+            "{pid}: {resource}"
+        );
+        let states = time_states(resource);
+        assert_eq!(states.len(), 1, "{states:?}");
+        assert_eq!(states[0].0, "unknown");
+        assert!(
+            close(states[0].1, seconds, 1e-6),
+            "{states:?} over {seconds} s"
+        );
+    }
+    let sum: f64 = last["request"]["resourceMetrics"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .skip(1)
+        .flat_map(|r| points_of(r, "process.gpu.energy", "", ""))
+        .map(value)
+        .sum();
+    assert!(
+        close(sum, alone_energy, 1e-9) && sum <= total,
+        "{sum} of {total}"
+    );
+}
