@@ -4,6 +4,8 @@
 //! without the kubelet socket), the parent watch and the GPU accounts kept from window to window — and turns a [`Window`] into the one
 //! [`AttributedWindow`] every later stage reads, reading each process's `stat` once.
 
+use std::collections::HashMap;
+
 use super::accounting::{GpuAccountant, Prices};
 use super::attributed::{visible_pids, AttributedWindow};
 use super::attributor::{AttributionSettings, Attributor};
@@ -60,12 +62,28 @@ impl WindowAttributor {
 
     /// Every process of `window` with its workload, CPU/memory use and parent liveness.
     pub fn attribute(&mut self, window: Window) -> AttributedWindow {
+        self.attribute_with_companion_job_ids(window, &HashMap::new())
+    }
+
+    /// As [`Self::attribute`], with the job ids the PyTorch companion reported by PID
+    /// (`pytorch.distributed.job.id`): a process's own word outranks its environment, and it is
+    /// adopted before the accounts are rolled up, so the job's roll-up uses it.
+    pub fn attribute_with_companion_job_ids(
+        &mut self,
+        window: Window,
+        companion_job_ids: &HashMap<u32, String>,
+    ) -> AttributedWindow {
         // One read of each process's `stat` for identity, usage and the parent check.
         let table = self.attributor.process_table(&window);
         let mut workloads = self.attributor.resolve_window_in(&window, &table);
         if let Some(own) = &self.own_pod {
             for workload in workloads.values_mut() {
                 own.apply(workload);
+            }
+        }
+        for (pid, job_id) in companion_job_ids {
+            if let Some(workload) = workloads.get_mut(pid) {
+                workload.adopt_companion_job_id(job_id);
             }
         }
         let visible = visible_pids(&workloads);

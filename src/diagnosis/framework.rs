@@ -337,6 +337,18 @@ impl FrameworkHistory {
         self.processes.is_empty()
     }
 
+    /// The job id each process's companion reported (`pytorch.distributed.job.id` on its
+    /// telemetry's resource), by PID: what attribution adopts over the process's environment.
+    pub fn companion_job_ids(&self) -> HashMap<u32, String> {
+        self.processes
+            .iter()
+            .filter_map(|(pid, record)| {
+                let job = record.distributed.as_ref()?.job_id.as_deref()?;
+                Some((*pid, job.to_string()))
+            })
+            .collect()
+    }
+
     /// The evidence of `pids` for the rules. Step timings count when they ended within
     /// `step_lookback` before the newest step of the process, and only when that newest step
     /// ended within `step_lookback` before `now` (a loop that stopped sending is no evidence).

@@ -90,7 +90,12 @@ impl Analyzer {
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
     pub fn analyze(&mut self, window: Window) -> Analysis {
-        let attributed = Arc::new(self.attribution.attribute(window));
+        // The companion's job id is adopted before the accounts roll processes up by job.
+        let companion_job_ids = self.framework.lock().companion_job_ids();
+        let attributed = Arc::new(
+            self.attribution
+                .attribute_with_companion_job_ids(window, &companion_job_ids),
+        );
         let framework = self.framework_evidence(&attributed);
         let events = self
             .diagnoser
@@ -165,6 +170,94 @@ fn own_pod(downward: &DownwardApi) -> Option<OwnPod> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The companion's job id (`pytorch.distributed.job.id` on its telemetry) is the process's
+    /// job, over what its environment says, and the job's roll-up is under it. The process is
+    /// this test's own, so attribution reads a real `/proc` entry.
+    #[test]
+    fn the_companions_job_id_is_adopted_before_the_roll_up() {
+        use std::time::{Duration, UNIX_EPOCH};
+
+        use crate::attribution::accounting::GroupKind;
+        use crate::attribution::JobIdSource;
+        use crate::diagnosis::framework::DistributedIdentity;
+        use crate::sampling::{DeviceInfo, DeviceWindow, ProcessKind, ProcessWindow};
+
+        let pid = std::process::id();
+        let mut analyzer = Analyzer::with_settings(
+            AttributionSettings {
+                kubelet_socket: None,
+                ..AttributionSettings::default()
+            },
+            Thresholds::default(),
+            &DownwardApi::default(),
+            Prices::default(),
+        );
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+        let info = Arc::new(DeviceInfo {
+            index: 0,
+            uuid: "GPU-job".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:01:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: None,
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        });
+        let window = |end: u64| Window {
+            start: at(end - 10),
+            end: at(end),
+            sample_count: 1,
+            driver_version: None,
+            cuda_driver_version: None,
+            devices: vec![DeviceWindow::empty(Arc::clone(&info), at(0))],
+            processes: vec![ProcessWindow {
+                pid,
+                device_index: 0,
+                device_uuid: "GPU-job".into(),
+                kind: ProcessKind::Compute,
+                first_seen: at(0),
+                samples: 1,
+                gpu_memory_bytes: None,
+                sm_utilization: None,
+                memory_utilization: None,
+                encoder_utilization: None,
+                decoder_utilization: None,
+            }],
+            xid_events: Vec::new(),
+        };
+
+        // Before the companion speaks, the process has no job from it.
+        let before = analyzer.analyze(window(10)).attributed;
+        assert_ne!(
+            before.workloads[&pid].job_id_source,
+            Some(JobIdSource::Companion)
+        );
+        analyzer.framework().lock().record_distributed(
+            pid,
+            DistributedIdentity {
+                rank: 0,
+                job_id: Some("run-42".into()),
+                ..DistributedIdentity::default()
+            },
+            SystemTime::now(),
+        );
+        let after = analyzer.analyze(window(20)).attributed;
+        let workload = &after.workloads[&pid];
+        assert_eq!(workload.job_id.as_deref(), Some("run-42"));
+        assert_eq!(workload.job_id_source, Some(JobIdSource::Companion));
+        let job = after
+            .accounts
+            .rollups
+            .iter()
+            .find(|r| r.kind == GroupKind::Job)
+            .expect("a job roll-up");
+        assert_eq!(job.id, "run-42");
+        assert_eq!(job.processes, 1);
+    }
 
     #[test]
     fn own_pod_comes_from_the_downward_config() {
