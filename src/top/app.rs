@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::input::{Action, Mode, SortKey};
 use super::procinfo::Family;
-use crate::diagnosis::{Finding, Subject};
+use crate::diagnosis::{Finding, RuleId, Subject};
 use crate::pipeline::View;
 use crate::sampling::MigInstanceInfo;
 use crate::schema::{DeviceField, GpmField};
@@ -94,6 +94,10 @@ pub struct Row {
     pub cpu: Option<f64>,
     pub rss_bytes: Option<u64>,
     pub command: String,
+    /// `job/rank` of a torch.distributed rank (see [`rank_label`]).
+    pub rank: Option<String>,
+    /// A `rank_straggler` finding is active on this process.
+    pub straggler: bool,
 }
 
 impl Row {
@@ -107,6 +111,7 @@ impl Row {
             self.pod.clone(),
             self.service.clone(),
             Some(self.command.clone()),
+            self.rank.clone(),
         ];
         fields
             .iter()
@@ -344,6 +349,8 @@ fn gpu_rows(view: &View) -> Vec<Row> {
                 command: workload
                     .and_then(|w| w.command_line.clone().or_else(|| w.executable_name.clone()))
                     .unwrap_or_default(),
+                rank: rank_label(view, p.pid),
+                straggler: is_straggler(view, p.pid),
             }
         })
         .collect()
@@ -355,6 +362,26 @@ fn mig_label(info: &MigInstanceInfo) -> String {
         0 => format!("GI{} {}", info.gpu_instance_id, info.profile()),
         ci => format!("GI{}.CI{ci} {}", info.gpu_instance_id, info.profile()),
     }
+}
+
+/// `job/rank` from the rank's own spans (the companion's resource, heard by a receiver), else
+/// `job/?` from the job id its environment gave (no rank: gpulse reads no rank variable).
+pub fn rank_label(view: &View, pid: u32) -> Option<String> {
+    view.training
+        .process(pid)
+        .and_then(|t| t.rank_label())
+        .or_else(|| {
+            let job = view.attributed.process(pid)?.workload.job_id.as_ref()?;
+            Some(format!("{job}/?"))
+        })
+}
+
+/// Whether `rank_straggler` names `pid` in the view's active findings.
+pub fn is_straggler(view: &View, pid: u32) -> bool {
+    view.findings.iter().any(|f| {
+        f.rule == RuleId::RankStraggler
+            && matches!(&f.subject, Subject::Workload { pid: p, .. } if *p == pid)
+    })
 }
 
 fn sort_rows(rows: &mut [Row], key: SortKey) {
@@ -446,6 +473,8 @@ fn push_subtree(
                 cpu: member.cpu.map(|c| c * 100.0),
                 rss_bytes: member.rss_bytes,
                 command: member.comm.clone(),
+                rank: None,
+                straggler: false,
             });
         }
     }

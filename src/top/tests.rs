@@ -544,3 +544,77 @@ fn processes_on_mig_show_their_instance_and_only_a_lone_ones_activity() {
         assert_eq!(row(OTHER)[..3], ["1", "-", "5151"], "GPU 1 is whole");
     }
 }
+
+/// A rank shows its job and rank, the straggler `rank_straggler` names is marked SLOW in the
+/// table, and the detail pane gives its step figures.
+#[test]
+fn ranks_show_their_job_and_the_straggler_is_marked() {
+    use crate::diagnosis::framework::DistributedIdentity;
+    use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
+    let mut app = app(false);
+    let mut view = (*view()).clone();
+    let mut training = TrainingWindow::default();
+    for (pid, rank, wait) in [(TRAINER, 0, 0.3), (OTHER, 1, 0.0)] {
+        training.processes.insert(
+            pid,
+            ProcessTraining {
+                step_seconds: 0.5,
+                collective_wait_seconds: Some(wait),
+                data_wait_seconds: if rank == 1 { 0.25 } else { 0.0 },
+                steps: 40,
+                distributed: Some(DistributedIdentity {
+                    rank,
+                    job_id: Some("job-7".into()),
+                    ..DistributedIdentity::default()
+                }),
+            },
+        );
+    }
+    view.training = Arc::new(training);
+    let mut straggler = view.findings[0].clone();
+    straggler.rule = RuleId::RankStraggler;
+    straggler.subject = Subject::Workload {
+        pid: OTHER,
+        vpid: None,
+        device: None,
+        container_id: None,
+        pod_uid: None,
+        service_name: "llama-server".into(),
+    };
+    straggler.summary = "rank 1 of job job-7 is the straggler".into();
+    view.findings.push(straggler);
+    app.observe(Arc::new(view), None);
+
+    let row = |pid| app.rows.iter().find(|r| r.pid == pid).unwrap();
+    assert_eq!(row(TRAINER).rank.as_deref(), Some("job-7/0"));
+    assert!(!row(TRAINER).straggler);
+    assert_eq!(row(OTHER).rank.as_deref(), Some("job-7/1"));
+    assert!(row(OTHER).straggler);
+
+    let (screen, _) = render(&app, 200, 60);
+    assert!(screen.contains("JOB/RANK"), "{screen}");
+    assert!(
+        line_with(&screen, &format!("{OTHER} ")).contains("job-7/1 SLOW"),
+        "{screen}"
+    );
+    assert!(
+        !line_with(&screen, &format!("{TRAINER} ")).contains("SLOW"),
+        "{screen}"
+    );
+
+    app.apply(Action::Sort(SortKey::Pid));
+    let other_index = app.rows.iter().position(|r| r.pid == OTHER).unwrap();
+    app.apply(Action::Home);
+    app.apply(Action::Move(other_index as isize));
+    app.apply(Action::ToggleDetail);
+    let (screen, _) = render(&app, 160, 50);
+    assert!(
+        line_with(&screen, "job / rank").contains("job-7/1  ← the straggler"),
+        "{screen}"
+    );
+    assert!(
+        line_with(&screen, "step / in collectives")
+            .contains("500 ms / 0 ms (0% of the step), data wait 250 ms, over 40 steps"),
+        "{screen}"
+    );
+}

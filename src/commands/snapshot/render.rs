@@ -281,7 +281,41 @@ pub fn render_table(report: &SnapshotReport) -> String {
         }
     }
     render_findings(&mut out, &report.findings);
+    render_rank_note(&mut out, report);
     out
+}
+
+/// A one-sample or windowed snapshot runs no OTLP receiver, so it never hears the ranks' step
+/// spans and the rank rules cannot run: say so when the processes show a distributed job (job
+/// id from their environment), rather than let "Findings: none" read as "no straggler".
+/// `/status` (a window of `gpulse run`, which may have a receiver) prints no such note.
+fn render_rank_note(out: &mut String, report: &SnapshotReport) {
+    if report.window.is_some() {
+        return;
+    }
+    let mut jobs: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+    for p in &report.processes {
+        if let Some(job) = p.workload.and_then(|w| w.job_id.as_deref()) {
+            let pids = jobs.entry(job).or_default();
+            if !pids.contains(&p.pid) {
+                pids.push(p.pid);
+            }
+        }
+    }
+    if jobs.is_empty() {
+        return;
+    }
+    let _ = writeln!(out);
+    for (job, pids) in &jobs {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let _ = writeln!(out, "Distributed job {job}: pids {}", pids.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  Ranks are not compared here: snapshot hears no step spans. rank_straggler and \
+         collective_bound run in `gpulse run --otlp-receiver-http` (GET /status lists them); \
+         across nodes, the GpulseRankStragglerAcrossNodes alert (docs/distributed.md)."
+    );
 }
 
 fn render_findings(out: &mut String, findings: &[Finding]) {
@@ -338,5 +372,61 @@ fn truncate(s: &str, max: usize) -> String {
         let mut t: String = s.chars().take(max - 1).collect();
         t.push('…');
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::report::ProcessReport;
+
+    fn report<'a>(workloads: &'a [Workload]) -> SnapshotReport<'a> {
+        SnapshotReport {
+            timestamp: 0.0,
+            driver_version: None,
+            cuda_driver_version: None,
+            nvml_version: None,
+            devices: Vec::new(),
+            processes: workloads
+                .iter()
+                .map(|w| ProcessReport {
+                    pid: w.pid,
+                    device_index: 0,
+                    device_uuid: "GPU-0",
+                    kind: ProcessKind::Compute,
+                    gpu_memory_bytes: None,
+                    sm_utilization: None,
+                    memory_utilization: None,
+                    encoder_utilization: None,
+                    decoder_utilization: None,
+                    mig_instance: None,
+                    workload: Some(w),
+                    usage: None,
+                    accounting: None,
+                })
+                .collect(),
+            findings: Vec::new(),
+            window: None,
+            at: None,
+            accounting: None,
+        }
+    }
+
+    #[test]
+    fn a_distributed_job_gets_the_note_that_ranks_are_not_compared() {
+        let mut rank0 = Workload::unresolved(10);
+        rank0.job_id = Some("run-7".into());
+        let mut rank1 = Workload::unresolved(11);
+        rank1.job_id = Some("run-7".into());
+        let alone = Workload::unresolved(12);
+        let text = render_table(&report(&[rank0, rank1, alone.clone()]));
+        assert!(text.contains("Findings: none."), "{text}");
+        assert!(
+            text.contains("Distributed job run-7: pids 10, 11\n"),
+            "{text}"
+        );
+        assert!(text.contains("Ranks are not compared here"), "{text}");
+        let text = render_table(&report(&[alone]));
+        assert!(!text.contains("Distributed job"), "{text}");
     }
 }

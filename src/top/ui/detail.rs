@@ -88,6 +88,9 @@ pub(super) fn draw_detail(frame: &mut Frame, area: Rect, app: &App, palette: &Pa
                 lines.push(field("resource attributes", attrs.join(", ")));
             }
             lines.push(field("attributed by", format!("{:?}", w.attributed_by)));
+            if let Some(view) = app.view.as_deref() {
+                lines.extend(super::ranks::detail_lines(view, pid, &field));
+            }
             if let Some(u) = p.usage {
                 let pct = |c: Option<f64>| c.map_or("-".into(), |c| format!("{:.0}%", c * 100.0));
                 lines.push(field(

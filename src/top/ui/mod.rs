@@ -21,6 +21,7 @@ use ratatui::Frame;
 mod detail;
 mod gpus;
 mod processes;
+mod ranks;
 
 use super::app::{App, Series};
 use super::input::Mode;

@@ -18,7 +18,7 @@ pub(super) struct Column {
     priority: u8,
 }
 
-pub(super) const COLUMNS: [Column; 13] = [
+pub(super) const COLUMNS: [Column; 14] = [
     Column {
         title: "GPU",
         width: 3,
@@ -59,6 +59,12 @@ pub(super) const COLUMNS: [Column; 13] = [
         title: "SERVICE",
         width: 16,
         priority: 2,
+    },
+    // `job/rank` of a distributed rank; ` SLOW` marks the straggler rank_straggler names.
+    Column {
+        title: "JOB/RANK",
+        width: 14,
+        priority: 7,
     },
     Column {
         title: "GPU MEM",
@@ -194,6 +200,12 @@ pub(super) fn cell_text(row: &Row, column: usize) -> String {
         "CONTAINER" => row.container.clone().unwrap_or_else(dash),
         "POD/NAMESPACE" => row.pod.clone().unwrap_or_else(dash),
         "SERVICE" => row.service.clone().unwrap_or_default(),
+        "JOB/RANK" => match (&row.rank, row.straggler) {
+            (Some(rank), true) => format!("{rank} SLOW"),
+            (Some(rank), false) => rank.clone(),
+            (None, true) => "SLOW".into(),
+            (None, false) => String::new(),
+        },
         "GPU MEM" => row.gpu_memory_bytes.map_or_else(dash, mib),
         "SM%" => row.sm.map_or_else(dash, |s| format!("{s:.0}")),
         "CPU%" => row.cpu.map_or_else(dash, |c| format!("{c:.0}")),

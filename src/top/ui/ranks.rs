@@ -1,0 +1,43 @@
+//! The detail pane's lines about a process's place in a distributed training job: its job and
+//! rank, its step figures (from its own step spans, when a receiver heard them) and whether
+//! `rank_straggler` names it. `gpulse top` runs no OTLP receiver itself, so the step figures and
+//! the straggler appear only in a view fed by one; the job id from the environment always shows.
+
+use ratatui::text::Line;
+
+use crate::pipeline::View;
+use crate::top::app::{is_straggler, rank_label};
+
+pub(super) fn detail_lines<'a>(
+    view: &View,
+    pid: u32,
+    field: &dyn Fn(&str, String) -> Line<'a>,
+) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
+    let Some(rank) = rank_label(view, pid) else {
+        return lines;
+    };
+    let straggler = if is_straggler(view, pid) {
+        "  ← the straggler of its job (rank_straggler below)"
+    } else {
+        ""
+    };
+    lines.push(field("job / rank", format!("{rank}{straggler}")));
+    if let Some(t) = view.training.process(pid) {
+        let ms = |s: f64| format!("{:.0} ms", s * 1000.0);
+        let wait = match (t.collective_wait_seconds, t.collective_wait_ratio()) {
+            (Some(w), Some(r)) => format!("{} ({:.0}% of the step)", ms(w), r * 100.0),
+            _ => "-".into(),
+        };
+        lines.push(field(
+            "step / in collectives",
+            format!(
+                "{} / {wait}, data wait {}, over {} steps",
+                ms(t.step_seconds),
+                ms(t.data_wait_seconds),
+                t.steps
+            ),
+        ));
+    }
+    lines
+}
