@@ -85,6 +85,8 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
         "utilization_gpu": 0.37, "utilization_memory": 0.11,
         "temperature_celsius": 52.0, "power_watts": 123.456, "power_limit_watts": 300.0,
         "graphics_clock_mhz": 1410, "sm_clock_mhz": 1395, "memory_clock_mhz": 1593,
+        "bar1_total_bytes": 268435456u64, "bar1_used_bytes": 12582912u64,
+        "bar1_free_bytes": 255852544u64,
     });
     for (key, want) in expected_a.as_object().expect("object") {
         assert_eq!(&a[key], want, "GPU 0 {key}: {a}");
@@ -130,6 +132,13 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
     assert_eq!(b["utilization_gpu"], 0.0, "a real zero stays zero");
     assert_eq!(b["memory_used_bytes"], 0);
     assert_eq!(b["power_watts"], 61.0);
+    for key in ["bar1_total_bytes", "bar1_used_bytes", "bar1_free_bytes"] {
+        assert_eq!(
+            b[key],
+            Value::Null,
+            "GPU 1 answers BAR1 NOT_SUPPORTED: {key} {b}"
+        );
+    }
     // Row remapper and PCIe replays, as the library documents them.
     assert_eq!(
         a["remapped_rows"],
@@ -229,6 +238,20 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         "v1 call only"
     );
     assert_eq!(device_value("hw.energy", UUID_A), None, "not exported");
+    // BAR1: one NVML call, three metrics; absent where the library says NOT_SUPPORTED.
+    assert_eq!(
+        device_value("nvidia.gpu.bar1.memory.usage", UUID_A),
+        Some(12582912.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.bar1.memory.limit", UUID_A),
+        Some(268435456.0)
+    );
+    assert_eq!(
+        device_value("nvidia.gpu.bar1.memory.free", UUID_A),
+        Some(255852544.0)
+    );
+    assert_eq!(device_value("nvidia.gpu.bar1.memory.usage", UUID_B), None);
 
     // GPM: exactly the library's values on GPU 0, nothing on GPU 1 (not supported).
     let gpm_value = |name: &str, pipe: Option<&str>, uuid: &str| -> Option<f64> {

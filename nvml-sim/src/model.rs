@@ -233,6 +233,7 @@ pub struct Device {
     pub memory_total: u64,
     pub memory_reserved: u64,
     pub bar1_total: u64,
+    pub bar1_used: u64,
     pub power_limit_mw: u32,
     pub default_power_limit_mw: u32,
     pub min_power_limit_mw: u32,

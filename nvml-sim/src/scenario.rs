@@ -159,6 +159,7 @@ struct RawDevice {
     memory_total_mib: Option<f64>,
     memory_reserved_mib: Option<f64>,
     bar1_total_mib: Option<f64>,
+    bar1_used_mib: Option<f64>,
     power_limit_w: Option<f64>,
     default_power_limit_w: Option<f64>,
     min_power_limit_w: Option<f64>,
@@ -638,6 +639,14 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
         }
     };
     let total_mib = positive("memory_total_mib", raw.memory_total_mib, 81559.0)?;
+    let bar1_total_mib = positive("bar1_total_mib", raw.bar1_total_mib, 131072.0)?;
+    // A driver maps a small share of BAR1 for itself even on an idle GPU.
+    let bar1_used_mib = raw.bar1_used_mib.unwrap_or(bar1_total_mib / 64.0);
+    if !(0.0..=bar1_total_mib).contains(&bar1_used_mib) {
+        return Err(format!(
+            "bar1_used_mib ({bar1_used_mib}) must be between 0 and bar1_total_mib ({bar1_total_mib})"
+        ));
+    }
     let reserved_mib = positive("memory_reserved_mib", raw.memory_reserved_mib, 542.0)?;
     if reserved_mib > total_mib {
         return Err(format!(
@@ -815,11 +824,8 @@ fn expand_device(raw: &RawDevice, out: &mut Vec<Device>, env: &dyn Env) -> Resul
             minor: raw.minor.unwrap_or(index),
             memory_total: crate::model::mib_to_bytes(total_mib),
             memory_reserved: crate::model::mib_to_bytes(reserved_mib),
-            bar1_total: crate::model::mib_to_bytes(positive(
-                "bar1_total_mib",
-                raw.bar1_total_mib,
-                131072.0,
-            )?),
+            bar1_total: crate::model::mib_to_bytes(bar1_total_mib),
+            bar1_used: crate::model::mib_to_bytes(bar1_used_mib),
             power_limit_mw: (limit_w * 1000.0) as u32,
             default_power_limit_mw: (default_limit_w * 1000.0) as u32,
             min_power_limit_mw: (min_limit_w * 1000.0) as u32,
@@ -1236,6 +1242,17 @@ mod tests {
             Err(e) => panic!("unexpected error kind: {e}"),
             Ok(_) => panic!("scenario unexpectedly valid:\n{text}"),
         }
+    }
+
+    #[test]
+    fn bar1_used_defaults_to_a_64th_and_cannot_exceed_the_aperture() {
+        let sim = compile("t", "[[device]]\nbar1_total_mib = 256\n", &env(&[])).unwrap();
+        assert_eq!(sim.devices[0].bar1_used, 4 << 20);
+        let (_, _, msg) = compile_err("[[device]]\nbar1_total_mib = 256\nbar1_used_mib = 300\n");
+        assert!(
+            msg.contains("bar1_used_mib (300)") && msg.contains("bar1_total_mib (256)"),
+            "{msg}"
+        );
     }
 
     #[test]

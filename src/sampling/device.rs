@@ -33,6 +33,8 @@ enum Call {
     Utilization,
     /// Used, free, reserved and total memory come from one call.
     Memory,
+    /// BAR1 total, used and free come from one call.
+    Bar1Memory,
     Throttle,
     ComputeProcesses,
     GraphicsProcesses,
@@ -262,6 +264,11 @@ impl FieldReader<'_> {
             s.set(F::MemoryFree, Some(m.free as f64));
             s.set(F::MemoryReserved, m.reserved.map(|b| b as f64));
             s.set(F::MemoryTotal, Some(m.total as f64));
+        }
+        if let Some(m) = self.read(Call::Bar1Memory, || device.bar1_memory_info()) {
+            s.set(F::Bar1Total, Some(m.total as f64));
+            s.set(F::Bar1Used, Some(m.used as f64));
+            s.set(F::Bar1Free, Some(m.free as f64));
         }
         self.field(s, F::UtilizationEncoder, || {
             device.encoder_utilization().map(|u| percent(u.utilization))

@@ -151,6 +151,21 @@ metric_table! {
         attributes "",
         source "`nvmlDeviceGetMemoryInfo_v2().reserved`",
         notes "last value; driver-reserved; not in the semantic conventions";
+    Bar1MemoryUsage: "nvidia.gpu.bar1.memory.usage", UpDownCounter, "By", Device,
+        "BAR1 memory mapped (the aperture through which the CPU and peers reach device memory).",
+        attributes "",
+        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Used`",
+        notes "last value; BAR1 full makes RDMA/GPUDirect and pinned mappings fail while device memory is free. DCGM's `DCGM_FI_DEV_BAR1_USED`";
+    Bar1MemoryLimit: "nvidia.gpu.bar1.memory.limit", UpDownCounter, "By", Device,
+        "Size of the BAR1 aperture.",
+        attributes "",
+        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Total`",
+        notes "last value; DCGM's `DCGM_FI_DEV_BAR1_TOTAL`";
+    Bar1MemoryFree: "nvidia.gpu.bar1.memory.free", UpDownCounter, "By", Device,
+        "BAR1 memory not mapped.",
+        attributes "",
+        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Free`",
+        notes "last value; DCGM's `DCGM_FI_DEV_BAR1_FREE`";
     Temperature: semconv::HW_TEMPERATURE, Gauge, "Cel", Device,
         "Mean GPU temperature over the window.",
         attributes "`hw.type` = `gpu`",

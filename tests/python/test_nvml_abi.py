@@ -22,6 +22,8 @@ serial = "1650000000077"
 minor = 0
 memory_total_mib = 81559
 memory_reserved_mib = 542
+bar1_total_mib = 65536
+bar1_used_mib = 300
 power_limit_w = 700
 energy_start_j = 5000
 max_clocks_mhz = { graphics = 1980, sm = 1981, mem = 2619, video = 1965 }
@@ -148,6 +150,20 @@ def test_memory_v1_and_v2(pynvml_run):
     assert r["v2"] == [total, reserved, total - reserved - used, used]
     # v1: reserved memory counts as used, as the driver reports it.
     assert r["v1"] == [total, total - reserved - used, used + reserved]
+
+
+def test_bar1_memory(pynvml_run):
+    r = pynvml_run(
+        SCENARIO,
+        """
+        nvmlInit()
+        b = nvmlDeviceGetBAR1MemoryInfo(nvmlDeviceGetHandleByIndex(0))
+        result.update(bar1=[b.bar1Total, b.bar1Free, b.bar1Used])
+        """,
+    )
+    # nvmlBAR1Memory_t is total, free, used: a field order or width wrong in nvml-sim's
+    # struct would move the 300 MiB elsewhere.
+    assert r["bar1"] == [65536 * MIB, (65536 - 300) * MIB, 300 * MIB]
 
 
 def test_telemetry_values(pynvml_run):

@@ -182,11 +182,10 @@ getter!(
     nvmlDeviceGetBAR1MemoryInfo,
     abi::nvmlBAR1Memory_t,
     |_, d, _| {
-        let used = (d.bar1_total / 64).min(d.bar1_total);
         abi::nvmlBAR1Memory_t {
             bar1Total: d.bar1_total,
-            bar1Free: d.bar1_total - used,
-            bar1Used: used,
+            bar1Free: d.bar1_total - d.bar1_used,
+            bar1Used: d.bar1_used,
         }
     }
 );
