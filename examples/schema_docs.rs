@@ -1,31 +1,41 @@
-//! Rewrites the generated tables of docs/metrics.md from the schema (`src/schema`), leaving the
-//! prose around them as it is. Run from the repository root: `cargo run --example schema_docs`.
+//! Rewrites the generated tables of docs/metrics.md and docs/prometheus.md from the schema
+//! (`src/schema`), leaving the prose around them as it is. Run from the repository root:
+//! `cargo run --example schema_docs`.
 
 use std::process::ExitCode;
 
+type Regenerate = fn(&str) -> Result<String, String>;
+
 fn main() -> ExitCode {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
-    let doc = match std::fs::read_to_string(path) {
-        Ok(doc) => doc,
-        Err(e) => {
-            eprintln!("schema_docs: cannot read {path}: {e}");
-            return ExitCode::FAILURE;
+    let pages: [(&str, Regenerate); 2] = [
+        (
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"),
+            gpulse::schema::docs::regenerate_metrics_md,
+        ),
+        (
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md"),
+            gpulse::export::prometheus::docs::regenerate_prometheus_md,
+        ),
+    ];
+    let mut status = ExitCode::SUCCESS;
+    for (path, regenerate) in pages {
+        if let Err(e) = rewrite(path, regenerate) {
+            eprintln!("schema_docs: {e}");
+            status = ExitCode::FAILURE;
         }
-    };
-    let fresh = match gpulse::schema::docs::regenerate_metrics_md(&doc) {
-        Ok(fresh) => fresh,
-        Err(e) => {
-            eprintln!("schema_docs: {path}: {e}; put the markers around the table to generate");
-            return ExitCode::FAILURE;
-        }
-    };
+    }
+    status
+}
+
+fn rewrite(path: &str, regenerate: Regenerate) -> Result<(), String> {
+    let doc = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let fresh = regenerate(&doc)
+        .map_err(|e| format!("{path}: {e}; put the markers around the table to generate"))?;
     if fresh == doc {
         println!("{path} is up to date");
-    } else if let Err(e) = std::fs::write(path, fresh) {
-        eprintln!("schema_docs: cannot write {path}: {e}");
-        return ExitCode::FAILURE;
     } else {
+        std::fs::write(path, fresh).map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("rewrote the generated tables of {path}");
     }
-    ExitCode::SUCCESS
+    Ok(())
 }

@@ -186,10 +186,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
     pub export_interval: Option<String>,
 
-    /// Where data goes: an OTLP endpoint, or OTLP JSON lines on standard output.
+    /// Where every signal goes: an OTLP endpoint, OTLP JSON lines on standard output, or
+    /// nowhere (e.g. with --prometheus-addr). --metrics-exporter/--logs-exporter and
+    /// OTEL_METRICS_EXPORTER/OTEL_LOGS_EXPORTER choose per signal.
     /// [env: GPULSE_EXPORTER] [file: exporter] [default: otlp]
-    #[arg(long, value_parser = ["otlp", "stdout"])]
+    #[arg(long, value_parser = ["otlp", "stdout", "console", "none"])]
     pub exporter: Option<String>,
+
+    /// Where gpulse's metrics go: a comma list of otlp, prometheus (serve /metrics at
+    /// --prometheus-addr, else OTEL_EXPORTER_PROMETHEUS_HOST:PORT, default localhost:9464),
+    /// console (= stdout), or none. [env: OTEL_METRICS_EXPORTER] [file: metrics_exporter]
+    /// [default: otlp]
+    #[arg(long, value_name = "LIST")]
+    pub metrics_exporter: Option<String>,
+
+    /// Where the findings (OTLP log records) go: otlp, console (= stdout) or none.
+    /// [env: OTEL_LOGS_EXPORTER] [file: logs_exporter] [default: otlp]
+    #[arg(long, value_name = "EXPORTER")]
+    pub logs_exporter: Option<String>,
 
     /// OTLP base URL; for HTTP, /v1/metrics and /v1/logs are appended.
     /// [env: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT]

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::Parser;
 use gpulse::cli::{Cli, Command, GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use gpulse::config::otlp::{Compression, ExporterKind, Protocol, SignalEndpoint};
-use gpulse::config::{self, Config, ConfigError, InspectConfig, LoadedFile, LogFormat};
+use gpulse::config::{
+    self, Config, ConfigError, InspectConfig, LoadedFile, LogFormat, SignalSinks, Sink,
+};
 use gpulse::values;
 use proptest::prelude::*;
 
@@ -467,7 +469,10 @@ fn exporter_choice() {
     let c = resolved(&[], &Env::with(&[("GPULSE_EXPORTER", "stdout")]), None);
     assert_eq!(c.exporter, ExporterKind::Stdout);
     let msg = err(&[], &Env::with(&[("GPULSE_EXPORTER", "prometheus")]), None);
-    assert!(msg.contains("expected otlp or stdout"), "{msg}");
+    assert!(
+        msg.contains("GPULSE_EXPORTER") && msg.contains("--metrics-exporter prometheus"),
+        "{msg}"
+    );
     // With stdout the OTLP settings are not read, so a broken one does not stop a debug run.
     let env = Env::with(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpcc")]);
     assert_eq!(
@@ -1194,5 +1199,264 @@ fn bad_prometheus_settings_say_what_to_write() {
     assert!(
         addr.contains("--prometheus-addr") && addr.contains("0.0.0.0:9464"),
         "{addr}"
+    );
+}
+
+// --- Per-signal exporters (OTEL_METRICS_EXPORTER, OTEL_LOGS_EXPORTER, Prometheus address) ---
+
+fn sinks(args: &[&str], env: &[(&str, &str)], file_text: Option<&str>) -> SignalSinks {
+    let loaded = file_text.map(file);
+    resolved(args, &Env::with(env), loaded.as_ref()).sinks
+}
+
+fn sink_pair(s: SignalSinks) -> (Sink, bool, Sink) {
+    (s.metrics, s.prometheus, s.logs)
+}
+
+#[test]
+fn exporters_default_to_otlp_for_both_signals() {
+    let c = resolved(&[], &Env::default(), None);
+    assert_eq!(c.sinks, SignalSinks::default());
+    assert!(matches!(c.exporter, ExporterKind::Otlp { .. }));
+    assert_eq!(c.prometheus.addr, None);
+}
+
+#[test]
+fn otel_exporter_variables_choose_per_signal() {
+    use Sink::*;
+    for (metrics, logs, want) in [
+        ("otlp", "otlp", (Otlp, false, Otlp)),
+        ("prometheus", "none", (Off, true, Off)),
+        ("prometheus", "otlp", (Off, true, Otlp)),
+        ("otlp,prometheus", "none", (Otlp, true, Off)),
+        ("none", "otlp", (Off, false, Otlp)),
+        ("console", "console", (Stdout, false, Stdout)),
+        ("stdout", "none", (Stdout, false, Off)),
+        ("none", "none", (Off, false, Off)),
+        ("console,prometheus", "otlp", (Stdout, true, Otlp)),
+    ] {
+        let got = sinks(
+            &[],
+            &[
+                ("OTEL_METRICS_EXPORTER", metrics),
+                ("OTEL_LOGS_EXPORTER", logs),
+            ],
+            None,
+        );
+        assert_eq!(sink_pair(got), want, "metrics={metrics} logs={logs}");
+    }
+}
+
+#[test]
+fn exporter_precedence_flag_env_gpulse_file() {
+    use Sink::*;
+    let env_otel = [
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_LOGS_EXPORTER", "none"),
+    ];
+    let text = "metrics_exporter = \"console\"\nlogs_exporter = \"console\"\nexporter = \"none\"\n";
+    // File: the signal key beats the all-signal key.
+    assert_eq!(
+        sink_pair(sinks(&[], &[], Some(text))),
+        (Stdout, false, Stdout)
+    );
+    assert_eq!(
+        sink_pair(sinks(&[], &[], Some("exporter = \"none\"\n"))),
+        (Off, false, Off)
+    );
+    // GPULSE_EXPORTER beats the file; OTEL_*_EXPORTER beats GPULSE_EXPORTER.
+    assert_eq!(
+        sink_pair(sinks(&[], &[("GPULSE_EXPORTER", "none")], Some(text))),
+        (Off, false, Off)
+    );
+    let mut env = env_otel.to_vec();
+    env.push(("GPULSE_EXPORTER", "stdout"));
+    assert_eq!(sink_pair(sinks(&[], &env, Some(text))), (Off, true, Off));
+    // --exporter beats every variable; --metrics-exporter beats --exporter.
+    assert_eq!(
+        sink_pair(sinks(&["--exporter", "otlp"], &env, Some(text))),
+        (Otlp, false, Otlp)
+    );
+    assert_eq!(
+        sink_pair(sinks(
+            &[
+                "--exporter",
+                "none",
+                "--metrics-exporter",
+                "otlp,prometheus"
+            ],
+            &env,
+            None
+        )),
+        (Otlp, true, Off)
+    );
+    assert_eq!(
+        sink_pair(sinks(&["--logs-exporter", "otlp"], &env_otel, None)),
+        (Off, true, Otlp)
+    );
+    // An empty variable counts as unset.
+    assert_eq!(
+        sink_pair(sinks(&[], &[("OTEL_METRICS_EXPORTER", "")], None)),
+        (Otlp, false, Otlp)
+    );
+}
+
+#[test]
+fn unknown_exporters_name_the_setting_value_and_choices() {
+    let msg = err(
+        &[],
+        &Env::with(&[("OTEL_METRICS_EXPORTER", "zipkin")]),
+        None,
+    );
+    assert!(msg.contains("OTEL_METRICS_EXPORTER"), "{msg}");
+    assert!(msg.contains("zipkin"), "{msg}");
+    assert!(msg.contains("otlp, prometheus, console"), "{msg}");
+    let msg = err(
+        &[],
+        &Env::with(&[("OTEL_LOGS_EXPORTER", "prometheus")]),
+        None,
+    );
+    assert!(
+        msg.contains("OTEL_LOGS_EXPORTER") && msg.contains("metrics only"),
+        "{msg}"
+    );
+    let msg = err(
+        &["--metrics-exporter", "otlp,console"],
+        &Env::default(),
+        None,
+    );
+    assert!(
+        msg.contains("--metrics-exporter") && msg.contains("one delivery lane"),
+        "{msg}"
+    );
+    let msg = err(&["--logs-exporter", "jaeger"], &Env::default(), None);
+    assert!(
+        msg.contains("--logs-exporter") && msg.contains("otlp, console"),
+        "{msg}"
+    );
+    let loaded = file("metrics_exporter = \"none,otlp\"\n");
+    let msg = err(&[], &Env::default(), Some(&loaded));
+    assert!(
+        msg.contains("metrics_exporter") && msg.contains("gpulse.toml:1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
+    // A broken OTLP variable cannot stop a deployment that does not use OTLP.
+    let env = Env::with(&[
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_LOGS_EXPORTER", "none"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpcc"),
+    ]);
+    let c = resolved(&["--otlp-receiver-http", "14318"], &env, None);
+    assert_eq!(c.exporter, ExporterKind::Off);
+    assert_eq!(c.sinks.forward, Sink::Off);
+    assert_eq!(c.sinks.traces_lane(), Sink::Off);
+    assert!(!c.sinks.uses_otlp());
+    // An explicit upstream makes the receiver forward (metrics, logs and traces lanes).
+    let env = Env::with(&[
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_LOGS_EXPORTER", "none"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://collector:4318/v1/traces",
+        ),
+    ]);
+    let c = resolved(&["--otlp-receiver-http", "14318"], &env, None);
+    assert_eq!(c.sinks.forward, Sink::Otlp);
+    assert_eq!(c.sinks.metrics, Sink::Off);
+    assert_eq!(c.sinks.metrics_lane(), Sink::Otlp);
+    match &c.exporter {
+        ExporterKind::Otlp { traces, .. } => {
+            assert_eq!(traces.url, "http://collector:4318/v1/traces")
+        }
+        other => panic!("expected OTLP endpoints, got {other:?}"),
+    }
+    let c = resolved(
+        &[
+            "--exporter",
+            "none",
+            "--otlp-endpoint",
+            "http://collector:4318",
+            "--otlp-receiver-grpc",
+            "14317",
+        ],
+        &Env::default(),
+        None,
+    );
+    assert_eq!(c.sinks.forward, Sink::Otlp);
+    // Without a receiver there is nothing to forward: an endpoint alone opens no lane.
+    let c = resolved(
+        &[
+            "--exporter",
+            "none",
+            "--otlp-endpoint",
+            "http://collector:4318",
+        ],
+        &Env::default(),
+        None,
+    );
+    assert_eq!(c.sinks.forward, Sink::Off);
+    assert_eq!(c.exporter, ExporterKind::Off);
+}
+
+#[test]
+fn prometheus_address_from_otel_variables_flag_wins() {
+    use std::net::SocketAddr;
+    let prom = [("OTEL_METRICS_EXPORTER", "prometheus")];
+    let addr =
+        |args: &[&str], env: &[(&str, &str)]| resolved(args, &Env::with(env), None).prometheus.addr;
+    assert_eq!(
+        addr(&[], &prom),
+        Some("127.0.0.1:9464".parse::<SocketAddr>().unwrap())
+    );
+    let mut env = prom.to_vec();
+    env.extend([
+        ("OTEL_EXPORTER_PROMETHEUS_HOST", "0.0.0.0"),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "9400"),
+    ]);
+    assert_eq!(addr(&[], &env), Some("0.0.0.0:9400".parse().unwrap()));
+    assert_eq!(
+        addr(
+            &[],
+            &[
+                ("OTEL_METRICS_EXPORTER", "prometheus"),
+                ("OTEL_EXPORTER_PROMETHEUS_HOST", "::1")
+            ]
+        ),
+        Some("[::1]:9464".parse().unwrap())
+    );
+    // --prometheus-addr (or its variable) wins over the OTEL_* pair.
+    assert_eq!(
+        addr(&["--prometheus-addr", ":9500"], &env),
+        Some("127.0.0.1:9500".parse().unwrap())
+    );
+    let mut gp = env.clone();
+    gp.push(("GPULSE_PROMETHEUS_ADDR", "0.0.0.0:9600"));
+    assert_eq!(addr(&[], &gp), Some("0.0.0.0:9600".parse().unwrap()));
+    // Without prometheus in the list the OTEL_* pair is not read; an explicit address still
+    // serves /metrics beside OTLP, as before.
+    let host_only = [("OTEL_EXPORTER_PROMETHEUS_PORT", "not-a-port")];
+    assert_eq!(addr(&[], &host_only), None);
+    assert_eq!(
+        addr(&["--prometheus-addr", "9401"], &[]),
+        Some("127.0.0.1:9401".parse().unwrap())
+    );
+    // Bad values name the variable.
+    let mut bad = prom.to_vec();
+    bad.push(("OTEL_EXPORTER_PROMETHEUS_PORT", "94640"));
+    let msg = err(&[], &Env::with(&bad), None);
+    assert!(
+        msg.contains("OTEL_EXPORTER_PROMETHEUS_PORT") && msg.contains("94640"),
+        "{msg}"
+    );
+    let mut bad = prom.to_vec();
+    bad.push(("OTEL_EXPORTER_PROMETHEUS_HOST", "gpu-node.example"));
+    let msg = err(&[], &Env::with(&bad), None);
+    assert!(
+        msg.contains("OTEL_EXPORTER_PROMETHEUS_HOST") && msg.contains("0.0.0.0"),
+        "{msg}"
     );
 }

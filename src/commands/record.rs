@@ -92,7 +92,7 @@ fn default_report_path(at: SystemTime) -> PathBuf {
 /// # Errors
 /// Only before the command starts: an output file cannot be created, or a setting is refused.
 pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
-    if matches!(config.exporter, crate::config::otlp::ExporterKind::Stdout) {
+    if config.sinks.uses_stdout() {
         return Err(RecordError::StdoutExporter);
     }
     let started = SystemTime::now();

@@ -37,8 +37,17 @@ pub const SAMPLE_INTERVAL: &str = "GPULSE_SAMPLE_INTERVAL";
 pub const EXPORT_INTERVAL: &str = "GPULSE_EXPORT_INTERVAL";
 /// The OTel SDK variable for the export interval, in milliseconds.
 pub const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
-/// `--exporter`: `otlp` or `stdout`.
+/// `--exporter`, every signal at once: `otlp`, `stdout` (or `console`) or `none`.
 pub const EXPORTER: &str = "GPULSE_EXPORTER";
+/// The SDK's metrics exporter list: `otlp`, `prometheus`, `console`, `none`.
+pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+/// The SDK's logs exporter (gpulse's findings): `otlp`, `console`, `none`.
+pub const OTEL_LOGS_EXPORTER: &str = "OTEL_LOGS_EXPORTER";
+/// The SDK's Prometheus exporter host (default `localhost`), used when metrics include
+/// `prometheus` and no `--prometheus-addr` is given.
+pub const OTEL_EXPORTER_PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
+/// The SDK's Prometheus exporter port (default 9464).
+pub const OTEL_EXPORTER_PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
 /// `--proc-root`. Wins over [`HOST_PROC`].
 pub const PROC_ROOT: &str = "GPULSE_PROC_ROOT";
 /// The host's proc mount, as gopsutil and the node exporters spell it.

@@ -120,6 +120,22 @@ pub(crate) fn resolve_otlp(
     })
 }
 
+/// Whether the traces endpoint was set by a flag, variable or file key rather than defaulted:
+/// only then are received spans forwarded when gpulse's own signals use no OTLP.
+pub(crate) fn traces_endpoint_explicit(run: &RunArgs, layers: &Layers<'_>) -> bool {
+    SignalLayers {
+        signal: Signal::Traces,
+        layers,
+    }
+    .pick(
+        Layers::flag("--otlp-endpoint", run.otlp_endpoint.as_deref()),
+        var::ENDPOINT,
+        "endpoint",
+        |f| &f.endpoint,
+    )
+    .is_some()
+}
+
 /// Looks one OTLP setting up in the layers, for one signal.
 struct SignalLayers<'l, 'a> {
     signal: Signal,

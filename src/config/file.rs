@@ -85,8 +85,13 @@ pub struct FileConfig {
     pub sample_interval: Value,
     /// How often one OTLP request is sent; at least the sample interval. Default `"10s"`.
     pub export_interval: Value,
-    /// `"otlp"` or `"stdout"` (OTLP JSON lines). Default `"otlp"`.
+    /// Every signal at once: `"otlp"`, `"stdout"` (OTLP JSON lines) or `"none"`. Default
+    /// `"otlp"`.
     pub exporter: Value,
+    /// Metrics only, as `OTEL_METRICS_EXPORTER`: e.g. `"prometheus"` or `"otlp,prometheus"`.
+    pub metrics_exporter: Value,
+    /// Findings only, as `OTEL_LOGS_EXPORTER`: `"otlp"`, `"console"` or `"none"`.
+    pub logs_exporter: Value,
     /// The procfs root processes are looked up in, e.g. `"/host/proc"`. Default `"/proc"`.
     pub proc_root: Value,
     /// Attach `process.command_line` (command lines can carry secrets). Default `false`.

@@ -66,6 +66,7 @@ mod layers;
 pub mod otlp;
 pub mod prometheus;
 mod receiver;
+pub mod sinks;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -77,6 +78,7 @@ pub use file::{FileConfig, LoadedFile};
 pub use prometheus::{PrometheusNames, PrometheusSettings};
 use receiver::receiver_settings;
 pub use receiver::ReceiverSettings;
+pub use sinks::{SignalSinks, Sink};
 
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
@@ -114,7 +116,10 @@ pub struct Config {
     pub sample_interval: Duration,
     /// At least `sample_interval`.
     pub export_interval: Duration,
+    /// The OTLP endpoints (or stdout) of the lanes `sinks` sends through.
     pub exporter: ExporterKind,
+    /// Where each signal goes (`--metrics-exporter`, `OTEL_LOGS_EXPORTER`, ...).
+    pub sinks: SignalSinks,
     pub proc_root: PathBuf,
     pub include_command_line: bool,
     pub read_environ: bool,
@@ -268,17 +273,23 @@ impl Config {
             )));
         }
 
-        let exporter = match first([
-            Layers::flag("--exporter", run.exporter.as_deref()),
-            layers.env(env::EXPORTER),
-            layers.file("exporter", |f| &f.exporter),
-        ]) {
-            None => exporter::resolve_otlp(run, &layers)?,
-            Some(raw) => match raw.text.trim() {
-                "otlp" => exporter::resolve_otlp(run, &layers)?,
-                "stdout" => ExporterKind::Stdout,
-                _ => return Err(raw.invalid("expected otlp or stdout")),
+        let sinks = sinks::resolve(
+            sinks::SinkFlags {
+                exporter: run.exporter.as_deref(),
+                metrics_exporter: run.metrics_exporter.as_deref(),
+                logs_exporter: run.logs_exporter.as_deref(),
             },
+            &layers,
+            receiver::receiver_configured(run, &layers)
+                && exporter::traces_endpoint_explicit(run, &layers),
+        )?;
+        // OTLP settings are resolved (and can fail the start) only when a signal uses them.
+        let exporter = if sinks.uses_otlp() {
+            exporter::resolve_otlp(run, &layers)?
+        } else if sinks.uses_stdout() {
+            ExporterKind::Stdout
+        } else {
+            ExporterKind::Off
         };
 
         let health_addr = first([
@@ -332,7 +343,7 @@ impl Config {
         let mut warnings = Vec::new();
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
         let otlp_receiver = receiver_settings(run, &layers, &exporter)?;
-        let prometheus = prometheus::resolve(run, &layers)?;
+        let prometheus = prometheus::resolve(run, &layers, sinks.prometheus)?;
         let prices = cost::resolve(&run.cost, &layers)?;
 
         Ok(Config {
@@ -341,6 +352,7 @@ impl Config {
             sample_interval,
             export_interval,
             exporter,
+            sinks,
             proc_root: common.proc_root,
             include_command_line: common.include_command_line,
             read_environ: common.read_environ,

@@ -64,4 +64,7 @@ pub enum ExporterKind {
     },
     /// One line of OTLP JSON per request on standard output (the OTLP file-exporter format).
     Stdout,
+    /// Neither OTLP nor stdout carries any signal (e.g. Prometheus-only: metrics on `/metrics`,
+    /// findings off): no endpoint is resolved, no connection made.
+    Off,
 }

@@ -1,8 +1,10 @@
 //! The `/metrics` endpoint's settings (`--prometheus-addr`, `--prometheus-names`,
 //! `--prometheus-max-series`, their `GPULSE_PROMETHEUS_*` variables and the `[prometheus]` file
-//! table), resolved with the one precedence: flags > environment > file > defaults.
+//! table), resolved with the one precedence: flags > environment > file > defaults; and the
+//! SDK's `OTEL_EXPORTER_PROMETHEUS_HOST`/`_PORT` when the metrics exporter list names
+//! `prometheus` and no address was given.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::error::ConfigError;
 use super::layers::{first, Layers};
@@ -65,17 +67,31 @@ impl Default for PrometheusSettings {
     }
 }
 
+/// The OpenTelemetry specification's default for `OTEL_EXPORTER_PROMETHEUS_PORT`.
+pub const DEFAULT_OTEL_PROMETHEUS_PORT: u16 = 9464;
+
+/// `wanted`: the metrics exporter list names `prometheus`. The address is then
+/// `--prometheus-addr` (or its variable or key) when given, else
+/// `OTEL_EXPORTER_PROMETHEUS_HOST`:`OTEL_EXPORTER_PROMETHEUS_PORT` (defaults `localhost`, 9464).
+/// Without `prometheus` in the list, `/metrics` is served only at an explicit `--prometheus-addr`
+/// and the `OTEL_EXPORTER_PROMETHEUS_*` variables are not read.
 pub(crate) fn resolve(
     run: &RunArgs,
     layers: &Layers<'_>,
+    wanted: bool,
 ) -> Result<PrometheusSettings, ConfigError> {
-    let addr = first([
+    let explicit = first([
         Layers::flag("--prometheus-addr", run.prometheus_addr.as_deref()),
         layers.env(super::env::PROMETHEUS_ADDR),
         layers.file("prometheus.addr", |f| &f.prometheus.addr),
     ])
     .map(|raw| raw.parse(super::parse_health_addr))
     .transpose()?;
+    let addr = match explicit {
+        Some(addr) => Some(addr),
+        None if wanted => Some(otel_addr(layers)?),
+        None => None,
+    };
     let names = first([
         Layers::flag("--prometheus-names", run.prometheus_names.as_deref()),
         layers.env(super::env::PROMETHEUS_NAMES),
@@ -106,6 +122,45 @@ pub(crate) fn resolve(
     })
 }
 
+/// The address from the SDK's `OTEL_EXPORTER_PROMETHEUS_HOST` and `_PORT`.
+fn otel_addr(layers: &Layers<'_>) -> Result<SocketAddr, ConfigError> {
+    use super::env::{
+        OTEL_EXPORTER_PROMETHEUS_HOST as HOST, OTEL_EXPORTER_PROMETHEUS_PORT as PORT,
+    };
+    let ip = match layers.env(HOST) {
+        None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Some(raw) => raw.parse(parse_host)?,
+    };
+    let port = match layers.env(PORT) {
+        None => DEFAULT_OTEL_PROMETHEUS_PORT,
+        Some(raw) => raw.parse(|text| {
+            text.trim()
+                .parse::<u16>()
+                .map_err(|_| "expected a port number from 0 to 65535, e.g. 9464".to_string())
+        })?,
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// `localhost`, an IPv4 address, or an IPv6 one (bracketed or not). Host names other than
+/// `localhost` are refused rather than resolved: a listener binds an interface, and a name that
+/// resolves differently later would silently move it.
+fn parse_host(text: &str) -> Result<IpAddr, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    bare.parse::<IpAddr>().map_err(|_| {
+        "expected localhost or an IP address to listen on, e.g. 0.0.0.0 to be scraped from \
+         other hosts"
+            .to_string()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +171,15 @@ mod tests {
         assert_eq!(PrometheusNames::parse(" otel "), Ok(PrometheusNames::Otel));
         let err = PrometheusNames::parse("DCGM_FI").unwrap_err();
         assert!(err.contains("otel") && err.contains("dcgm"), "{err}");
+    }
+
+    #[test]
+    fn hosts_parse_as_listen_addresses() {
+        assert_eq!(parse_host("localhost"), Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(parse_host("0.0.0.0"), Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+        assert_eq!(parse_host("[::1]"), Ok("::1".parse().unwrap()));
+        assert!(parse_host("node-1.example")
+            .unwrap_err()
+            .contains("IP address"));
     }
 }

@@ -30,6 +30,20 @@ impl ReceiverSettings {
     }
 }
 
+/// Whether the local OTLP receiver is turned on by any layer (before its addresses are checked):
+/// only then can received telemetry need forwarding.
+pub(super) fn receiver_configured(run: &RunArgs, layers: &Layers<'_>) -> bool {
+    first([
+        Layers::flag("--otlp-receiver-grpc", run.otlp_receiver_grpc.as_deref()),
+        layers.env(env::OTLP_RECEIVER_GRPC),
+        layers.file("otlp_receiver.grpc", |f| &f.otlp_receiver.grpc),
+        Layers::flag("--otlp-receiver-http", run.otlp_receiver_http.as_deref()),
+        layers.env(env::OTLP_RECEIVER_HTTP),
+        layers.file("otlp_receiver.http", |f| &f.otlp_receiver.http),
+    ])
+    .is_some()
+}
+
 /// The local OTLP receiver's addresses and history. Refuses a receiver on the very port the
 /// exporter sends to on this host, which would forward everything to itself forever.
 pub(super) fn receiver_settings(

@@ -131,6 +131,9 @@ pub struct Intake {
     /// Where the framework's allocator gauges and step spans go for diagnosis, when set.
     framework: Option<FrameworkHandle>,
     span_observer: Option<SpanObserver>,
+    /// Signals received but not forwarded, because no exporter carries them (e.g. traces in
+    /// Prometheus-only mode without an explicit OTLP upstream). They still feed diagnosis.
+    not_forwarded: Vec<Signal>,
 }
 
 impl Intake {
@@ -143,6 +146,7 @@ impl Intake {
             stats: IntakeStats::default(),
             framework: None,
             span_observer: None,
+            not_forwarded: Vec::new(),
         }
     }
 
@@ -158,6 +162,14 @@ impl Intake {
     #[must_use]
     pub fn with_span_observer(mut self, observer: SpanObserver) -> Self {
         self.span_observer = Some(observer);
+        self
+    }
+
+    /// Accepts `signals` without forwarding them (nothing carries them upstream), instead of
+    /// queueing requests that would never leave.
+    #[must_use]
+    pub fn without_forwarding(mut self, signals: &[Signal]) -> Self {
+        self.not_forwarded = signals.to_vec();
         self
     }
 
@@ -209,6 +221,9 @@ impl Intake {
         };
         if accepted.items == 0 {
             // An empty request is valid OTLP and needs no forwarding.
+            return Ok(accepted);
+        }
+        if self.not_forwarded.contains(&signal) {
             return Ok(accepted);
         }
         self.push(signal, request)?;

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::attribution::AttributedWindow;
-use crate::config::Config;
+use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
 use crate::export::logs::{findings_request, log_record_count};
 use crate::export::metrics::{metrics_batch_with_training, MetricsBatch};
@@ -134,6 +134,8 @@ struct Pipeline {
     receivers: Option<crate::enrich::Receivers>,
     /// `/metrics` (`--prometheus-addr`).
     _prometheus: Option<prometheus::MetricsEndpoint>,
+    /// Where gpulse's own metrics and findings go; an `Off` signal is never built nor queued.
+    sinks: crate::config::SignalSinks,
 }
 
 use crate::sampling::Snapshot;
@@ -151,7 +153,12 @@ impl Pipeline {
         );
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
         let analyzer = Analyzer::new(config);
-        let transports = SignalTransports::from_exporter(&config.exporter)?;
+        let transports = SignalTransports::from_exporter(&config.exporter, &config.sinks)?;
+        let not_forwarded: Vec<Signal> = [Signal::Metrics, Signal::Logs, Signal::Traces]
+            .into_iter()
+            .filter(|signal| !transports.carries(*signal))
+            .collect();
+        log_sinks(config);
         let limits = QueueLimits {
             max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
             max_age: config.queue.max_age,
@@ -200,7 +207,8 @@ impl Pipeline {
                     max_wait: config.sample_interval,
                 },
             )
-            .with_framework(analyzer.framework());
+            .with_framework(analyzer.framework())
+            .without_forwarding(&not_forwarded);
             Some(
                 crate::enrich::Receivers::start(
                     config.otlp_receiver.grpc,
@@ -243,6 +251,7 @@ impl Pipeline {
             _health_server: health_server,
             receivers,
             _prometheus: prometheus,
+            sinks: config.sinks,
         })
     }
 
@@ -274,7 +283,20 @@ impl Pipeline {
             }
             analysis
         });
-        let batch = match &analysis {
+        if self.sinks.metrics != Sink::Off {
+            self.export_metrics(analysis.as_ref());
+        }
+        if self.sinks.logs == Sink::Off {
+            return;
+        }
+        if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
+            self.export_findings(&analysis.events, &analysis.attributed);
+        }
+    }
+
+    /// Queues the window's metrics request, gpulse's own health included.
+    fn export_metrics(&mut self, analysis: Option<&crate::pipeline::Analysis>) {
+        let batch = match analysis {
             Some(a) => metrics_batch_with_training(&a.attributed, &a.training, &self.node),
             None => MetricsBatch::default(),
         };
@@ -289,9 +311,6 @@ impl Pipeline {
         let (body, points) = self.telemetry.add_to_window(window, points);
         if points > 0 {
             self.push(Signal::Metrics, EncodedRequest::new(body, points));
-        }
-        if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
-            self.export_findings(&analysis.events, &analysis.attributed);
         }
     }
 
@@ -337,6 +356,23 @@ impl Pipeline {
         self.sender.abort();
         tracing::info!("gpulse stopped");
     }
+}
+
+/// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
+/// deployment can be told from a misconfigured one at a glance.
+fn log_sinks(config: &Config) {
+    let sinks = &config.sinks;
+    let metrics = match (sinks.metrics, config.prometheus.addr) {
+        (Sink::Off, Some(addr)) => format!("prometheus http://{addr}/metrics"),
+        (sink, Some(addr)) => format!("{} and prometheus http://{addr}/metrics", sink.as_str()),
+        (sink, None) => sink.as_str().to_string(),
+    };
+    tracing::info!(
+        metrics = %metrics,
+        logs = sinks.logs.as_str(),
+        forwarded = sinks.forward.as_str(),
+        "exporters"
+    );
 }
 
 /// One warning at start when the procfs root shows no process at all (an empty or wrong

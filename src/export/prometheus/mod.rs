@@ -13,6 +13,7 @@
 //! dcgm` adds dcgm-exporter's ([`dcgm`]).
 
 pub mod dcgm;
+pub mod docs;
 pub mod encode;
 pub mod exposition;
 pub mod families;

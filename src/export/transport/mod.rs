@@ -26,6 +26,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResp
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 
 use crate::config::otlp::{ExporterKind, Protocol, SignalEndpoint};
+use crate::config::{SignalSinks, Sink};
 
 pub use classify::{
     classify_grpc, classify_http, parse_retry_after, retry_info_delay, rpc_status_message,
@@ -199,6 +200,10 @@ pub enum SendError {
     /// The stdout exporter could not turn the request into OTLP JSON.
     #[error("could not render the {signal} request as OTLP JSON: {detail}")]
     Render { signal: Signal, detail: String },
+    /// The signal's exporter is `none`: callers do not queue such requests, so one reaching
+    /// the transport is a gpulse bug, dropped rather than retried.
+    #[error("{signal} has no exporter (it is set to none); the request was dropped")]
+    Disabled { signal: Signal },
     /// gzip failed (memory): nothing was sent.
     #[error("could not gzip the {signal} request: {source}")]
     Compress {
@@ -225,9 +230,10 @@ impl SendError {
             }
             // A closed stdout, a request that cannot be rendered or gzipped: the same bytes
             // fail the same way next time.
-            SendError::Stdout { .. } | SendError::Render { .. } | SendError::Compress { .. } => {
-                Retryability::Permanent
-            }
+            SendError::Stdout { .. }
+            | SendError::Render { .. }
+            | SendError::Compress { .. }
+            | SendError::Disabled { .. } => Retryability::Permanent,
         }
     }
 
@@ -242,6 +248,7 @@ impl SendError {
             SendError::Stdout { .. } => FailureReason::Stdout,
             SendError::Render { .. } => FailureReason::Render,
             SendError::Compress { .. } => FailureReason::Compress,
+            SendError::Disabled { .. } => FailureReason::Disabled,
         }
     }
 }
@@ -260,6 +267,7 @@ pub enum FailureReason {
     Stdout,
     Render,
     Compress,
+    Disabled,
 }
 
 impl fmt::Display for FailureReason {
@@ -277,6 +285,7 @@ impl fmt::Display for FailureReason {
             FailureReason::Stdout => f.write_str("stdout"),
             FailureReason::Render => f.write_str("render"),
             FailureReason::Compress => f.write_str("compress"),
+            FailureReason::Disabled => f.write_str("disabled"),
         }
     }
 }
@@ -391,54 +400,83 @@ impl Transport for AnyTransport {
 }
 
 /// The carriers of the signals: metrics, logs and forwarded traces may go to different
-/// endpoints (the `_METRICS_`/`_LOGS_`/`_TRACES_` variables), so each has its own.
+/// endpoints (the `_METRICS_`/`_LOGS_`/`_TRACES_` variables), so each has its own; a signal that
+/// goes nowhere (`OTEL_*_EXPORTER=none`) has none, and nothing is ever connected for it.
 #[derive(Debug)]
 pub struct SignalTransports {
-    pub metrics: AnyTransport,
-    pub logs: AnyTransport,
-    pub traces: AnyTransport,
+    pub metrics: Option<AnyTransport>,
+    pub logs: Option<AnyTransport>,
+    pub traces: Option<AnyTransport>,
 }
 
 impl SignalTransports {
-    /// Builds both carriers from the resolved exporter settings.
+    /// Builds the carrier of each lane the sinks use, from the resolved exporter settings.
     ///
     /// # Errors
-    /// [`TransportBuildError`] from either endpoint.
+    /// [`TransportBuildError`] from an endpoint.
     ///
     /// # Panics
     /// Outside a tokio runtime when an endpoint uses gRPC.
-    pub fn from_exporter(kind: &ExporterKind) -> Result<Self, TransportBuildError> {
-        Ok(match kind {
+    pub fn from_exporter(
+        kind: &ExporterKind,
+        sinks: &SignalSinks,
+    ) -> Result<Self, TransportBuildError> {
+        // The signals share the one stdout, so their lines never interleave.
+        let out = sinks.uses_stdout().then(StdoutTransport::stdout);
+        let endpoints = match kind {
             ExporterKind::Otlp {
                 metrics,
                 logs,
                 traces,
-            } => {
-                let metrics_transport = AnyTransport::for_endpoint(Signal::Metrics, metrics)?;
-                // Forwarded spans share the metrics' gRPC connection when they go to the same
-                // place, as they usually do (one origin for all signals).
-                let traces_transport = match &metrics_transport {
-                    AnyTransport::Grpc(grpc) if traces == metrics => {
-                        AnyTransport::Grpc(grpc.clone())
-                    }
-                    _ => AnyTransport::for_endpoint(Signal::Traces, traces)?,
-                };
-                SignalTransports {
-                    metrics: metrics_transport,
-                    logs: AnyTransport::for_endpoint(Signal::Logs, logs)?,
-                    traces: traces_transport,
-                }
+            } => Some((metrics, logs, traces)),
+            ExporterKind::Stdout | ExporterKind::Off => None,
+        };
+        let build = |sink: Sink,
+                     signal: Signal,
+                     endpoint: Option<&SignalEndpoint>|
+         -> Result<Option<AnyTransport>, TransportBuildError> {
+            Ok(match (sink, endpoint) {
+                (Sink::Otlp, Some(endpoint)) => Some(AnyTransport::for_endpoint(signal, endpoint)?),
+                (Sink::Stdout, _) => out.clone().map(AnyTransport::Stdout),
+                // Config resolves endpoints whenever a lane uses OTLP; without them the lane
+                // stays unbuilt rather than guessing a destination.
+                (Sink::Otlp, None) | (Sink::Off, _) => None,
+            })
+        };
+        let metrics = build(
+            sinks.metrics_lane(),
+            Signal::Metrics,
+            endpoints.map(|e| e.0),
+        )?;
+        let logs = build(sinks.logs_lane(), Signal::Logs, endpoints.map(|e| e.1))?;
+        // Forwarded spans share the metrics' gRPC connection when they go to the same place, as
+        // they usually do (one origin for all signals).
+        let traces = match (&metrics, endpoints) {
+            (Some(AnyTransport::Grpc(grpc)), Some((m, _, t)))
+                if t == m && sinks.traces_lane() == Sink::Otlp =>
+            {
+                Some(AnyTransport::Grpc(grpc.clone()))
             }
-            ExporterKind::Stdout => {
-                // The signals share the one stdout, so their lines never interleave.
-                let out = StdoutTransport::stdout();
-                SignalTransports {
-                    metrics: AnyTransport::Stdout(out.clone()),
-                    logs: AnyTransport::Stdout(out.clone()),
-                    traces: AnyTransport::Stdout(out),
-                }
-            }
+            _ => build(sinks.traces_lane(), Signal::Traces, endpoints.map(|e| e.2))?,
+        };
+        Ok(SignalTransports {
+            metrics,
+            logs,
+            traces,
         })
+    }
+
+    /// Whether requests of `signal` have somewhere to go.
+    pub fn carries(&self, signal: Signal) -> bool {
+        self.lane(signal).is_some()
+    }
+
+    fn lane(&self, signal: Signal) -> Option<&AnyTransport> {
+        match signal {
+            Signal::Metrics => self.metrics.as_ref(),
+            Signal::Logs => self.logs.as_ref(),
+            Signal::Traces => self.traces.as_ref(),
+        }
     }
 }
 
@@ -448,10 +486,9 @@ impl Transport for SignalTransports {
         signal: Signal,
         request: &EncodedRequest,
     ) -> Result<SendOutcome, SendError> {
-        match signal {
-            Signal::Metrics => self.metrics.send(signal, request).await,
-            Signal::Logs => self.logs.send(signal, request).await,
-            Signal::Traces => self.traces.send(signal, request).await,
+        match self.lane(signal) {
+            Some(transport) => transport.send(signal, request).await,
+            None => Err(SendError::Disabled { signal }),
         }
     }
 }
