@@ -673,3 +673,49 @@ fn run_gives_a_process_alone_on_its_instance_its_gpm_and_splits_no_shared_instan
         "no warning: {stderr}"
     );
 }
+
+/// `gpulse snapshot`'s table for a scenario (stdout).
+fn snapshot_table(scenario: &Path) -> String {
+    let output = Command::new(gpulse_bin())
+        .args(["snapshot", "--nvml-lib"])
+        .arg(crate::sampling::sim_lib())
+        .env("NVML_SIM_SCENARIO", scenario)
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .output()
+        .expect("run gpulse snapshot");
+    assert!(
+        output.status.success(),
+        "gpulse snapshot failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 table")
+}
+
+#[test]
+fn snapshot_table_shows_each_processs_instance_only_when_one_runs_on_mig() {
+    let table = snapshot_table(&scenario_path());
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("GPU") && l.contains("PID"))
+        .unwrap_or_else(|| panic!("no process header:\n{table}"));
+    assert!(header.contains("MIG instance"), "{header}");
+    let row = |pid: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == pid))
+            .unwrap_or_else(|| panic!("no row for {pid}:\n{table}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("6101")[..4], ["0", "GI1", "CI0", "3g.40gb"]);
+    assert_eq!(row("6102")[..4], ["0", "GI2", "CI0", "3g.40gb"]);
+    assert_eq!(row("6201")[..3], ["1", "-", "6201"], "GPU 1 is whole");
+
+    let whole = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios/default.toml");
+    let table = snapshot_table(&whole);
+    assert!(table.contains("PID"), "{table}");
+    assert!(
+        !table.contains("MIG instance"),
+        "no MIG, no column:\n{table}"
+    );
+}

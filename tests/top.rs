@@ -35,17 +35,25 @@ fn cgroup2_root() -> PathBuf {
     hybrid
 }
 
-/// The line of the process table that starts with `gpu` and `pid`.
+/// Whether `line` is the process table's row of `pid` on GPU `gpu`: "│GPU [MIG] PID …", the MIG
+/// column (GI and profile) between them while a process runs on a MIG instance.
+fn is_row(line: &str, gpu: u32, pid: u32) -> bool {
+    let Some(rest) = line.strip_prefix('│') else {
+        return false;
+    };
+    let mut words = rest.split_whitespace();
+    words.next() == Some(gpu.to_string().as_str()) && words.take(3).any(|w| w == pid.to_string())
+}
+
+/// The line of the process table of `pid` on GPU `gpu`.
 fn table_row(screen: &str, gpu: u32, pid: u32) -> Option<&str> {
-    let start = format!("│{gpu:<4}{pid} ");
-    screen.lines().find(|l| l.starts_with(&start))
+    screen.lines().find(|l| is_row(l, gpu, pid))
 }
 
 fn row_index(screen: &str, pid: u32) -> usize {
-    let start = format!("│0   {pid} ");
     screen
         .lines()
-        .position(|l| l.starts_with(&start))
+        .position(|l| is_row(l, 0, pid))
         .unwrap_or_else(|| panic!("no table row for pid {pid}:\n{screen}"))
 }
 
@@ -112,6 +120,24 @@ fn top_in_tmux_shows_gpus_processes_containers_and_findings_and_obeys_keys() {
     );
     assert!(row.contains("1024M"), "{row}");
     assert!(table_row(&screen, 0, other_pid).unwrap().contains("3072M"));
+    // GPU 0 is in MIG mode (the library puts process i in GI 3 or GI 5 by i % 2): each row names
+    // its instance, and each process, alone on it, shows its graphics-engine activity as SM%
+    // once a GPM pair (two samples) exists.
+    let mig_rows = [
+        (trainer_pid, "GI3 2g.12gb", "83"),
+        (other_pid, "GI5 1g.6gb", "9"),
+    ];
+    tmux.wait_for(
+        "each MIG process's instance and activity",
+        Duration::from_secs(30),
+        |s| {
+            mig_rows.iter().all(|(pid, instance, activity)| {
+                table_row(s, 0, *pid).is_some_and(|row| {
+                    row.contains(instance) && row.split_whitespace().any(|w| w == *activity)
+                })
+            })
+        },
+    );
     assert!(screen.contains("Findings ("), "{screen}");
     assert!(screen.contains("q quit"), "the key footer: {screen}");
     // Sorted by GPU memory: the 3 GiB process first.
@@ -148,7 +174,13 @@ fn top_in_tmux_shows_gpus_processes_containers_and_findings_and_obeys_keys() {
     tmux.keys(&["t"]);
     let screen = tmux.wait_for("the tree", Duration::from_secs(5), |s| {
         s.lines()
-            .any(|l| l.starts_with(&format!("│    {worker} ")) && l.contains("└ sleep"))
+            // A descendant has no GPU (nor MIG instance): its PID is the row's first word.
+            .any(|l| {
+                l.strip_prefix('│')
+                    .and_then(|rest| rest.split_whitespace().next())
+                    == Some(worker.to_string().as_str())
+                    && l.contains("└ sleep")
+            })
     });
     assert!(screen.contains("tree"), "{screen}");
 

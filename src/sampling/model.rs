@@ -123,12 +123,17 @@ pub struct MigInstanceInfo {
 }
 
 impl MigInstanceInfo {
-    /// The MIG profile, e.g. `3g.40gb`: NVML names a MIG device "<GPU name> MIG <profile>"
-    /// (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same); the whole name when it
-    /// does not follow that form.
+    /// The MIG profile, e.g. `3g.40gb` (see [`mig_profile`]).
     pub fn profile(&self) -> &str {
-        self.name.rsplit_once("MIG ").map_or(&self.name, |(_, p)| p)
+        mig_profile(&self.name)
     }
+}
+
+/// The MIG profile in NVML's name of a MIG device, e.g. `3g.40gb`: NVML names a MIG device
+/// "<GPU name> MIG <profile>" (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same);
+/// the whole name when it does not follow that form.
+pub fn mig_profile(name: &str) -> &str {
+    name.rsplit_once("MIG ").map_or(name, |(_, p)| p)
 }
 
 /// One MIG device in one pass. NVML gives a MIG handle no utilisation, clocks, power or

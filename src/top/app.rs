@@ -11,7 +11,8 @@ use super::input::{Action, Mode, SortKey};
 use super::procinfo::Family;
 use crate::diagnosis::{Finding, RuleId, Subject};
 use crate::pipeline::View;
-use crate::schema::DeviceField;
+use crate::sampling::MigInstanceInfo;
+use crate::schema::{DeviceField, GpmField};
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.
 pub const HISTORY_LEN: usize = 300;
@@ -84,8 +85,11 @@ pub struct Row {
     pub pod: Option<String>,
     pub service: Option<String>,
     pub gpu_memory_bytes: Option<u64>,
-    /// Percent.
+    /// Percent. On MIG (no per-process figures there): the instance's graphics-engine activity
+    /// for a process alone in its GPU instance, else unknown.
     pub sm: Option<f64>,
+    /// The MIG instance the process runs in, e.g. `GI1 3g.40gb`; `None` on a whole GPU.
+    pub mig: Option<String>,
     /// Percent of one core.
     pub cpu: Option<f64>,
     pub rss_bytes: Option<u64>,
@@ -303,8 +307,8 @@ fn percent(ratio: f64) -> u64 {
 /// One row per GPU process and device.
 fn gpu_rows(view: &View) -> Vec<Row> {
     let attributed = &view.attributed;
-    attributed
-        .window
+    let window = &attributed.window;
+    window
         .processes
         .iter()
         .map(|p| {
@@ -330,7 +334,16 @@ fn gpu_rows(view: &View) -> Vec<Row> {
                 }),
                 service: workload.map(|w| w.effective_service_name()),
                 gpu_memory_bytes: p.gpu_memory_bytes.as_ref().map(|g| g.last as u64),
-                sm: p.sm_utilization.as_ref().map(|g| g.last * 100.0),
+                sm: p
+                    .sm_utilization
+                    .or_else(|| {
+                        let alone = window.mig_instance_held_alone(p.pid, &p.device_uuid)?;
+                        alone.gpm.gauge(GpmField::GraphicsActivity)
+                    })
+                    .map(|g| g.last * 100.0),
+                mig: window
+                    .mig_instance_of(p.pid, &p.device_uuid)
+                    .map(|m| mig_label(&m.info)),
                 cpu: usage.and_then(|u| u.cpu_utilization).map(|c| c * 100.0),
                 rss_bytes: usage.and_then(|u| u.memory_rss_bytes),
                 command: workload
@@ -341,6 +354,14 @@ fn gpu_rows(view: &View) -> Vec<Row> {
             }
         })
         .collect()
+}
+
+/// `GI<id> <profile>` (with `.CI<id>` when the GPU instance is split into compute instances).
+fn mig_label(info: &MigInstanceInfo) -> String {
+    match info.compute_instance_id {
+        0 => format!("GI{} {}", info.gpu_instance_id, info.profile()),
+        ci => format!("GI{}.CI{ci} {}", info.gpu_instance_id, info.profile()),
+    }
 }
 
 /// `job/rank` from the rank's own spans (the companion's resource, heard by a receiver), else
@@ -448,6 +469,7 @@ fn push_subtree(
                 service: None,
                 gpu_memory_bytes: None,
                 sm: None,
+                mig: None,
                 cpu: member.cpu.map(|c| c * 100.0),
                 rss_bytes: member.rss_bytes,
                 command: member.comm.clone(),

@@ -452,6 +452,99 @@ fn mig_devices_are_listed_under_their_gpu() {
     }
 }
 
+#[test]
+fn processes_on_mig_show_their_instance_and_only_a_lone_ones_activity() {
+    use crate::sampling::{GpmActivity, MigInstanceInfo, MigInstanceSample, ProcessMig};
+    use crate::schema::GpmField;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_400_000);
+    let mut s = snapshot(at);
+    let info = |gi: u32, profile: &str| {
+        Arc::new(MigInstanceInfo {
+            uuid: format!("MIG-{gi}"),
+            name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
+            parent_uuid: "GPU-0".into(),
+            parent_index: 0,
+            mig_index: gi - 1,
+            gpu_instance_id: gi,
+            compute_instance_id: 0,
+        })
+    };
+    let (alone, shared) = (info(1, "3g.40gb"), info(2, "2g.20gb"));
+    s.devices[0].mig_instances = [(&alone, 0.73), (&shared, 0.9)]
+        .into_iter()
+        .map(|(info, graphics)| MigInstanceSample {
+            info: Arc::clone(info),
+            memory_used_bytes: Some(8 << 30),
+            memory_free_bytes: None,
+            memory_total_bytes: Some(40 << 30),
+            gpm: GpmActivity::of([(GpmField::GraphicsActivity, graphics)]),
+        })
+        .collect();
+    // NVML gives MIG processes no SM figure; the trainer is alone on GI 1, two others share GI 2.
+    let on = |pid: u32, info: &MigInstanceInfo| {
+        let mut p = s.processes[0].clone();
+        p.pid = pid;
+        p.sm_utilization = None;
+        p.mig = Some(ProcessMig {
+            uuid: info.uuid.clone(),
+            gpu_instance_id: info.gpu_instance_id,
+            compute_instance_id: 0,
+        });
+        p
+    };
+    let mig_processes = [on(TRAINER, &alone), on(7001, &shared), on(7002, &shared)];
+    s.processes.retain(|p| p.device_index != 0);
+    s.processes.extend(mig_processes);
+    let mut aggregator = WindowAggregator::new();
+    aggregator.add(&s);
+    let mut app = app(false);
+    app.observe(
+        Arc::new(View {
+            attributed: Arc::new(AttributedWindow::unattributed(
+                aggregator.take().expect("a window"),
+            )),
+            findings: vec![],
+            training: Default::default(),
+            at,
+        }),
+        None,
+    );
+    for (width, height) in [(80, 24), (200, 60)] {
+        let (screen, _) = render(&app, width, height);
+        let row = |pid: u32| {
+            screen
+                .lines()
+                .find(|l| l.split_whitespace().any(|w| w == pid.to_string()))
+                .unwrap_or_else(|| panic!("no row for {pid} at {width}x{height}:\n{screen}"))
+                .split(|c: char| c == '│' || c.is_whitespace())
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.contains("MIG") && l.contains("PID")),
+            "MIG column header at {width}x{height}:\n{screen}"
+        );
+        let trainer = row(TRAINER);
+        assert_eq!(trainer[..4], ["0", "GI1", "3g.40gb", "4242"], "{trainer:?}");
+        assert!(
+            trainer.contains(&"73".to_string()),
+            "its instance's activity: {trainer:?}"
+        );
+        for pid in [7001, 7002] {
+            let shared_row = row(pid);
+            assert_eq!(shared_row[1..3], ["GI2", "2g.20gb"], "{shared_row:?}");
+            assert!(
+                !shared_row.contains(&"90".to_string()),
+                "no split: {shared_row:?}"
+            );
+        }
+        assert_eq!(row(OTHER)[..3], ["1", "-", "5151"], "GPU 1 is whole");
+    }
+}
+
 /// A rank shows its job and rank, the straggler `rank_straggler` names is marked SLOW in the
 /// table, and the detail pane gives its step figures.
 #[test]

@@ -175,7 +175,7 @@ pub fn render_table(report: &SnapshotReport) -> String {
             // A MIG device under its GPU: identity, memory slice, its GPU instance's activity.
             // NVML names a MIG device "<GPU name> MIG <profile>": the profile is what tells
             // instances apart here.
-            let profile = m.name.rsplit_once("MIG ").map_or(m.name, |(_, p)| p);
+            let profile = crate::sampling::model::mig_profile(m.name);
             let _ = writeln!(
                 out,
                 "    MIG GI {} CI {}  {:<10} {:<40} {:>19}  SM {}  tensor {}  DRAM {}",
@@ -205,12 +205,43 @@ pub fn render_table(report: &SnapshotReport) -> String {
         let _ = writeln!(out, "No GPU processes.");
     } else {
         let h = PROCESS_HEADER;
+        // The MIG instance column appears only when some process runs on one.
+        let on_mig = report.processes.iter().any(|p| p.mig_instance.is_some());
+        let mig_column = |label: &str| {
+            if on_mig {
+                format!(" {:<16}", truncate(label, 16))
+            } else {
+                String::new()
+            }
+        };
         let _ = writeln!(
             out,
-            "{:<3} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
-            h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
+            "{:<3}{} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
+            h[0],
+            mig_column("MIG instance"),
+            h[1],
+            h[2],
+            h[3],
+            h[4],
+            h[5],
+            h[6],
+            h[7],
+            h[8],
+            h[9]
         );
         for p in &report.processes {
+            let instance = p.mig_instance.as_ref().map_or("-".to_string(), |m| {
+                let profile = report
+                    .devices
+                    .iter()
+                    .flat_map(|d| &d.mig_instances)
+                    .find(|i| i.uuid == m.uuid)
+                    .map_or("", |i| crate::sampling::model::mig_profile(i.name));
+                format!(
+                    "GI{} CI{} {profile}",
+                    m.gpu_instance_id, m.compute_instance_id
+                )
+            });
             let kind = match p.kind {
                 ProcessKind::Compute => "C",
                 ProcessKind::Graphics => "G",
@@ -233,8 +264,9 @@ pub fn render_table(report: &SnapshotReport) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<3} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
+                "{:<3}{} {:>8} {:>8} {:<4} {:>12} {:>6} {:>6}  {:<16} {:<14} {}",
                 p.device_index,
+                mig_column(&instance),
                 p.pid,
                 w.and_then(|w| w.vpid)
                     .map_or("-".to_string(), |v| v.to_string()),

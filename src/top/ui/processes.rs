@@ -18,11 +18,17 @@ pub(super) struct Column {
     priority: u8,
 }
 
-pub(super) const COLUMNS: [Column; 13] = [
+pub(super) const COLUMNS: [Column; 14] = [
     Column {
         title: "GPU",
         width: 3,
         priority: 0,
+    },
+    // Drawn only while some process runs on a MIG instance.
+    Column {
+        title: "MIG",
+        width: 12,
+        priority: 1,
     },
     Column {
         title: "PID",
@@ -87,8 +93,9 @@ pub(super) const COLUMNS: [Column; 13] = [
     },
 ];
 
-/// Which columns fit in `width` (the command takes what is left).
-pub(super) fn visible_columns(width: u16) -> Vec<usize> {
+/// Which columns fit in `width` (the command takes what is left); the MIG column only when
+/// `mig` (some process runs on a MIG instance).
+pub(super) fn visible_columns(width: u16, mig: bool) -> Vec<usize> {
     let mut chosen: Vec<usize> = Vec::new();
     let mut priorities: Vec<u8> = COLUMNS.iter().map(|c| c.priority).collect();
     priorities.sort_unstable();
@@ -96,6 +103,7 @@ pub(super) fn visible_columns(width: u16) -> Vec<usize> {
     for priority in priorities {
         let candidate: Vec<usize> = (0..COLUMNS.len())
             .filter(|&i| COLUMNS[i].priority <= priority)
+            .filter(|&i| mig || COLUMNS[i].title != "MIG")
             .collect();
         let needed: u16 = candidate.iter().map(|&i| COLUMNS[i].width + 1).sum();
         if needed <= width {
@@ -121,7 +129,7 @@ pub(super) fn draw_processes(frame: &mut Frame, area: Rect, app: &App, palette: 
     }
     let block = Block::bordered().title(Span::styled(title, palette.title()));
     let inner_width = area.width.saturating_sub(2);
-    let columns = visible_columns(inner_width);
+    let columns = visible_columns(inner_width, app.rows.iter().any(|r| r.mig.is_some()));
     let widths: Vec<Constraint> = columns
         .iter()
         .map(|&i| {
@@ -185,6 +193,7 @@ pub(super) fn cell_text(row: &Row, column: usize) -> String {
             RowKind::Gpu { device_index } => device_index.to_string(),
             RowKind::Descendant => String::new(),
         },
+        "MIG" => row.mig.clone().unwrap_or_else(dash),
         "PID" => row.pid.to_string(),
         "VPID" => row.vpid.map_or_else(dash, |v| v.to_string()),
         "USER" => row.user.clone().unwrap_or_else(dash),
