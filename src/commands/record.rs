@@ -35,7 +35,7 @@ pub enum RecordError {
     },
     #[error(transparent)]
     Recording(#[from] otlp_json::ReadError),
-    #[error("--exporter stdout would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Export to a Collector with --otlp-endpoint, or keep the run with --report/--json")]
+    #[error("the stdout exporter (--exporter stdout/console, or console in OTEL_METRICS_EXPORTER or OTEL_LOGS_EXPORTER) would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Unset it for this command; the run is kept by --report and --json")]
     StdoutExporter,
 }
 
