@@ -345,9 +345,63 @@ device_fields! {
         of(CurrPcieLinkWidth)),
 }
 
+/// A field filled by a call: the field, the index of its member in the call's answer, and
+/// the factor to its unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldRead {
+    pub field: DeviceField,
+    pub member: usize,
+    pub factor: f64,
+}
+
+/// Every distinct call of [`DEVICE_FIELDS`], in the order of its first row, with the fields it
+/// fills: what sampling asks of a device each tick for its scalar fields, and so what the
+/// benchmark floor asks too.
+pub fn field_calls() -> Vec<(NvmlCall, Vec<FieldRead>)> {
+    let mut calls: Vec<(NvmlCall, Vec<FieldRead>)> = Vec::new();
+    for spec in &DEVICE_FIELDS {
+        let source = spec.source;
+        let member = source.call.member_index(source.member).unwrap_or_else(|| {
+            panic!(
+                "{}: {} has no member {:?}",
+                spec.key, source.call, source.member
+            )
+        });
+        let read = FieldRead {
+            field: spec.field,
+            member,
+            factor: source.scale.factor(),
+        };
+        match calls.iter_mut().find(|(call, _)| *call == source.call) {
+            Some((_, reads)) => reads.push(read),
+            None => calls.push((source.call, vec![read])),
+        }
+    }
+    calls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every call fills some field, and every member a call names is read by some row: a call
+    /// nobody reads would be made for nothing every tick.
+    #[test]
+    fn every_call_and_member_is_read() {
+        let calls = field_calls();
+        for call in NvmlCall::ALL {
+            let Some((_, reads)) = calls.iter().find(|(c, _)| c == call) else {
+                panic!("{call} fills no field of DEVICE_FIELDS");
+            };
+            for (i, member) in call.members().iter().enumerate() {
+                assert!(
+                    reads.iter().any(|r| r.member == i),
+                    "{call}: no row reads {member}"
+                );
+            }
+        }
+    }
+
     use crate::schema::Instrument;
 
     #[test]

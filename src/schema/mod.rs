@@ -23,11 +23,11 @@ pub mod throttle;
 pub mod values;
 
 pub use device::{
-    DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldSpec, WindowKind, DEVICE_FIELDS,
-    FIELD_COUNT,
+    field_calls, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead, FieldSpec, WindowKind,
+    DEVICE_FIELDS, FIELD_COUNT,
 };
 pub use gpm::{GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT};
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
-pub use source::{field_calls, FieldRead, NvmlCall, Scale, Source};
+pub use source::{NvmlCall, Scale, Source};
 pub use throttle::{throttle_reason_names, throttle_reasons};
 pub use values::{serialize_keyed, FieldReport, FieldValues, ReportValue};

@@ -2,10 +2,8 @@
 //! arguments), the member of its answer, and the factor that turns NVML's integer into the
 //! field's unit ([`Scale`]). Typed so that sampling, the benchmark floor (which must make exactly
 //! the sampler's calls) and the device check (which reads every field again through NVIDIA's own
-//! binding) all walk the same list: [`field_calls`] gives each distinct call once, with the
-//! fields it fills.
-
-use super::device::{DeviceField, DEVICE_FIELDS};
+//! binding) all walk the same list: [`field_calls`](super::field_calls) gives each distinct
+//! call once, with the fields it fills. Depends on nothing else in the schema.
 
 /// Declares [`NvmlCall`] with each call's C function, its arguments and the members of its
 /// answer, from one list.
@@ -165,62 +163,9 @@ impl Source {
     }
 }
 
-/// A field filled by a call: the field, the index of its member in the call's answer, and
-/// the factor to its unit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FieldRead {
-    pub field: DeviceField,
-    pub member: usize,
-    pub factor: f64,
-}
-
-/// Every distinct call of [`DEVICE_FIELDS`], in the order of its first row, with the fields it
-/// fills: what sampling asks of a device each tick for its scalar fields, and so what the
-/// benchmark floor asks too.
-pub fn field_calls() -> Vec<(NvmlCall, Vec<FieldRead>)> {
-    let mut calls: Vec<(NvmlCall, Vec<FieldRead>)> = Vec::new();
-    for spec in &DEVICE_FIELDS {
-        let source = spec.source;
-        let member = source.call.member_index(source.member).unwrap_or_else(|| {
-            panic!(
-                "{}: {} has no member {:?}",
-                spec.key, source.call, source.member
-            )
-        });
-        let read = FieldRead {
-            field: spec.field,
-            member,
-            factor: source.scale.factor(),
-        };
-        match calls.iter_mut().find(|(call, _)| *call == source.call) {
-            Some((_, reads)) => reads.push(read),
-            None => calls.push((source.call, vec![read])),
-        }
-    }
-    calls
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every call fills some field, and every member a call names is read by some row: a call
-    /// nobody reads would be made for nothing every tick.
-    #[test]
-    fn every_call_and_member_is_read() {
-        let calls = field_calls();
-        for call in NvmlCall::ALL {
-            let Some((_, reads)) = calls.iter().find(|(c, _)| c == call) else {
-                panic!("{call} fills no field of DEVICE_FIELDS");
-            };
-            for (i, member) in call.members().iter().enumerate() {
-                assert!(
-                    reads.iter().any(|r| r.member == i),
-                    "{call}: no row reads {member}"
-                );
-            }
-        }
-    }
 
     #[test]
     fn members_resolve_and_calls_display_with_their_arguments() {
