@@ -25,7 +25,7 @@ const OTHER_GI5: &str = "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd02";
 /// GPU 0's power in the other library (123456 mW).
 const OTHER_POWER_W: f64 = 123.456;
 
-fn sleeper() -> ChildGuard {
+pub(crate) fn sleeper() -> ChildGuard {
     ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
 }
 
@@ -390,7 +390,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
 
 /// `sleep` with `SLURM_JOB_ID` in its environment, once it has exec'd (its environ is then its
 /// own, not the test's).
-fn slurm_sleeper(job: &str) -> ChildGuard {
+pub(crate) fn slurm_sleeper(job: &str) -> ChildGuard {
     let child = ChildGuard::spawn(Command::new("sleep").arg("300").env("SLURM_JOB_ID", job))
         .expect("spawn sleep");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

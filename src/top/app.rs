@@ -1,6 +1,6 @@
 //! The live view's state: the latest analysed window (a [`View`] from the analyzer), the history
 //! behind the sparklines, and what the person at the keyboard chose (sort order, filter, tree,
-//! selection, detail pane). New windows arrive through [`App::observe`], keys through
+//! roll-ups panel, selection, detail pane). New windows arrive through [`App::observe`], keys through
 //! [`App::apply`]; drawing (`ui`) only reads.
 
 use std::collections::{HashMap, VecDeque};
@@ -136,6 +136,8 @@ pub struct App {
     pub mode: Mode,
     pub filter: String,
     pub tree: bool,
+    /// The roll-ups panel (GPU-hours, energy and cost by job, pod and container) is shown.
+    pub rollups: bool,
     pub detail: bool,
     /// The selected row's PID and kind: the selection follows the process when rows move.
     pub selected: Option<(u32, RowKind)>,
@@ -160,6 +162,7 @@ impl App {
             mode: Mode::Normal,
             filter: String::new(),
             tree: false,
+            rollups: false,
             detail: false,
             selected: None,
             rows: Vec::new(),
@@ -230,6 +233,7 @@ impl App {
                 self.mode = Mode::Normal;
             }
             Action::ToggleTree => self.tree = !self.tree,
+            Action::ToggleRollups => self.rollups = !self.rollups,
             Action::ToggleDetail => self.detail = !self.detail && self.selected.is_some(),
             Action::CloseDetail => self.detail = false,
             Action::Move(delta) => self.move_selection(delta),

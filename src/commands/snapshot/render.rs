@@ -281,7 +281,11 @@ pub fn render_table(report: &SnapshotReport) -> String {
         }
     }
     if let (Some(accounting), Some(w)) = (&report.accounting, &report.window) {
-        super::rollups::render_rollups(&mut out, accounting.rollups, w.end - w.start);
+        crate::attribution::rollup_table::render_rollups(
+            &mut out,
+            accounting.rollups,
+            w.end - w.start,
+        );
     }
     render_findings(&mut out, &report.findings);
     render_rank_note(&mut out, report);
