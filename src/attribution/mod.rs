@@ -33,7 +33,7 @@ pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
 };
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
-pub use environ::{JobId, JobIdSource};
+pub use environ::{EnvRank, JobId, JobIdSource};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
