@@ -194,6 +194,9 @@ pub struct InspectConfig {
     pub downward: downward::DownwardApi,
     /// Prices `top`'s roll-ups are costed with (`--cost-per-*`).
     pub prices: values::Prices,
+    /// `top`'s local OTLP receiver (`--otlp-receiver-*`, as `run` resolves it); always off for
+    /// `snapshot` and `check`.
+    pub otlp_receiver: ReceiverSettings,
 }
 
 impl Config {
@@ -406,11 +409,23 @@ impl InspectConfig {
     /// As [`Config::resolve`], for the settings read here.
     pub fn resolve_for_top(
         global: &GlobalArgs,
-        cost: &crate::cli::CostArgs,
+        args: &crate::cli::TopArgs,
         env: EnvLookup<'_>,
     ) -> Result<InspectConfig, ConfigError> {
         let file = load_file(global, env)?;
-        Self::resolve_with_cost(global, &InspectArgs::default(), cost, env, file.as_ref())
+        let mut config = Self::resolve_with_cost(
+            global,
+            &InspectArgs::default(),
+            &args.cost,
+            env,
+            file.as_ref(),
+        )?;
+        let layers = Layers {
+            env,
+            file: file.as_ref(),
+        };
+        config.otlp_receiver = receiver::top_receiver_settings(args, &layers)?;
+        Ok(config)
     }
 
     /// [`InspectConfig::resolve`] for `snapshot`, whose flags include the prices.
@@ -450,6 +465,7 @@ impl InspectConfig {
             diagnosis: common.diagnosis,
             downward: downward::DownwardApi::from_env(env),
             prices,
+            otlp_receiver: ReceiverSettings::off(),
         })
     }
 }
