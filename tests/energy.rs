@@ -456,8 +456,8 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
         .as_array()
         .expect("rollups")
         .iter()
-        .find(|r| r["kind"] == "job" && r["id"] == "7001")
-        .unwrap_or_else(|| panic!("no job 7001: {json:#}"));
+        .find(|r| r["kind"] == "job" && r["id"] == "slurm-7001")
+        .unwrap_or_else(|| panic!("no job slurm-7001: {json:#}"));
     assert_eq!(job["processes"], 2);
     let hours = job["gpu_hours"].as_f64().expect("GPU-hours");
     let held_seconds = held(a.pid()) + held(b.pid());
@@ -474,7 +474,7 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     let table = run("table");
     let line = table
         .lines()
-        .find(|l| l.starts_with("job ") && l.contains(" 7001 "))
+        .find(|l| l.starts_with("job ") && l.contains(" slurm-7001 "))
         .unwrap_or_else(|| panic!("no job line in the table:\n{table}"));
     let cells: Vec<&str> = line.split_whitespace().collect();
     // KIND ID NAME PROCS GPU-HOURS KWH IDLE COST

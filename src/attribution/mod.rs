@@ -32,7 +32,7 @@ pub use accounting::{Accounts, DeviceAccount, GpuAccountant, Prices, ProcessAcco
 pub use attributed::{AttributedProcess, AttributedWindow};
 pub use attributor::{Attributor, GpuProcessRef};
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
-pub use environ::{JobId, JobIdSource};
+pub use environ::{EnvRank, JobId, JobIdSource};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,

@@ -74,6 +74,7 @@ pub(super) fn workload_of(
         resource_attributes: identity.otel.resource_attributes.clone(),
         job_id: identity.otel.job.as_ref().map(|job| job.id.clone()),
         job_id_source: identity.otel.job.as_ref().map(|job| job.source),
+        rank: identity.otel.rank,
         attributed_by: method,
     }
 }

@@ -369,14 +369,23 @@ fn mig_label(info: &MigInstanceInfo) -> String {
 }
 
 /// `job/rank` from the rank's own spans (the companion's resource, heard by a receiver), else
-/// `job/?` from the job id its environment gave (no rank: gpulse reads no rank variable).
+/// from its environment (the launcher's job and rank variables, `attribution::environ`): `?`
+/// stands for the half the environment does not give.
 pub fn rank_label(view: &View, pid: u32) -> Option<String> {
     view.training
         .process(pid)
         .and_then(|t| t.rank_label())
         .or_else(|| {
-            let job = view.attributed.process(pid)?.workload.job_id.as_ref()?;
-            Some(format!("{job}/?"))
+            let workload = &view.attributed.process(pid)?.workload;
+            let rank = workload.rank.map(|r| r.rank.to_string());
+            if workload.job_id.is_none() && rank.is_none() {
+                return None;
+            }
+            Some(format!(
+                "{}/{}",
+                workload.job_id.as_deref().unwrap_or("?"),
+                rank.as_deref().unwrap_or("?")
+            ))
         })
 }
 

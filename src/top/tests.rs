@@ -620,6 +620,43 @@ fn ranks_show_their_job_and_the_straggler_is_marked() {
     );
 }
 
+/// Without spans, a rank shows the job and rank its launcher's variables gave it (read from
+/// its environment), `?` for what they do not give, and nothing for a process outside a job.
+#[test]
+fn without_spans_ranks_show_their_environments_job_and_rank() {
+    use crate::attribution::EnvRank;
+    let mut app = app(false);
+    let mut view = (*view()).clone();
+    let mut attributed = (*view.attributed).clone();
+    let trainer = attributed.workloads.get_mut(&TRAINER).unwrap();
+    trainer.job_id = Some("run-9".into());
+    trainer.rank = Some(EnvRank {
+        rank: 3,
+        world_size: 4,
+        local_rank: Some(1),
+    });
+    view.attributed = Arc::new(attributed.clone());
+    app.observe(Arc::new(view.clone()), None);
+    let label = |app: &App, pid| app.rows.iter().find(|r| r.pid == pid).unwrap().rank.clone();
+    assert_eq!(label(&app, TRAINER).as_deref(), Some("run-9/3"));
+    assert_eq!(label(&app, OTHER), None);
+    let (screen, _) = render(&app, 200, 60);
+    assert!(
+        line_with(&screen, &format!("{TRAINER} ")).contains("run-9/3"),
+        "{screen}"
+    );
+
+    // Only one half known: the other is `?`.
+    let trainer = attributed.workloads.get_mut(&TRAINER).unwrap();
+    trainer.job_id = None;
+    let other = attributed.workloads.get_mut(&OTHER).unwrap();
+    other.job_id = Some("run-9".into());
+    view.attributed = Arc::new(attributed);
+    app.observe(Arc::new(view), None);
+    assert_eq!(label(&app, TRAINER).as_deref(), Some("?/3"));
+    assert_eq!(label(&app, OTHER).as_deref(), Some("run-9/?"));
+}
+
 /// The view of [`view`] after a second window an hour later, accounted with prices: the trainer
 /// held GPU 0 (450 W) for the hour at 11 % SM, so its pod and container each count 1 GPU-hour,
 /// 450 W × 3600 s × 0.11 = 0.0495 kWh, and 2.5 × 1 + 0.3 × 0.0495 = 2.51485 of cost.
