@@ -8,7 +8,8 @@
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
 //! the cgroup CPU limit (`cpu_quota`). `accounting` charges GPU time and energy to processes and
-//! rolls them up by job, pod and container; `rollup_table` is how those roll-ups read in a table.
+//! rolls them up by job, pod and container, by the charging rule of `energy_share` (shared with
+//! span enrichment); `rollup_table` is how those roll-ups read in a table.
 
 pub mod accounting;
 pub mod attributed;
@@ -16,6 +17,7 @@ pub mod attributor;
 pub mod cgroup;
 pub mod cpu_quota;
 pub mod devicefile;
+pub mod energy_share;
 pub mod environ;
 pub mod parents;
 pub mod podresources;
