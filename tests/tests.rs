@@ -18,6 +18,7 @@ mod otel_sdk;
 mod other_nvml;
 mod prometheus;
 mod record;
+mod record_export;
 mod reliability;
 mod run;
 mod sampling;
