@@ -300,3 +300,114 @@ fn top_restores_the_terminal_on_sigterm_and_sighup() {
         );
     }
 }
+
+/// The cells of the roll-up panel's line of job `job`: KIND ID NAME PROCS GPU-HOURS KWH IDLE COST.
+fn rollup_cells<'a>(screen: &'a str, job: &str) -> Option<Vec<&'a str>> {
+    screen
+        .lines()
+        .find(|l| l.starts_with("│job ") && l.split_whitespace().nth(1) == Some(job))
+        .map(|l| l.trim_matches('│').split_whitespace().collect())
+}
+
+#[test]
+fn top_in_tmux_rolls_a_time_sliced_job_up_with_its_energy_and_cost() {
+    // Two ranks of SLURM job 7001 time-slice GPU 1 of nvml-sim's shared-gpus scenario (300 W,
+    // 40 % and 20 % SM busy): the job holds 2 GPU-seconds a second and is charged
+    // 300 W × (0.4 + 0.2) of energy, so its kWh are 0.09 × its GPU-hours at any moment.
+    let (a, b) = (
+        crate::energy::slurm_sleeper("7001"),
+        crate::energy::slurm_sleeper("7001"),
+    );
+    let (alone, pair) = (
+        crate::energy::sleeper(),
+        [crate::energy::sleeper(), crate::energy::sleeper()],
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/nvml-sim/scenarios/shared-gpus.toml"
+        ),
+        &scenario,
+    )
+    .expect("copy scenario");
+    let command = format!(
+        "env NVML_SIM_SCENARIO={scenario} SHARED_SLICE_A_PID={a} SHARED_SLICE_B_PID={b} \
+         SHARED_MIG_ALONE_PID={alone} SHARED_MIG_PAIR_PIDS={p0},{p1} \
+         GPULSE_KUBELET_SOCKET=none GPULSE_LOG=warn \
+         {bin} top --nvml-lib {lib} --cost-per-gpu-hour 3.6; echo gpulse-exit=$?; exec sleep 600",
+        scenario = scenario.display(),
+        a = a.pid(),
+        b = b.pid(),
+        alone = alone.pid(),
+        p0 = pair[0].pid(),
+        p1 = pair[1].pid(),
+        bin = gpulse_bin(),
+        lib = crate::sampling::sim_lib().display(),
+    );
+    let tmux = Tmux::new("top-rollups");
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top-rollups",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    tmux.wait_for("the processes", Duration::from_secs(30), |s| {
+        table_row(s, 1, a.pid()).is_some() && table_row(s, 1, b.pid()).is_some()
+    });
+    assert!(
+        !tmux.screen().contains("Roll-ups"),
+        "hidden until asked: {}",
+        tmux.screen()
+    );
+    tmux.keys(&["r"]);
+    // 120 columns: every column, KIND ID NAME PROCS GPU-HOURS KWH IDLE COST (a job has no name).
+    let hours = |cells: &[&str]| cells[4].parse::<f64>().expect("GPU-hours");
+    // At least 4 s of the two ranks: 8 GPU-seconds, 0.002222 GPU-hours.
+    let screen = tmux.wait_for("the job's roll-up", Duration::from_secs(30), |s| {
+        rollup_cells(s, "7001").is_some_and(|c| c.len() == 8 && hours(&c) >= 0.002222)
+    });
+    assert!(
+        screen.contains("Roll-ups (1) since the view started"),
+        "only the job: no process here has a pod or a container: {screen}"
+    );
+    assert!(!screen.contains("no price"), "a price was given: {screen}");
+    let cells = rollup_cells(&screen, "7001").expect("the job's line");
+    let (gpu_hours, kwh, cost): (f64, f64, f64) = (
+        cells[4].parse().expect("GPU-hours"),
+        cells[5].parse().expect("kWh"),
+        cells[7].parse().expect("cost"),
+    );
+    assert_eq!(
+        (cells[0], cells[2], cells[3], cells[6]),
+        ("job", "-", "2", "0%"),
+        "{cells:?}"
+    );
+    assert!((cost - gpu_hours * 3.6).abs() <= 1e-4, "{cells:?}");
+    // Six decimals of kWh: about 2e-4 kWh here, so 1 % covers the rounding.
+    assert!(
+        (kwh - 0.09 * gpu_hours).abs() <= 0.01 * kwh + 1e-6,
+        "300 W × 0.6 per 2 GPUs: {cells:?}"
+    );
+    // The totals grow from one window to the next.
+    tmux.wait_for("the job's hours to grow", Duration::from_secs(10), |s| {
+        rollup_cells(s, "7001").is_some_and(|c| c.len() == 8 && hours(&c) > gpu_hours)
+    });
+    tmux.keys(&["r"]);
+    tmux.wait_for("the panel hidden", Duration::from_secs(5), |s| {
+        !s.contains("Roll-ups")
+    });
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(5), |s| {
+        s.contains("gpulse-exit=")
+    });
+    assert!(screen.contains("gpulse-exit=0"), "{screen}");
+}

@@ -555,6 +555,7 @@ fn workload_of(pid: u32, identity: &ProcessIdentity, method: AttributionMethod) 
         resource_attributes: identity.otel.resource_attributes.clone(),
         job_id: identity.otel.job.as_ref().map(|job| job.id.clone()),
         job_id_source: identity.otel.job.as_ref().map(|job| job.source),
+        rank: identity.otel.rank,
         attributed_by: method,
     }
 }

@@ -6,7 +6,8 @@
 //! `Attributor` resolves single processes (cache, fallbacks, pod names); the other modules are the pure
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
-//! the cgroup CPU limit (`cpu_quota`).
+//! the cgroup CPU limit (`cpu_quota`). `accounting` charges GPU time and energy to processes and
+//! rolls them up by job, pod and container; `rollup_table` is how those roll-ups read in a table.
 
 pub mod accounting;
 pub mod attributed;
@@ -19,6 +20,7 @@ pub mod parents;
 pub mod podresources;
 pub mod procfiles;
 pub mod procfs;
+pub mod rollup_table;
 pub mod usage;
 pub mod windows;
 pub mod workload;
@@ -29,7 +31,7 @@ pub use attributor::{
     AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
 };
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
-pub use environ::{JobId, JobIdSource};
+pub use environ::{EnvRank, JobId, JobIdSource};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
