@@ -949,6 +949,9 @@ fn example_config_parses_and_matches_the_defaults() {
         from_example.config_file.take().as_deref(),
         Some(path.as_path())
     );
+    // It names the default endpoint, which is a choice `record` honours (it then exports).
+    assert!(from_example.otlp_endpoint_explicit);
+    from_example.otlp_endpoint_explicit = false;
     assert_eq!(from_example, resolved(&[], &Env::default(), None));
 }
 
