@@ -1,7 +1,7 @@
 //! Library lifetime (init, shutdown, error strings), system queries (driver, NVML and CUDA
 //! versions, process names), the device count and device lookups.
 
-use std::os::raw::{c_char, c_int, c_uint};
+use std::os::raw::{c_char, c_int, c_uint, c_ulonglong};
 
 use super::{check_signature, nvml_body, nvml_fn, out, read_str, write_str};
 use crate::abi::{self, nvmlDevice_t, Ret};
@@ -45,6 +45,26 @@ pub extern "C" fn nvmlShutdown() -> Ret {
     })
 }
 check_signature!(nvmlShutdown);
+
+/// Not NVML: the simulator's own. The `index`-th NVML function this library exports (its C
+/// name into `name`, a buffer of `length` bytes) and how many times it was called in this process
+/// since the library was loaded, answered or not; `NVML_ERROR_NOT_FOUND` past the last. For
+/// tests that compare the calls of two clients (tests/floor.rs: the benchmark floor against
+/// gpulse's sampler). Works before init.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSimGetCallCount(
+    index: c_uint,
+    name: *mut c_char,
+    length: c_uint,
+    count: *mut c_ulonglong,
+) -> Ret {
+    nvml_body!({
+        let api = Api::ALL.get(index as usize).ok_or(abi::NOT_FOUND)?;
+        write_str(name, length, api.c_name())?;
+        *out(count)? = runtime::call_count(*api);
+        Ok(())
+    })
+}
 
 /// Works before init, as the driver's does. The strings are static.
 #[no_mangle]
