@@ -122,6 +122,8 @@ pub struct Config {
     pub exporter: ExporterKind,
     /// Where each signal goes (`--metrics-exporter`, `OTEL_LOGS_EXPORTER`, ...).
     pub sinks: SignalSinks,
+    /// An OTLP endpoint was set (flag, variable or file), not defaulted: `record` exports only then.
+    pub otlp_endpoint_explicit: bool,
     pub proc_root: PathBuf,
     pub include_command_line: bool,
     pub read_environ: bool,
@@ -196,6 +198,9 @@ pub struct InspectConfig {
     pub downward: downward::DownwardApi,
     /// Prices `top`'s roll-ups are costed with (`--cost-per-*`).
     pub prices: values::Prices,
+    /// `top`'s local OTLP receiver (`--otlp-receiver-*`, as `run` resolves it); always off for
+    /// `snapshot` and `check`.
+    pub otlp_receiver: ReceiverSettings,
 }
 
 impl Config {
@@ -355,6 +360,7 @@ impl Config {
             export_interval,
             exporter,
             sinks,
+            otlp_endpoint_explicit: exporter::any_endpoint_explicit(run, &layers),
             proc_root: common.proc_root,
             include_command_line: common.include_command_line,
             read_environ: common.read_environ,
@@ -408,11 +414,23 @@ impl InspectConfig {
     /// As [`Config::resolve`], for the settings read here.
     pub fn resolve_for_top(
         global: &GlobalArgs,
-        cost: &crate::cli::CostArgs,
+        args: &crate::cli::TopArgs,
         env: EnvLookup<'_>,
     ) -> Result<InspectConfig, ConfigError> {
         let file = load_file(global, env)?;
-        Self::resolve_with_cost(global, &InspectArgs::default(), cost, env, file.as_ref())
+        let mut config = Self::resolve_with_cost(
+            global,
+            &InspectArgs::default(),
+            &args.cost,
+            env,
+            file.as_ref(),
+        )?;
+        let layers = Layers {
+            env,
+            file: file.as_ref(),
+        };
+        config.otlp_receiver = receiver::top_receiver_settings(args, &layers)?;
+        Ok(config)
     }
 
     /// [`InspectConfig::resolve`] for `snapshot`, whose flags include the prices.
@@ -452,6 +470,7 @@ impl InspectConfig {
             diagnosis: common.diagnosis,
             downward: downward::DownwardApi::from_env(env),
             prices,
+            otlp_receiver: ReceiverSettings::off(),
         })
     }
 }
