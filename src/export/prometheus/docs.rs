@@ -3,7 +3,7 @@
 //! ([`names::metric_name`]) gives it, between `<!-- BEGIN/END GENERATED: prometheus-names -->`
 //! markers. It lives here, not in `schema::docs`, because the translation is the Prometheus
 //! exporter's. `cargo run --example schema_docs` rewrites it; a test fails when it drifts.
-//! gpulse's own health metrics (`src/telemetry`) are not in the schema and keep their
+//! gpulse's own health metrics (`src/export/telemetry`) are not in the schema and keep their
 //! hand-written table below it.
 
 use super::names::{metric_name, OtlpKind};
