@@ -189,7 +189,7 @@ fn wait_listening(port: u16, gpulse: Gpulse) -> (Gpulse, Instant) {
 }
 
 /// Every span the upstream receiver accepted, with its resource's attributes.
-fn received_spans(requests: &[Value]) -> Vec<(Value, Value)> {
+pub fn received_spans(requests: &[Value]) -> Vec<(Value, Value)> {
     requests
         .iter()
         .filter(|r| r["signal"] == "traces" && r["answer"] == "ok")

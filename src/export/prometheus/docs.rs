@@ -5,7 +5,7 @@
 //! `<!-- BEGIN/END GENERATED: ... -->` markers. They live here, not in `schema::docs`, because
 //! the translation and the series are the Prometheus exporter's. `cargo run --example
 //! schema_docs` rewrites them; a test fails when they drift. gpulse's own health metrics
-//! (`src/telemetry`) are not in the schema and keep their hand-written table below.
+//! (`src/export/telemetry`) are not in the schema and keep their hand-written table below.
 
 use super::dcgm::XID_ERRORS;
 use super::names::{metric_name, OtlpKind};
