@@ -6,12 +6,12 @@
 //! process's `process.gpu.*` points on its instance.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Receiver, ReceiverOptions};
+use crate::common::{run_against, Receiver, ReceiverOptions};
 use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests, Gpulse};
 use crate::sampling::gpulse_bin;
 
@@ -412,40 +412,7 @@ fn run_exports_nvml_sims_instances_as_devices_of_their_own() {
 
 /// `gpulse run` against the independent library until two windows arrived.
 fn run_other(lib: &Path, pids: &str) -> (Vec<Value>, String) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = Receiver::start(ReceiverOptions::default());
-    let stderr_path = dir.path().join("stderr.log");
-    let mut gpulse = Command::new(gpulse_bin())
-        .args([
-            "run",
-            "--sample-interval",
-            "100ms",
-            "--export-interval",
-            "1s",
-        ])
-        .arg("--nvml-lib")
-        .arg(lib)
-        .env("OTHER_NVML_PIDS", pids)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
-        .env("GPULSE_KUBELET_SOCKET", "none")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .spawn()
-        .expect("start gpulse run");
-    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(60));
-    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
-    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
-    let status = gpulse.wait().expect("wait for gpulse");
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "gpulse run exited with {status}: {stderr}"
-    );
-    (requests, stderr)
+    run_against(lib, pids, 2, Duration::from_secs(60))
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::h100_scenario;
 use crate::kernel::{require_root, ChildGuard, KillOnDrop};
 use crate::sampling::{gpulse_bin, sim_lib};
 use crate::terminal::Tmux;
@@ -20,18 +21,9 @@ const MIB: u64 = 1024 * 1024;
 
 /// One GPU, constant signals, time frozen; the command's processes (PIDs 2 and 3 of a fresh PID
 /// namespace) and another process (PID 4000, not in the namespace) hold memory on it.
-const SCENARIO: &str = r#"
-[driver]
-version = "550.54.15"
-cuda_version = "12.4"
-
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-pci_bus_id = "00000000:18:00.0"
-memory_total_mib = 81559
-power_limit_w = 700
-
+fn scenario_text() -> String {
+    h100_scenario(
+        r#"
 [device.signals]
 gpu_util = 62
 mem_util = 31
@@ -47,12 +39,14 @@ sm_util = 40
 [[device.process]]
 pid = 4000
 memory_used_mib = 2000
-"#;
+"#,
+    )
+}
 
-/// `gpulse record` against the simulator with `SCENARIO`, in `dir`.
+/// `gpulse record` against the simulator with `scenario_text()`, in `dir`.
 pub fn record(dir: &Path, pids: &str, args: &[&str]) -> Command {
     let scenario = dir.join("scenario.toml");
-    std::fs::write(&scenario, SCENARIO).expect("write scenario");
+    std::fs::write(&scenario, scenario_text()).expect("write scenario");
     let mut command = Command::new(gpulse_bin());
     command
         .arg("record")
@@ -574,7 +568,7 @@ fn chromium_draws_the_reports_charts() {
 fn report_reads_what_run_exports_as_otlp_json() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    std::fs::write(&scenario, scenario_text()).unwrap();
     let sleeper = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("sleep runs");
     let lines = dir.path().join("run.jsonl");
     let mut run = Command::new(gpulse_bin())
