@@ -23,10 +23,18 @@ use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
 use crate::sampling::{DeviceStatus, MigInstanceWindow};
-use crate::schema::DcgmScale;
+use crate::schema::{DcgmScale, DcgmSeries};
 use crate::schema::{DeviceField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 const MIB: u64 = 1 << 20;
+
+/// The XID series, the one dcgm-exporter series that is not a schema field: it reports events
+/// (the last XID code), not a sampled value.
+pub(super) const XID_ERRORS: DcgmSeries = DcgmSeries {
+    name: "DCGM_FI_DEV_XID_ERRORS",
+    help: "Value of the last XID error encountered (0: none since gpulse started).",
+    scale: DcgmScale::Whole,
+};
 
 /// A dcgm-exporter name: used as is, no unit suffix, no `_total`.
 fn dcgm_name(name: &str) -> PromName {
@@ -144,8 +152,8 @@ pub(super) fn push_devices(
             );
         }
         b.push(
-            &dcgm_name("DCGM_FI_DEV_XID_ERRORS"),
-            "Value of the last XID error encountered (0: none since gpulse started).",
+            &dcgm_name(XID_ERRORS.name),
+            XID_ERRORS.help,
             FamilyKind::Gauge,
             labels.clone(),
             SampleValue::Int(
