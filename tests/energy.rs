@@ -83,7 +83,7 @@ fn close(a: f64, b: f64, relative: f64) -> bool {
 }
 
 /// The port `gpulse run` says it serves `/metrics` on.
-fn metrics_port(gpulse: &Gpulse) -> u16 {
+pub(crate) fn metrics_port(gpulse: &Gpulse) -> u16 {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let log = gpulse.stderr_so_far();
