@@ -239,7 +239,7 @@ fn environ_gives_service_name_and_keeps_no_secret() {
 }
 
 /// Spawns `sleep 30` with `env` and waits until the kernel shows its new environment.
-fn sleeper_with_env(env: &[(&str, &str)]) -> ChildGuard {
+pub fn sleeper_with_env(env: &[(&str, &str)]) -> ChildGuard {
     let mut command = Command::new("sleep");
     command.arg("30");
     for (key, value) in env {
