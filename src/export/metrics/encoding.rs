@@ -147,7 +147,7 @@ impl MetricsBatch {
     /// The protobuf encoding of [`MetricsBatch::into_request`], written in two passes: sizes
     /// bottom-up once, then bytes. Each resource is encoded once, in the first pass (prost would
     /// otherwise size its nested attributes again while writing them), and each point's length
-    /// is kept for the second.
+    /// is kept for the second. The buffer has [`SPLICE_ROOM`] spare bytes at its end.
     pub fn encode(&self) -> Vec<u8> {
         let sets: Vec<Vec<u8>> = self
             .attribute_sets
@@ -185,7 +185,7 @@ impl MetricsBatch {
         }
 
         // Pass 2.
-        let mut out = Vec::with_capacity(total);
+        let mut out = Vec::with_capacity(total + SPLICE_ROOM);
         let mut sizes = sizes.into_iter();
         let mut next = || {
             sizes
@@ -233,6 +233,13 @@ impl MetricsBatch {
         out
     }
 }
+
+/// Spare capacity at the end of an encoded window request. gpulse's own health metrics are
+/// spliced into its first resource afterwards (`telemetry::splice`), which grows the buffer by
+/// about 1.5–4 KB; with room to spare the splice moves bytes within the buffer instead of
+/// reallocating and copying the whole request (about 400 KB at 8 GPUs × 64 processes) at every
+/// export. More health than this still works: the buffer then grows as before.
+pub(crate) const SPLICE_ROOM: usize = 8 * 1024;
 
 /// The number of data points in a request: what the export queue counts when it drops one.
 pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
@@ -651,6 +658,7 @@ mod tests {
         let bytes = batch.encode();
         assert!(bytes.len() > 16 * 1024, "{} bytes", bytes.len());
         assert_eq!(bytes, batch.clone().into_request().encode_to_vec());
+        assert!(bytes.capacity() >= bytes.len() + SPLICE_ROOM);
     }
 
     #[test]
