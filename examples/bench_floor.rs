@@ -9,43 +9,28 @@
 //!     [--export-interval-ms 1000] [--proc-root /proc]
 //! ```
 //!
-//! Per sample, per device, the calls of `Sampler::sample_device` in its order (a call that once
-//! answered NOT_SUPPORTED is not made again, as gpulse's unsupported-field set does), GPM
-//! included; not the XID event wait of gpulse's event thread (it blocks in the driver). The
-//! counts per NVML function match `gpulse run`'s over the same time (BENCHMARKS.md says how
-//! that was checked: uprobes on the library). Per export
+//! Per sample, every NVML call `Sampler::sample` makes, made by `gpulse::sampling::floor::Floor`:
+//! the schema's field calls (derived from `src/schema`, so a new field is in the floor with no
+//! change here), throttle, remapper, violations, GPM, NVLink, MIG and the process lists; a call
+//! that once answered NOT_SUPPORTED is not made again, as in gpulse. Not the XID event wait of
+//! gpulse's event thread (it blocks in the driver). tests/floor.rs counts the calls of the floor
+//! and of the sampler per NVML function in nvml-sim and fails when they differ. Per export
 //! window: the GPU PIDs of the last sample, and for each of them the files gpulse's attribution
 //! reads for a process it has seen before, through gpulse's own reader (`stat` for its
 //! identity, CPU ticks and RSS, the `children` files that find its descendants, whose CPU is
 //! counted in the process tree's, their `stat`, and its parent's), the files kept open between
 //! windows as gpulse keeps them. Runs until killed (SIGTERM).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, TemperatureSensor,
-};
-use nvml_wrapper::enums::gpm::GpmMetricId;
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::Nvml;
 
 use gpulse::attribution::procfiles::ProcFiles;
 use gpulse::attribution::usage::ProcessTable;
-
-/// The violation policies gpulse reads each tick (`sampling::health::VIOLATION_POLICIES`).
-const POLICIES: [PerformancePolicy; 8] = [
-    PerformancePolicy::Power,
-    PerformancePolicy::Thermal,
-    PerformancePolicy::SyncBoost,
-    PerformancePolicy::BoardLimit,
-    PerformancePolicy::LowUtilization,
-    PerformancePolicy::Reliability,
-    PerformancePolicy::TotalAppClocks,
-    PerformancePolicy::TotalBaseClocks,
-];
+use gpulse::sampling::floor::Floor;
 
 struct Args {
     nvml_lib: PathBuf,
@@ -89,223 +74,6 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-/// The NVML calls of one sample; `skip` holds (device, call) pairs that answered NOT_SUPPORTED.
-struct Floor {
-    skip: HashSet<(u32, &'static str)>,
-    process_util_seen: HashMap<u32, u64>,
-    fans: HashMap<u32, u32>,
-    gpm_checked: HashSet<u32>,
-    gpm_previous: HashMap<u32, (nvml_wrapper_sys::bindings::nvmlGpmSample_t, Instant)>,
-    pids: BTreeSet<u32>,
-    checksum: u64,
-}
-
-impl Floor {
-    fn call<T>(
-        &mut self,
-        index: u32,
-        name: &'static str,
-        f: impl FnOnce() -> Result<T, NvmlError>,
-        value: impl FnOnce(T) -> u64,
-    ) {
-        if self.skip.contains(&(index, name)) {
-            return;
-        }
-        match f() {
-            Ok(v) => self.checksum = self.checksum.wrapping_add(value(v)),
-            Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => {
-                self.skip.insert((index, name));
-            }
-            Err(_) => {}
-        }
-    }
-
-    fn sample(&mut self, nvml: &Nvml) {
-        self.pids.clear();
-        let count = nvml.device_count().unwrap_or(0);
-        for index in 0..count {
-            let Ok(d) = nvml.device_by_index(index) else {
-                continue;
-            };
-            self.device(nvml, index, &d);
-        }
-    }
-
-    fn device(&mut self, nvml: &Nvml, index: u32, d: &Device<'_>) {
-        let u = u64::from;
-        self.call(
-            index,
-            "util",
-            || d.utilization_rates(),
-            |r| u(r.gpu + r.memory),
-        );
-        self.call(
-            index,
-            "enc",
-            || d.encoder_utilization(),
-            |r| u(r.utilization),
-        );
-        self.call(
-            index,
-            "dec",
-            || d.decoder_utilization(),
-            |r| u(r.utilization),
-        );
-        self.call(index, "mem", || d.memory_info(), |m| m.used);
-        self.call(index, "temp", || d.temperature(TemperatureSensor::Gpu), u);
-        self.call(index, "power", || d.power_usage(), u);
-        self.call(index, "limit", || d.enforced_power_limit(), u);
-        self.call(index, "energy", || d.total_energy_consumption(), |e| e);
-        self.call(index, "sm", || d.clock_info(Clock::SM), u);
-        self.call(index, "memclk", || d.clock_info(Clock::Memory), u);
-        self.call(index, "gfx", || d.clock_info(Clock::Graphics), u);
-        let fans = *self
-            .fans
-            .entry(index)
-            .or_insert_with(|| d.num_fans().unwrap_or(0));
-        for fan in 0..fans {
-            self.call(index, "fan", || d.fan_speed(fan), u);
-        }
-        self.call(index, "tx", || d.pcie_throughput(PcieUtilCounter::Send), u);
-        self.call(
-            index,
-            "rx",
-            || d.pcie_throughput(PcieUtilCounter::Receive),
-            u,
-        );
-        self.call(
-            index,
-            "throttle",
-            || d.current_throttle_reasons(),
-            |r| r.bits(),
-        );
-        self.call(
-            index,
-            "ecc_c",
-            || d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate),
-            |e| e,
-        );
-        self.call(
-            index,
-            "ecc_u",
-            || d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate),
-            |e| e,
-        );
-        self.call(index, "pstate", || d.performance_state(), |p| u(p.as_c()));
-        self.call(index, "remap", || remapped_rows(nvml, d), |r| r);
-        self.call(index, "replay", || d.pcie_replay_counter(), u);
-        self.call(index, "link_gen", || d.current_pcie_link_gen(), u);
-        self.call(index, "link_width", || d.current_pcie_link_width(), u);
-        for policy in POLICIES {
-            // gpulse asks every policy each tick and keeps the ones that answer.
-            let _ = d
-                .violation_status(policy)
-                .map(|v| self.checksum = self.checksum.wrapping_add(v.violation_time));
-        }
-        self.gpm(nvml, index, d);
-        let mut pids = Vec::new();
-        self.call(
-            index,
-            "compute",
-            || d.running_compute_processes(),
-            |p| {
-                pids.extend(p.iter().map(|p| p.pid));
-                p.len() as u64
-            },
-        );
-        self.call(
-            index,
-            "graphics",
-            || d.running_graphics_processes(),
-            |p| {
-                pids.extend(p.iter().map(|p| p.pid));
-                p.len() as u64
-            },
-        );
-        if !pids.is_empty() {
-            let seen = self.process_util_seen.get(&index).copied();
-            if let Ok(samples) = d.process_utilization_stats(seen) {
-                if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
-                    self.process_util_seen.insert(index, newest);
-                }
-                self.checksum = self.checksum.wrapping_add(samples.len() as u64);
-            }
-        }
-        self.pids.extend(pids);
-    }
-}
-
-impl Floor {
-    /// GPM as gpulse reads it: support asked once, then a sample each tick, and the metrics of
-    /// the pair made with the previous sample once that one is at least 100 ms old.
-    fn gpm<'n>(&mut self, nvml: &'n Nvml, index: u32, d: &Device<'n>) {
-        if self.skip.contains(&(index, "gpm")) {
-            return;
-        }
-        if !self.gpm_checked.contains(&index) {
-            self.gpm_checked.insert(index);
-            if !matches!(d.gpm_support(), Ok(true)) {
-                self.skip.insert((index, "gpm"));
-                return;
-            }
-        }
-        let Ok(sample) = d.gpm_sample() else {
-            return;
-        };
-        let now = Instant::now();
-        match self.gpm_previous.remove(&index) {
-            Some((handle, at)) if now.duration_since(at) >= Duration::from_millis(100) => {
-                // SAFETY: `handle` came from `into_handle` on a sample of this `nvml` and was
-                // not freed; `from_handle` takes it back and frees it on drop.
-                let previous = unsafe { GpmSample::from_handle(nvml, handle) };
-                if let Ok(values) = gpm_metrics_get(nvml, &previous, &sample, &GPM_METRICS) {
-                    self.checksum = self.checksum.wrapping_add(values.len() as u64);
-                }
-                drop(previous);
-                self.gpm_previous.insert(index, (sample.into_handle(), now));
-            }
-            Some(kept) => {
-                // Too close to the previous one for a rate: keep the older sample.
-                self.gpm_previous.insert(index, kept);
-                drop(sample);
-            }
-            None => {
-                self.gpm_previous.insert(index, (sample.into_handle(), now));
-            }
-        }
-    }
-}
-
-/// The GPM metrics gpulse asks for (`sampling::gpm::METRICS`).
-const GPM_METRICS: [GpmMetricId; 12] = [
-    GpmMetricId::SmUtil,
-    GpmMetricId::SmOccupancy,
-    GpmMetricId::AnyTensorUtil,
-    GpmMetricId::HmmaTensorUtil,
-    GpmMetricId::ImmaTensorUtil,
-    GpmMetricId::DfmaTensorUtil,
-    GpmMetricId::DramBwUtil,
-    GpmMetricId::Fp16Util,
-    GpmMetricId::Fp32Util,
-    GpmMetricId::Fp64Util,
-    GpmMetricId::IntegerUtil,
-    GpmMetricId::GraphicsUtil,
-];
-
-/// `nvmlDeviceGetRemappedRows`, which nvml-wrapper 0.13 does not wrap (as gpulse calls it).
-fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Result<u64, NvmlError> {
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetRemappedRows
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let (mut a, mut b, mut c, mut d) = (0u32, 0u32, 0u32, 0u32);
-    // SAFETY: a live device handle and four valid out-pointers that outlive the call.
-    let code = unsafe { sym(device.handle(), &mut a, &mut b, &mut c, &mut d) };
-    nvml_wrapper::error::nvml_try(code)?;
-    Ok(u64::from(a + b + c + d))
-}
-
 /// The per-window `/proc` reads, made by gpulse's own reader: `ProcessTable::scan_with` over
 /// files kept open between windows (each GPU PID's `stat`, its main thread's `children` or,
 /// when it has several threads, its `task/` listing and each thread's `children`, the `stat`
@@ -339,15 +107,9 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let mut floor = Floor {
-        skip: HashSet::new(),
-        process_util_seen: HashMap::new(),
-        fans: HashMap::new(),
-        gpm_checked: HashSet::new(),
-        gpm_previous: HashMap::new(),
-        pids: BTreeSet::new(),
-        checksum: 0,
-    };
+    let mut floor = Floor::new(Arc::new(nvml));
+    let mut pids = BTreeSet::new();
+    let mut checksum = 0u64;
     let mut files = ProcFiles::for_root(&args.proc_root);
     let start = Instant::now();
     let mut next_sample = start;
@@ -355,20 +117,20 @@ fn main() {
     loop {
         let now = Instant::now();
         if now >= next_sample {
-            floor.sample(&nvml);
+            checksum = checksum.wrapping_add(floor.tick());
+            pids.clear();
+            pids.extend(floor.pids());
             next_sample += args.sample_interval;
             if next_sample < now {
                 next_sample = now + args.sample_interval;
             }
         }
         if now >= next_window {
-            floor.checksum = floor
-                .checksum
-                .wrapping_add(proc_window(&mut files, &floor.pids));
+            checksum = checksum.wrapping_add(proc_window(&mut files, &pids));
             next_window += args.export_interval;
         }
         // Keeps the calls and reads from being optimised away.
-        std::hint::black_box(floor.checksum);
+        std::hint::black_box(checksum);
         let wake = next_sample.min(next_window);
         std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }

@@ -122,6 +122,18 @@ pub struct TopArgs {
 
     #[command(flatten)]
     pub cost: CostArgs,
+
+    /// Hear local applications' OTLP/gRPC here (the PyTorch companion's step spans), so the
+    /// view shows each rank's step figures and marks a straggler; nothing is forwarded: PORT,
+    /// :PORT (both 127.0.0.1) or IP:PORT, e.g. 4317. [env: GPULSE_OTLP_RECEIVER_GRPC]
+    /// [file: otlp_receiver.grpc] [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub otlp_receiver_grpc: Option<String>,
+
+    /// The same for OTLP/HTTP (protobuf) on /v1/traces, /v1/metrics and /v1/logs, e.g. 4318.
+    /// [env: GPULSE_OTLP_RECEIVER_HTTP] [file: otlp_receiver.http] [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub otlp_receiver_http: Option<String>,
 }
 
 /// `gpulse snapshot` / `gpulse check`.

@@ -50,8 +50,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Top(args) => {
-            let config =
-                InspectConfig::resolve_for_top(&cli.global, &args.cost, &config::process_env)?;
+            let config = InspectConfig::resolve_for_top(&cli.global, args, &config::process_env)?;
             let logs = commands::top::init_logging(&quiet_by_default(&config.log));
             commands::top::top(&config, args, logs)?;
             Ok(ExitCode::SUCCESS)

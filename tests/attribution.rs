@@ -269,7 +269,8 @@ fn environ_gives_the_job_id_in_its_order_and_keeps_nothing_else() {
 
     let slurm = sleeper_with_env(&[("SLURM_JOB_ID", "4242"), ("SLURM_JOB_NAME", "secret-name")]);
     let workload = resolve_one(&mut attributor, slurm.pid());
-    assert_eq!(workload.job_id.as_deref(), Some("4242"));
+    // As the PyTorch companion names it (examples/pytorch, distributed.job_id).
+    assert_eq!(workload.job_id.as_deref(), Some("slurm-4242"));
     assert_eq!(workload.job_id_source, Some(JobIdSource::Slurm));
     assert!(!format!("{workload:?}").contains("secret-name"));
 
@@ -299,6 +300,41 @@ fn environ_gives_the_job_id_in_its_order_and_keeps_nothing_else() {
         ..settings(Path::new("/proc"))
     });
     assert_eq!(resolve_one(&mut no_environ, both.pid()).job_id, None);
+}
+
+/// A torchrun rank's variables, read from its real `/proc/<pid>/environ`: its rank, world size
+/// and local rank, and the job id the companion would derive (`MASTER_ADDR:MASTER_PORT` when
+/// torchrun's run id is its placeholder); with the environment switched off, neither.
+#[test]
+fn environ_gives_the_rank_and_the_companions_job_id() {
+    use gpulse::attribution::{EnvRank, JobIdSource};
+    let mut attributor = Attributor::new(settings(Path::new("/proc")));
+    let rank = sleeper_with_env(&[
+        ("RANK", "3"),
+        ("LOCAL_RANK", "1"),
+        ("WORLD_SIZE", "4"),
+        ("TORCHELASTIC_RUN_ID", "none"),
+        ("MASTER_ADDR", "10.0.0.7"),
+        ("MASTER_PORT", "29500"),
+    ]);
+    let workload = resolve_one(&mut attributor, rank.pid());
+    assert_eq!(
+        workload.rank,
+        Some(EnvRank {
+            rank: 3,
+            world_size: 4,
+            local_rank: Some(1)
+        })
+    );
+    assert_eq!(workload.job_id.as_deref(), Some("10.0.0.7:29500"));
+    assert_eq!(workload.job_id_source, Some(JobIdSource::Master));
+
+    let mut no_environ = Attributor::new(AttributionSettings {
+        read_environ: false,
+        ..settings(Path::new("/proc"))
+    });
+    let workload = resolve_one(&mut no_environ, rank.pid());
+    assert_eq!((workload.rank, workload.job_id), (None, None));
 }
 
 #[test]

@@ -25,7 +25,7 @@ const OTHER_GI5: &str = "MIG-0ther000-aaaa-5bbb-8ccc-dddddddddd02";
 /// GPU 0's power in the other library (123456 mW).
 const OTHER_POWER_W: f64 = 123.456;
 
-fn sleeper() -> ChildGuard {
+pub(crate) fn sleeper() -> ChildGuard {
     ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
 }
 
@@ -390,7 +390,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
 
 /// `sleep` with `SLURM_JOB_ID` in its environment, once it has exec'd (its environ is then its
 /// own, not the test's).
-fn slurm_sleeper(job: &str) -> ChildGuard {
+pub(crate) fn slurm_sleeper(job: &str) -> ChildGuard {
     let child = ChildGuard::spawn(Command::new("sleep").arg("300").env("SLURM_JOB_ID", job))
         .expect("spawn sleep");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -456,8 +456,8 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
         .as_array()
         .expect("rollups")
         .iter()
-        .find(|r| r["kind"] == "job" && r["id"] == "7001")
-        .unwrap_or_else(|| panic!("no job 7001: {json:#}"));
+        .find(|r| r["kind"] == "job" && r["id"] == "slurm-7001")
+        .unwrap_or_else(|| panic!("no job slurm-7001: {json:#}"));
     assert_eq!(job["processes"], 2);
     let hours = job["gpu_hours"].as_f64().expect("GPU-hours");
     let held_seconds = held(a.pid()) + held(b.pid());
@@ -474,7 +474,7 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     let table = run("table");
     let line = table
         .lines()
-        .find(|l| l.starts_with("job ") && l.contains(" 7001 "))
+        .find(|l| l.starts_with("job ") && l.contains(" slurm-7001 "))
         .unwrap_or_else(|| panic!("no job line in the table:\n{table}"));
     let cells: Vec<&str> = line.split_whitespace().collect();
     // KIND ID NAME PROCS GPU-HOURS KWH IDLE COST

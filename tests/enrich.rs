@@ -254,6 +254,9 @@ fn assert_step(span: &Value, second: bool, seconds: f64) {
         Some((mib * MIB).to_string()),
         "{span}"
     );
+    // Charged as the exported process.gpu.energy is: the process's busy share of the power
+    // (alone on the GPU, its SM utilisation); the idle rest is charged to no span.
+    let watts = watts * sm;
     assert!(
         close(double(span, "gpulse.gpu.power.mean"), watts),
         "{span}"

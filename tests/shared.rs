@@ -189,8 +189,8 @@ fn run_accounts_time_sliced_and_mig_processes_and_rolls_them_up_by_job() {
         .as_array()
         .expect("rollups")
         .iter()
-        .find(|r| r["kind"] == "job" && r["id"] == "7001")
-        .unwrap_or_else(|| panic!("no job 7001: {status}"));
+        .find(|r| r["kind"] == "job" && r["id"] == "slurm-7001")
+        .unwrap_or_else(|| panic!("no job slurm-7001: {status}"));
     assert_eq!(job["processes"], 2);
     let hours = number(&job["gpu_hours"], "job GPU-hours");
     let held_b = number(&acct_b["held_seconds"], "B's held time");
@@ -205,6 +205,6 @@ fn run_accounts_time_sliced_and_mig_processes_and_rolls_them_up_by_job() {
         .find(|p| p["pid"] == a)
         .map(|p| &p["workload"])
         .unwrap();
-    assert_eq!(workload["job_id"], "7001");
+    assert_eq!(workload["job_id"], "slurm-7001");
     assert_eq!(workload["job_id_source"], "slurm");
 }

@@ -9,6 +9,7 @@ mod enrich;
 mod export;
 mod exporters;
 mod findings;
+mod floor;
 mod framework;
 mod gpm;
 mod kernel;

@@ -300,3 +300,309 @@ fn top_restores_the_terminal_on_sigterm_and_sighup() {
         );
     }
 }
+
+/// The cells of the roll-up panel's line of job `job`: KIND ID NAME PROCS GPU-HOURS KWH IDLE COST.
+fn rollup_cells<'a>(screen: &'a str, job: &str) -> Option<Vec<&'a str>> {
+    screen
+        .lines()
+        .find(|l| l.starts_with("│job ") && l.split_whitespace().nth(1) == Some(job))
+        .map(|l| l.trim_matches('│').split_whitespace().collect())
+}
+
+#[test]
+fn top_in_tmux_rolls_a_time_sliced_job_up_with_its_energy_and_cost() {
+    // Two ranks of SLURM job 7001 (job id slurm-7001) time-slice GPU 1 of nvml-sim's shared-gpus scenario (300 W,
+    // 40 % and 20 % SM busy): the job holds 2 GPU-seconds a second and is charged
+    // 300 W × (0.4 + 0.2) of energy, so its kWh are 0.09 × its GPU-hours at any moment.
+    let (a, b) = (
+        crate::energy::slurm_sleeper("7001"),
+        crate::energy::slurm_sleeper("7001"),
+    );
+    let (alone, pair) = (
+        crate::energy::sleeper(),
+        [crate::energy::sleeper(), crate::energy::sleeper()],
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/nvml-sim/scenarios/shared-gpus.toml"
+        ),
+        &scenario,
+    )
+    .expect("copy scenario");
+    let command = format!(
+        "env NVML_SIM_SCENARIO={scenario} SHARED_SLICE_A_PID={a} SHARED_SLICE_B_PID={b} \
+         SHARED_MIG_ALONE_PID={alone} SHARED_MIG_PAIR_PIDS={p0},{p1} \
+         GPULSE_KUBELET_SOCKET=none GPULSE_LOG=warn \
+         {bin} top --nvml-lib {lib} --cost-per-gpu-hour 3.6; echo gpulse-exit=$?; exec sleep 600",
+        scenario = scenario.display(),
+        a = a.pid(),
+        b = b.pid(),
+        alone = alone.pid(),
+        p0 = pair[0].pid(),
+        p1 = pair[1].pid(),
+        bin = gpulse_bin(),
+        lib = crate::sampling::sim_lib().display(),
+    );
+    let tmux = Tmux::new("top-rollups");
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top-rollups",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    tmux.wait_for("the processes", Duration::from_secs(30), |s| {
+        table_row(s, 1, a.pid()).is_some() && table_row(s, 1, b.pid()).is_some()
+    });
+    assert!(
+        !tmux.screen().contains("Roll-ups"),
+        "hidden until asked: {}",
+        tmux.screen()
+    );
+    tmux.keys(&["r"]);
+    // 120 columns: every column, KIND ID NAME PROCS GPU-HOURS KWH IDLE COST (a job has no name).
+    let hours = |cells: &[&str]| cells[4].parse::<f64>().expect("GPU-hours");
+    // At least 4 s of the two ranks: 8 GPU-seconds, 0.002222 GPU-hours.
+    let screen = tmux.wait_for("the job's roll-up", Duration::from_secs(30), |s| {
+        rollup_cells(s, "slurm-7001").is_some_and(|c| c.len() == 8 && hours(&c) >= 0.002222)
+    });
+    assert!(
+        screen.contains("Roll-ups (1) since the view started"),
+        "only the job: no process here has a pod or a container: {screen}"
+    );
+    assert!(!screen.contains("no price"), "a price was given: {screen}");
+    let cells = rollup_cells(&screen, "slurm-7001").expect("the job's line");
+    let (gpu_hours, kwh, cost): (f64, f64, f64) = (
+        cells[4].parse().expect("GPU-hours"),
+        cells[5].parse().expect("kWh"),
+        cells[7].parse().expect("cost"),
+    );
+    assert_eq!(
+        (cells[0], cells[2], cells[3], cells[6]),
+        ("job", "-", "2", "0%"),
+        "{cells:?}"
+    );
+    assert!((cost - gpu_hours * 3.6).abs() <= 1e-4, "{cells:?}");
+    // Six decimals of kWh: about 2e-4 kWh here, so 1 % covers the rounding.
+    assert!(
+        (kwh - 0.09 * gpu_hours).abs() <= 0.01 * kwh + 1e-6,
+        "300 W × 0.6 per 2 GPUs: {cells:?}"
+    );
+    // The totals grow from one window to the next.
+    tmux.wait_for("the job's hours to grow", Duration::from_secs(10), |s| {
+        rollup_cells(s, "slurm-7001").is_some_and(|c| c.len() == 8 && hours(&c) > gpu_hours)
+    });
+    tmux.keys(&["r"]);
+    tmux.wait_for("the panel hidden", Duration::from_secs(5), |s| {
+        !s.contains("Roll-ups")
+    });
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(5), |s| {
+        s.contains("gpulse-exit=")
+    });
+    assert!(screen.contains("gpulse-exit=0"), "{screen}");
+}
+
+/// The nvml-sim node of the ranks test: one GPU per process listed in `GPULSE_TOP_PID_<i>`.
+fn ranks_scenario(count: usize) -> String {
+    let mut text = String::from(
+        "[driver]\nversion = \"570.124.06\"\nnvml_version = \"12.570.124.06\"\n\
+         cuda_version = \"12.8\"\n",
+    );
+    for i in 0..count {
+        text.push_str(&format!(
+            "\n[[device]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
+             uuid = \"GPU-70970000-1111-2222-3333-00000000000{i}\"\n\
+             pci_bus_id = \"00000000:{bus:02X}:00.0\"\nmemory_total_mib = 81559\n\n\
+             [device.signals]\ngpu_util = 60\n\n[[device.process]]\n\
+             pid_env = \"GPULSE_TOP_PID_{i}\"\nname = \"python3\"\nkind = \"compute\"\n\
+             memory_used_mib = 2048\nsm_util = 50\n",
+            bus = 0x18 + i
+        ));
+    }
+    text
+}
+
+/// Ranks in a real terminal: a process whose launcher variables (`RANK`, `WORLD_SIZE`,
+/// `SLURM_JOB_ID`) are all gpulse knows of it shows `slurm-55/0` from its environment alone;
+/// three ranks of job `job-t` that send the companion's step spans (tests/backends/rank.py, as
+/// the PyTorch companion would) to `top --otlp-receiver-http` show their job and rank, and the
+/// one the others wait for in all-reduce (rank 2: no collective wait while ranks 0 and 1 wait
+/// 60 % of each step) is marked SLOW, with its step figures in the detail pane.
+#[test]
+fn top_in_tmux_shows_ranks_from_the_environment_and_marks_the_straggler_it_hears() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = crate::framework::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let rank_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/rank.py");
+    // (rank, collective wait per 0.2 s step): rank 2 waits for nobody.
+    let ranks: Vec<ChildGuard> = [(0, "0.12"), (1, "0.12"), (2, "0.0")]
+        .into_iter()
+        .map(|(rank, wait)| {
+            let rank = rank.to_string();
+            ChildGuard::spawn(
+                Command::new(crate::common::python())
+                    .arg(&rank_py)
+                    .args([url.as_str(), "job-t", &rank, "0.2", wait])
+                    .env("TORCHELASTIC_RUN_ID", "job-t")
+                    .env("RANK", &rank)
+                    .env("LOCAL_RANK", &rank)
+                    .env("WORLD_SIZE", "3"),
+            )
+            .expect("spawn a rank")
+        })
+        .collect();
+    let env_only = ChildGuard::spawn(
+        Command::new("sleep")
+            .arg("1000")
+            .env("SLURM_JOB_ID", "55")
+            .env("RANK", "0")
+            .env("WORLD_SIZE", "1"),
+    )
+    .expect("spawn the environment-only rank");
+    let mut pids: Vec<u32> = ranks.iter().map(ChildGuard::pid).collect();
+    pids.push(env_only.pid());
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(&scenario, ranks_scenario(pids.len())).expect("write the scenario");
+    // The rule's thresholds made short enough to decide within the test (defaults: 1 min).
+    let config = dir.path().join("gpulse.toml");
+    std::fs::write(
+        &config,
+        "[diagnosis.input_bound]\nstep_lookback = \"8s\"\nmin_steps = 5\n\n\
+         [diagnosis.rank_straggler]\nmin_duration = \"3s\"\nmin_steps = 5\n",
+    )
+    .expect("write the config");
+    let pid_vars: String = pids
+        .iter()
+        .enumerate()
+        .map(|(i, pid)| format!("GPULSE_TOP_PID_{i}={pid} "))
+        .collect();
+    let command = format!(
+        "env {pid_vars}NVML_SIM_SCENARIO={scenario} GPULSE_KUBELET_SOCKET=none GPULSE_LOG=warn \
+         {bin} top --nvml-lib {lib} --config {config} --otlp-receiver-http {port}; \
+         echo gpulse-exit=$?; exec sleep 600",
+        scenario = scenario.display(),
+        bin = gpulse_bin(),
+        lib = crate::sampling::sim_lib().display(),
+        config = config.display(),
+    );
+    let tmux = Tmux::new("ranks");
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "ranks",
+        "-x",
+        "200",
+        "-y",
+        "50",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    let row_of = |screen: &str, gpu: u32, pid: u32| table_row(screen, gpu, pid).map(str::to_string);
+    let screen = tmux.wait_for(
+        "the environment-only rank's job/rank",
+        Duration::from_secs(60),
+        |s| row_of(s, 3, env_only.pid()).is_some_and(|r| r.contains("slurm-55/0")),
+    );
+    assert!(screen.contains("JOB/RANK"), "{screen}");
+
+    let straggler = ranks[2].pid();
+    let screen = tmux.wait_for(
+        "rank 2 marked SLOW from the spans top hears",
+        // 3 s of min_duration after 5 steps of every rank, on a loaded 2-core machine.
+        Duration::from_secs(120),
+        |s| row_of(s, 2, straggler).is_some_and(|r| r.contains("job-t/2 SLOW")),
+    );
+    for (gpu, rank) in ranks.iter().take(2).enumerate() {
+        let row = row_of(&screen, gpu as u32, rank.pid()).expect("a row per rank");
+        assert!(row.contains(&format!("job-t/{gpu}")), "{row}");
+        assert!(!row.contains("SLOW"), "only rank 2 is the straggler: {row}");
+    }
+    assert!(!row_of(&screen, 3, env_only.pid()).unwrap().contains("SLOW"));
+    assert!(screen.contains("rank_straggler"), "the finding: {screen}");
+
+    // The detail pane of rank 2: sort by PID and walk to its row.
+    tmux.keys(&["p", "g"]);
+    let mut sorted = pids.clone();
+    sorted.sort_unstable();
+    let index = sorted.iter().position(|p| *p == straggler).unwrap();
+    for _ in 0..index {
+        tmux.keys(&["j"]);
+    }
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("rank 2's detail pane", Duration::from_secs(10), |s| {
+        s.contains(&format!("pid {straggler} (Enter or Esc closes)"))
+            && s.contains("step / in collectives")
+    });
+    let line = screen
+        .lines()
+        .find(|l| l.contains("step / in collectives"))
+        .unwrap();
+    assert!(line.contains("200 ms / 0 ms (0% of the step)"), "{line}");
+    assert!(
+        screen.contains("job-t/2  ← the straggler of its job"),
+        "{screen}"
+    );
+    tmux.keys(&["Escape", "q"]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(5), |s| {
+        s.contains("gpulse-exit=")
+    });
+    assert!(screen.contains("gpulse-exit=0"), "{screen}");
+    drop(dir);
+}
+
+/// `top --otlp-receiver-http` on an address already taken fails before drawing, saying which
+/// address and what to do.
+#[test]
+fn top_with_its_receiver_on_a_taken_port_says_so() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let port = taken.local_addr().unwrap().port();
+    let sleeper = ChildGuard::spawn(Command::new("sleep").arg("1000")).expect("spawn a sleeper");
+    let lib_dir = tempfile::tempdir().expect("temp dir");
+    let lib = build_library(lib_dir.path());
+    let command = format!(
+        "env OTHER_NVML_PIDS={pid}:1073741824 GPULSE_KUBELET_SOCKET=none {bin} top \
+         --nvml-lib {lib} --otlp-receiver-http {port}; echo gpulse-exit=$?; exec sleep 600",
+        pid = sleeper.pid(),
+        bin = gpulse_bin(),
+        lib = lib.display(),
+    );
+    let tmux = Tmux::new("taken");
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "taken",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    let screen = tmux.wait_for("gpulse to exit", Duration::from_secs(20), |s| {
+        s.contains("gpulse-exit=")
+    });
+    let flat = screen.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(!flat.contains("gpulse-exit=0"), "{screen}");
+    assert!(
+        flat.contains(&format!(
+            "could not listen for OTLP/HTTP on 127.0.0.1:{port}"
+        )),
+        "{screen}"
+    );
+    assert!(flat.contains("--otlp-receiver-http"), "{screen}");
+    drop(taken);
+}

@@ -2,9 +2,11 @@
 //! reads its scenario once per process, so a scenario cannot change inside one binary).
 //!
 //! Groups, each named after the scenario (`8x64`, `64x1024`):
-//! - `sample_cycle/gpulse` is `Sampler::sample`, and `sample_cycle/bare_nvml` the floor: the
-//!   same NVML calls through the same library and the same nvml-wrapper, with none of gpulse's
-//!   bookkeeping (field classification, process merge, snapshot building);
+//! - `sample_cycle/gpulse` is `Sampler::sample`, and `sample_cycle/bare_nvml` the floor
+//!   (`gpulse::sampling::floor::Floor`): the same NVML calls, derived from the schema and
+//!   checked call for call by tests/floor.rs, through the same library and the same
+//!   nvml-wrapper, with none of gpulse's bookkeeping (error classification, process merge,
+//!   snapshot building);
 //! - `aggregate/add` folds one snapshot into the open window, `aggregate/take_10` closes a
 //!   window of ten samples;
 //! - `attribution/warm` resolves every GPU process with a warm cache (one `stat` read per PID),
@@ -30,12 +32,8 @@ use gpulse::attribution::{
 };
 use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
+use gpulse::sampling::floor::Floor;
 use gpulse::sampling::{Sampler, Snapshot, Window, WindowAggregator};
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
-};
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
 use prost::Message;
 
 /// Samples per export window in the aggregation and export benches (1 s export, 100 ms sampling).
@@ -70,9 +68,9 @@ pub fn run(label: &str, scenario: &str) {
 
     let mut group = c.benchmark_group(format!("sample_cycle/{label}"));
     group.bench_function("gpulse", |b| b.iter(|| black_box(sample(&mut sampler))));
-    let nvml = std::sync::Arc::clone(sampler.nvml());
-    let mut floor = BareLoop::default();
-    group.bench_function("bare_nvml", |b| b.iter(|| black_box(floor.cycle(&nvml))));
+    let mut floor = Floor::new(std::sync::Arc::clone(sampler.nvml()));
+    floor.tick();
+    group.bench_function("bare_nvml", |b| b.iter(|| black_box(floor.tick())));
     group.finish();
 
     let snapshots: Vec<Snapshot> = (0..WINDOW_SAMPLES).map(|_| sample(&mut sampler)).collect();
@@ -320,66 +318,6 @@ fn window_of(snapshots: &[Snapshot]) -> Window {
     match aggregator.take() {
         Some(window) => window,
         None => panic!("a window of {} snapshots came out empty", snapshots.len()),
-    }
-}
-
-/// The floor: every NVML call `Sampler::sample` makes on a healthy device, in the same order,
-/// through the same nvml-wrapper handle, keeping only a checksum of the answers.
-#[derive(Default)]
-struct BareLoop {
-    seen: HashMap<u32, u64>,
-}
-
-impl BareLoop {
-    fn cycle(&mut self, nvml: &Nvml) -> u64 {
-        let mut sum = 0u64;
-        let count = nvml.device_count().unwrap_or(0);
-        for index in 0..count {
-            let Ok(d) = nvml.device_by_index(index) else {
-                continue;
-            };
-            let ok = |r: Result<u32, NvmlError>| u64::from(r.unwrap_or(0));
-            if let Ok(u) = d.utilization_rates() {
-                sum += u64::from(u.gpu + u.memory);
-            }
-            sum += d
-                .encoder_utilization()
-                .map_or(0, |u| u64::from(u.utilization));
-            sum += d
-                .decoder_utilization()
-                .map_or(0, |u| u64::from(u.utilization));
-            sum += d.memory_info().map_or(0, |m| m.used);
-            sum += ok(d.temperature(TemperatureSensor::Gpu));
-            sum += ok(d.power_usage());
-            sum += ok(d.enforced_power_limit());
-            sum += d.total_energy_consumption().unwrap_or(0);
-            sum += ok(d.clock_info(Clock::SM));
-            sum += ok(d.clock_info(Clock::Memory));
-            sum += ok(d.clock_info(Clock::Graphics));
-            sum += ok(d.pcie_throughput(PcieUtilCounter::Send));
-            sum += ok(d.pcie_throughput(PcieUtilCounter::Receive));
-            sum += d.current_throttle_reasons().map_or(0, |r| r.bits());
-            sum += d
-                .total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
-                .unwrap_or(0);
-            sum += d
-                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
-                .unwrap_or(0);
-            sum += d.performance_state().map_or(0, |p| u64::from(p.as_c()));
-            let compute = d.running_compute_processes().unwrap_or_default();
-            let graphics = d.running_graphics_processes().unwrap_or_default();
-            sum += (compute.len() + graphics.len()) as u64;
-            if !compute.is_empty() || !graphics.is_empty() {
-                let seen = self.seen.get(&index).copied();
-                if let Ok(samples) = d.process_utilization_stats(seen) {
-                    if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
-                        self.seen.insert(index, newest);
-                    }
-                    sum += samples.len() as u64;
-                }
-            }
-        }
-        sum
     }
 }
 

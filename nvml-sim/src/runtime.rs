@@ -1,11 +1,12 @@
 //! Process-wide state: the loaded simulation (read with one atomic load per call), the init
-//! reference count, and the checks every call makes before it reads data (initialised, driver
-//! present, handle valid, device not lost, faults).
+//! reference count, the count of calls per function (for tests that compare what two clients
+//! ask, `nvmlSimGetCallCount`), and the checks every call makes before it reads data
+//! (initialised, driver present, handle valid, device not lost, faults).
 //!
 //! The simulation is loaded at the first init and never freed, so device handles (addresses of
 //! its devices) stay valid for the life of the process, as the driver's do.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::abi::{self, nvmlDevice_t, Ret};
@@ -20,6 +21,14 @@ static LOAD_LOCK: Mutex<()> = Mutex::new(());
 /// Set once a scenario failed to load: init keeps failing without re-reading or re-printing.
 static LOAD_FAILED: OnceLock<String> = OnceLock::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
+/// Calls per function (by [`Api`] discriminant) since the library was loaded, counted as each
+/// call enters [`session`], answered or not. One uncontended relaxed add per call.
+static CALLS: [AtomicU64; 128] = [const { AtomicU64::new(0) }; 128];
+
+/// How many times `api` was called since this library was loaded.
+pub fn call_count(api: Api) -> u64 {
+    CALLS[api as usize].load(Ordering::Relaxed)
+}
 
 /// The loaded simulation, if any.
 #[inline]
@@ -100,6 +109,7 @@ pub fn shutdown() -> Ret {
 /// Returns the simulation and the current simulated time.
 #[inline]
 pub fn session(api: Api) -> Result<(&'static Sim, f64), Ret> {
+    CALLS[api as usize].fetch_add(1, Ordering::Relaxed);
     if REFCOUNT.load(Ordering::Acquire) == 0 {
         return Err(abi::UNINITIALIZED);
     }

@@ -21,7 +21,8 @@
 //!   share of the GPU (its memory slice over the GPU's memory, the one size NVML gives every
 //!   instance). Weights above 1 in total (overlapping samples) are scaled down to 1, so the
 //!   processes' sum never exceeds the device's. The rest — idle power, busy time of no known
-//!   process, shared MIG instances — is the device's **unattributed** energy.
+//!   process, shared MIG instances — is the device's **unattributed** energy. The activity rule
+//!   of a whole GPU and the weights are [`super::energy_share`]'s, which span enrichment uses too.
 //!
 //! Roll-ups keep their totals when a process exits, so a job's hours do not shrink as its ranks
 //! finish.
@@ -31,6 +32,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+pub use super::energy_share::ActivitySource;
+use super::energy_share::{energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim};
 use super::workload::Workload;
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 use crate::schema::{DeviceField, GpmField};
@@ -41,18 +44,6 @@ pub const ACTIVE_THRESHOLD: f64 = 0.05;
 
 /// At most this many roll-up groups are kept; the longest unseen go first.
 const MAX_GROUPS: usize = 4096;
-
-/// How a process's activity on a device was known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActivitySource {
-    /// NVML's per-process SM utilisation.
-    ProcessUtilization,
-    /// The only process on a GPU without per-process figures: the GPU's utilisation.
-    DeviceUtilization,
-    /// Alone on its MIG instance: the instance's graphics-engine activity (GPM).
-    MigInstance,
-}
 
 /// One process on one device: its window and its totals since gpulse first saw it there.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -206,7 +197,8 @@ impl GpuAccountant {
                 .filter(|p| p.device_uuid == device.info.uuid)
                 .collect();
             let activities = activities(window, device, &on_device);
-            let weights = energy_weights(&activities);
+            let claims: Vec<EnergyClaim> = activities.iter().map(Activity::claim).collect();
+            let weights = energy_weights(&claims);
             let energy = self.window_energy(device, seconds);
             let mut attributed = 0.0;
             for ((p, activity), weight) in on_device.iter().zip(&activities).zip(&weights) {
@@ -416,6 +408,16 @@ struct Activity {
     mig_uuid: Option<String>,
 }
 
+impl Activity {
+    fn claim(&self) -> EnergyClaim {
+        EnergyClaim {
+            activity: self.value,
+            gpu_share: self.gpu_share,
+            presence: self.presence,
+        }
+    }
+}
+
 /// The activity of each of `on_device` (the processes of `device`, in order), as the module's
 /// documentation says.
 fn activities(
@@ -423,7 +425,6 @@ fn activities(
     device: &DeviceWindow,
     on_device: &[&ProcessWindow],
 ) -> Vec<Activity> {
-    let samples = |p: &ProcessWindow| f64::from(p.samples.max(1));
     // Per-process utilisation is given on this device when any process had a sample of it;
     // then a sample without a process means the process did not run.
     let per_process = on_device.iter().any(|p| p.sm_utilization.is_some());
@@ -440,11 +441,8 @@ fn activities(
         .iter()
         .map(|p| {
             if let Some(instance) = window.mig_instance_of(p.pid, &p.device_uuid) {
-                let gpu_share = match (instance.memory_total_bytes, device_memory) {
-                    (Some(slice), Some(all)) if all > 0.0 => Some((slice as f64 / all).min(1.0)),
-                    // Its size unknown: neither its energy nor its GPU-hours can be weighed.
-                    _ => None,
-                };
+                // Its size unknown: neither its energy nor its GPU-hours can be weighed.
+                let gpu_share = mig_gpu_share(instance.memory_total_bytes, device_memory);
                 let value = window
                     .mig_instance_held_alone(p.pid, &p.device_uuid)
                     .and_then(|alone| alone.gpm.mean(GpmField::GraphicsActivity));
@@ -456,22 +454,14 @@ fn activities(
                     mig_uuid: Some(instance.info.uuid.clone()),
                 };
             }
-            let (value, source) = if per_process {
-                let busy = p
-                    .sm_utilization
-                    .map_or(0.0, |g| g.mean * f64::from(g.count));
-                (
-                    Some((busy / samples(p)).clamp(0.0, 1.0)),
-                    Some(ActivitySource::ProcessUtilization),
-                )
-            } else if on_device.len() == 1 {
-                let value = device
-                    .mean(DeviceField::UtilizationGpu)
-                    .map(|u| u.clamp(0.0, 1.0));
-                (value, value.map(|_| ActivitySource::DeviceUtilization))
-            } else {
-                (None, None)
-            };
+            let sm_sum = p.sm_utilization.map(|g| g.mean * f64::from(g.count));
+            let (value, source) = whole_gpu_activity(
+                sm_sum,
+                p.samples,
+                per_process,
+                on_device.len(),
+                device.mean(DeviceField::UtilizationGpu),
+            );
             Activity {
                 value,
                 source,
@@ -481,19 +471,6 @@ fn activities(
             }
         })
         .collect()
-}
-
-/// The share of the device's energy charged to each process: its activity, on MIG times its
-/// instance's slice of the GPU, times the share of the window it was listed; scaled down so
-/// that the shares add up to at most 1.
-fn energy_weights(activities: &[Activity]) -> Vec<Option<f64>> {
-    let raw: Vec<Option<f64>> = activities
-        .iter()
-        .map(|a| Some(a.value? * a.gpu_share? * a.presence))
-        .collect();
-    let total: f64 = raw.iter().flatten().sum();
-    let scale = if total > 1.0 { 1.0 / total } else { 1.0 };
-    raw.into_iter().map(|w| w.map(|w| w * scale)).collect()
 }
 
 /// The groups a process counts in: its job, pod and container, where known.

@@ -1,11 +1,16 @@
-//! The process's own OpenTelemetry identity and job, from `/proc/<pid>/environ`:
-//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `TORCHELASTIC_RUN_ID` and `SLURM_JOB_ID`, and
-//! nothing else.
+//! The process's own OpenTelemetry identity and its place in a distributed job, from
+//! `/proc/<pid>/environ`: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, the launcher's job
+//! variables (`TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, `MASTER_ADDR`, `MASTER_PORT`) and rank
+//! variables (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `SLURM_PROCID`, `SLURM_LOCALID`,
+//! `SLURM_NTASKS`), and nothing else.
 //!
 //! An environment holds secrets (tokens, passwords), so the scanner looks at each NUL-separated
-//! entry only long enough to compare its key, copies out the four values it wants and keeps,
+//! entry only long enough to compare its key, copies out the values it wants and keeps,
 //! returns and logs nothing else. The file shows the environment the process was started with
-//! (`execve`), not later `setenv` calls, which is what an SDK reads at start-up too.
+//! (`execve`), not later `setenv` calls, which is what an SDK reads at start-up too. The file is
+//! read with gpulse's own permissions: another user's process (gpulse not root, no
+//! `CAP_SYS_PTRACE`) gives permission denied, and that process then has no service name, job or
+//! rank from its environment (its own spans, when a receiver hears them, still give job and rank).
 //!
 //! `OTEL_RESOURCE_ATTRIBUTES` is parsed as the specification says
 //! (configuration/sdk-environment-variables.md, resource/sdk.md): a comma-separated list of
@@ -17,12 +22,19 @@
 //! whitespace around keys and values is trimmed (Baggage's optional whitespace).
 //!
 //! The job a process belongs to is, in order: `pytorch.distributed.job.id` in its
-//! `OTEL_RESOURCE_ATTRIBUTES` (the key the PyTorch companion puts on its resource), else
+//! `OTEL_RESOURCE_ATTRIBUTES` (the key the PyTorch companion puts on its resource), else the id
+//! the companion derives from the same variables (examples/pytorch, `distributed.job_id`), so
+//! that a rank gpulse knows only from its environment and one it hears from are in one job:
 //! `TORCHELASTIC_RUN_ID` (torchrun's rendezvous id, equal on every rank of one run, on every
-//! node), else `SLURM_JOB_ID`. torchrun's placeholder run id `none` (its `--rdzv-id` default,
-//! the same for every unrelated job on a node) names no job and is passed over. The
-//! companion's own evidence, when it reaches gpulse, outranks all of these
+//! node; its placeholder `none`, the `--rdzv-id` default shared by every unrelated job on a node,
+//! names no job), else `slurm-<SLURM_JOB_ID>`, else `<MASTER_ADDR>:<MASTER_PORT>` for a process
+//! that has a rank. The companion's own evidence, when it reaches gpulse, outranks all of these
 //! ([`super::Workload::adopt_companion_job_id`]).
+//!
+//! The rank, as the companion reads it before `init_process_group`: `RANK` (else
+//! `SLURM_PROCID`) and `WORLD_SIZE` (else `SLURM_NTASKS`), both integers, else no rank;
+//! `LOCAL_RANK` (else `SLURM_LOCALID`) when set. `pytorch.distributed.rank`/`.world_size`/
+//! `.local_rank` in `OTEL_RESOURCE_ATTRIBUTES` outrank the variables.
 
 use serde::Serialize;
 
@@ -37,57 +49,79 @@ pub const COMPANION_JOB_ID_ATTRIBUTE: &str = "pytorch.distributed.job.id";
 /// torchrun's default `--rdzv-id`: not a job's name.
 const TORCHELASTIC_PLACEHOLDER_RUN_ID: &str = "none";
 
-/// The four variables, raw, as the process was started with them.
+/// The variables, raw, as the process was started with them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OtelEnvironment {
     pub service_name: Option<String>,
     pub resource_attributes: Option<String>,
     pub torchelastic_run_id: Option<String>,
     pub slurm_job_id: Option<String>,
+    pub master_addr: Option<String>,
+    pub master_port: Option<String>,
+    pub rank: Option<String>,
+    pub local_rank: Option<String>,
+    pub world_size: Option<String>,
+    pub slurm_procid: Option<String>,
+    pub slurm_localid: Option<String>,
+    pub slurm_ntasks: Option<String>,
 }
 
-impl OtelEnvironment {
-    fn slot(&mut self, key: &str) -> &mut Option<String> {
-        match key {
-            OTEL_SERVICE_NAME => &mut self.service_name,
-            OTEL_RESOURCE_ATTRIBUTES => &mut self.resource_attributes,
-            TORCHELASTIC_RUN_ID => &mut self.torchelastic_run_id,
-            _ => &mut self.slurm_job_id,
-        }
-    }
-
-    fn complete(&self) -> bool {
-        self.service_name.is_some()
-            && self.resource_attributes.is_some()
-            && self.torchelastic_run_id.is_some()
-            && self.slurm_job_id.is_some()
-    }
-}
-
-const WANTED: [&str; 4] = [
+/// The keys scanned for, in the order of [`OtelEnvironment::slot`].
+const WANTED: [&str; 12] = [
     OTEL_SERVICE_NAME,
     OTEL_RESOURCE_ATTRIBUTES,
     TORCHELASTIC_RUN_ID,
     SLURM_JOB_ID,
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
 ];
 
-/// Picks the four variables out of the bytes of an `environ` file. When a key appears twice
+impl OtelEnvironment {
+    /// The field of `WANTED[index]`.
+    fn slot(&mut self, index: usize) -> &mut Option<String> {
+        match index {
+            0 => &mut self.service_name,
+            1 => &mut self.resource_attributes,
+            2 => &mut self.torchelastic_run_id,
+            3 => &mut self.slurm_job_id,
+            4 => &mut self.master_addr,
+            5 => &mut self.master_port,
+            6 => &mut self.rank,
+            7 => &mut self.local_rank,
+            8 => &mut self.world_size,
+            9 => &mut self.slurm_procid,
+            10 => &mut self.slurm_localid,
+            _ => &mut self.slurm_ntasks,
+        }
+    }
+}
+
+/// Picks the wanted variables out of the bytes of an `environ` file. When a key appears twice
 /// the first one wins, as glibc's `getenv` (and so the SDK in the process) would see it.
 pub fn scan_environ(environ: &[u8]) -> OtelEnvironment {
     let mut found = OtelEnvironment::default();
+    let mut missing = WANTED.len();
     for entry in environ.split(|b| *b == 0) {
-        let Some((key, value)) = WANTED
+        let Some((index, value)) = WANTED
             .iter()
-            .find_map(|key| value_of(entry, key).map(|value| (*key, value)))
+            .enumerate()
+            .find_map(|(index, key)| value_of(entry, key).map(|value| (index, value)))
         else {
             continue;
         };
-        let slot = found.slot(key);
+        let slot = found.slot(index);
         if slot.is_none() {
             // Not UTF-8: the SDK in the process could not have used it either.
             *slot = std::str::from_utf8(value).ok().map(str::to_string);
+            missing -= usize::from(slot.is_some());
         }
-        if found.complete() {
+        if missing == 0 {
             break;
         }
     }
@@ -111,8 +145,10 @@ pub enum JobIdSource {
     ResourceAttributes,
     /// `TORCHELASTIC_RUN_ID` in the process's environment.
     TorchElastic,
-    /// `SLURM_JOB_ID` in the process's environment.
+    /// `SLURM_JOB_ID` in the process's environment (as `slurm-<id>`).
     Slurm,
+    /// `MASTER_ADDR:MASTER_PORT` of a process with a rank.
+    Master,
 }
 
 impl JobIdSource {
@@ -122,6 +158,7 @@ impl JobIdSource {
             Self::ResourceAttributes => "resource_attributes",
             Self::TorchElastic => "torchelastic",
             Self::Slurm => "slurm",
+            Self::Master => "master",
         }
     }
 }
@@ -133,8 +170,20 @@ pub struct JobId {
     pub source: JobIdSource,
 }
 
-/// What the process says about itself, resolved: `service.name`, its other attributes and its
-/// job.
+/// A process's place in its distributed job, as its launcher's variables (or its
+/// `OTEL_RESOURCE_ATTRIBUTES`) give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EnvRank {
+    /// `pytorch.distributed.rank`: `RANK`, else `SLURM_PROCID`.
+    pub rank: u32,
+    /// `pytorch.distributed.world_size`: `WORLD_SIZE`, else `SLURM_NTASKS`.
+    pub world_size: u32,
+    /// `pytorch.distributed.local_rank`: `LOCAL_RANK`, else `SLURM_LOCALID`.
+    pub local_rank: Option<u32>,
+}
+
+/// What the process says about itself, resolved: `service.name`, its other attributes, its
+/// job and its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OtelIdentity {
     /// `OTEL_SERVICE_NAME` when set and not empty, else `service.name` from the attributes.
@@ -146,6 +195,8 @@ pub struct OtelIdentity {
     pub attributes_error: Option<ResourceAttributesError>,
     /// The job the process belongs to (see the module's documentation for the order).
     pub job: Option<JobId>,
+    /// Its rank in that job, when its environment gives one.
+    pub rank: Option<EnvRank>,
 }
 
 /// Applies the specification's precedence: `OTEL_SERVICE_NAME` over `service.name` in
@@ -170,43 +221,83 @@ pub fn resolve_identity(env: &OtelEnvironment) -> OtelIdentity {
                 .find(|(key, value)| key == "service.name" && !value.is_empty())
                 .map(|(_, value)| value.clone())
         });
-    let job = job_of(env, &resource_attributes);
+    let rank = rank_of(env, &resource_attributes);
+    let job = job_of(env, &resource_attributes, rank.is_some());
     OtelIdentity {
         service_name,
         resource_attributes,
         attributes_error,
         job,
+        rank,
     }
 }
 
-/// The job id, in the module's order; blank values and torchrun's placeholder name no job.
-fn job_of(env: &OtelEnvironment, resource_attributes: &[(String, String)]) -> Option<JobId> {
-    let named = |value: &str| {
-        let value = value.trim();
-        (!value.is_empty()).then(|| value.to_string())
-    };
-    let from_attributes = resource_attributes
+/// The trimmed value when it is not blank.
+fn named(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// The value of the attribute `key`, when set and not blank.
+fn attribute(resource_attributes: &[(String, String)], key: &str) -> Option<String> {
+    resource_attributes
         .iter()
-        .find(|(key, _)| key == COMPANION_JOB_ID_ATTRIBUTE)
+        .find(|(k, _)| k == key)
         .and_then(|(_, value)| named(value))
+}
+
+/// The job id, in the module's order; blank values and torchrun's placeholder name no job.
+/// `has_rank`: only a rank's `MASTER_ADDR:MASTER_PORT` names a job (the companion's rule).
+fn job_of(
+    env: &OtelEnvironment,
+    resource_attributes: &[(String, String)],
+    has_rank: bool,
+) -> Option<JobId> {
+    let var = |value: &Option<String>| value.as_deref().and_then(named);
+    let from_attributes = attribute(resource_attributes, COMPANION_JOB_ID_ATTRIBUTE)
         .map(|id| (id, JobIdSource::ResourceAttributes));
     let from_torchelastic = || {
-        env.torchelastic_run_id
-            .as_deref()
-            .and_then(named)
-            .filter(|id| id != TORCHELASTIC_PLACEHOLDER_RUN_ID)
+        var(&env.torchelastic_run_id)
+            .filter(|id| !id.eq_ignore_ascii_case(TORCHELASTIC_PLACEHOLDER_RUN_ID))
             .map(|id| (id, JobIdSource::TorchElastic))
     };
-    let from_slurm = || {
-        env.slurm_job_id
-            .as_deref()
-            .and_then(named)
-            .map(|id| (id, JobIdSource::Slurm))
+    let from_slurm =
+        || var(&env.slurm_job_id).map(|id| (format!("slurm-{id}"), JobIdSource::Slurm));
+    let from_master = || match (var(&env.master_addr), var(&env.master_port)) {
+        (Some(addr), Some(port)) if has_rank => {
+            Some((format!("{addr}:{port}"), JobIdSource::Master))
+        }
+        _ => None,
     };
     from_attributes
         .or_else(from_torchelastic)
         .or_else(from_slurm)
+        .or_else(from_master)
         .map(|(id, source)| JobId { id, source })
+}
+
+/// The rank, in the module's order: the first of the names that is set and an integer, as the
+/// companion's `_int` reads them.
+fn rank_of(env: &OtelEnvironment, resource_attributes: &[(String, String)]) -> Option<EnvRank> {
+    let number = |attr: &str, vars: [&Option<String>; 2]| {
+        attribute(resource_attributes, attr)
+            .and_then(|value| value.parse::<u32>().ok())
+            .or_else(|| {
+                vars.into_iter()
+                    .find_map(|value| value.as_deref()?.trim().parse::<u32>().ok())
+            })
+    };
+    Some(EnvRank {
+        rank: number("pytorch.distributed.rank", [&env.rank, &env.slurm_procid])?,
+        world_size: number(
+            "pytorch.distributed.world_size",
+            [&env.world_size, &env.slurm_ntasks],
+        )?,
+        local_rank: number(
+            "pytorch.distributed.local_rank",
+            [&env.local_rank, &env.slurm_localid],
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -356,9 +447,11 @@ mod tests {
             env(Some("team=ml"), Some("r1"), Some("9")),
             job("r1", TorchElastic)
         );
-        assert_eq!(env(None, None, Some(" 9 ")), job("9", Slurm));
-        // torchrun's placeholder and blank values name no job: the next source answers.
-        assert_eq!(env(None, Some("none"), Some("9")), job("9", Slurm));
+        assert_eq!(env(None, None, Some(" 9 ")), job("slurm-9", Slurm));
+        // torchrun's placeholder (in any case) and blank values name no job: the next source
+        // answers.
+        assert_eq!(env(None, Some("none"), Some("9")), job("slurm-9", Slurm));
+        assert_eq!(env(None, Some("None"), Some("9")), job("slurm-9", Slurm));
         assert_eq!(
             env(Some("pytorch.distributed.job.id="), Some(" "), None),
             None
@@ -371,9 +464,98 @@ mod tests {
                 None,
                 Some("9")
             ),
-            job("9", Slurm)
+            job("slurm-9", Slurm)
         );
         assert_eq!(env(None, None, None), None);
+    }
+
+    fn identity_of(vars: &[(&str, &str)]) -> OtelIdentity {
+        let mut environ = Vec::new();
+        for (key, value) in vars {
+            environ.extend_from_slice(format!("{key}={value}\0").as_bytes());
+        }
+        resolve_identity(&scan_environ(&environ))
+    }
+
+    /// The job ids of the companion's own tests (examples/pytorch/tests/test_distributed.py,
+    /// `distributed.job_id`), so a rank known from its environment and one heard from are in
+    /// the same job.
+    #[test]
+    fn the_job_id_equals_the_companions() {
+        let master = [("MASTER_ADDR", "10.0.0.7"), ("MASTER_PORT", "29500")];
+        let rank = [("RANK", "3"), ("WORLD_SIZE", "8")];
+        let job = |extra: &[(&str, &str)]| {
+            let vars: Vec<_> = master.iter().chain(&rank).chain(extra).copied().collect();
+            identity_of(&vars).job.map(|job| job.id)
+        };
+        assert_eq!(job(&[]).as_deref(), Some("10.0.0.7:29500"));
+        assert_eq!(
+            job(&[("TORCHELASTIC_RUN_ID", "run-42")]).as_deref(),
+            Some("run-42")
+        );
+        assert_eq!(
+            job(&[("TORCHELASTIC_RUN_ID", "none")]).as_deref(),
+            Some("10.0.0.7:29500")
+        );
+        assert_eq!(
+            job(&[("SLURM_JOB_ID", "9917")]).as_deref(),
+            Some("slurm-9917")
+        );
+        // The master address alone (no rank) names no job, as in the companion.
+        assert_eq!(identity_of(&master).job, None);
+        assert_eq!(
+            identity_of(&[("MASTER_ADDR", "h"), ("MASTER_PORT", "1"), ("RANK", "0")]).job,
+            None
+        );
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_launchers_variables() {
+        let rank = |vars: &[(&str, &str)]| identity_of(vars).rank;
+        let torchrun = [("RANK", "5"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "16")];
+        assert_eq!(
+            rank(&torchrun),
+            Some(EnvRank {
+                rank: 5,
+                world_size: 16,
+                local_rank: Some(1)
+            })
+        );
+        let slurm = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS", "16"),
+        ];
+        assert_eq!(rank(&slurm), rank(&torchrun));
+        // RANK outranks SLURM_PROCID; one that is not an integer passes to the next.
+        assert_eq!(
+            rank(&[("SLURM_PROCID", "9"), ("RANK", "2"), ("WORLD_SIZE", "4")]).map(|r| r.rank),
+            Some(2)
+        );
+        assert_eq!(
+            rank(&[("RANK", "x"), ("SLURM_PROCID", " 9 "), ("WORLD_SIZE", "16")]).map(|r| r.rank),
+            Some(9)
+        );
+        // A rank without a world size (or the reverse) is no rank, as in the companion.
+        assert_eq!(rank(&[("RANK", "0"), ("LOCAL_RANK", "0")]), None);
+        assert_eq!(rank(&[("WORLD_SIZE", "4")]), None);
+        // The process's own attributes outrank the variables.
+        assert_eq!(
+            rank(&[
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "pytorch.distributed.rank=7,pytorch.distributed.world_size=8"
+                ),
+                ("RANK", "1"),
+                ("WORLD_SIZE", "2"),
+            ]),
+            Some(EnvRank {
+                rank: 7,
+                world_size: 8,
+                local_rank: None
+            })
+        );
+        assert_eq!(rank(&[]), None);
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! kubelet pod-resources API.
 //!
 //! `WindowAttributor` turns a whole window into the stage's one output, an `AttributedWindow`;
-//! `Attributor` resolves single processes (cache, fallbacks, pod names); the other modules are the pure
+//! `Attributor` resolves single processes (fallbacks, pod names) through the per-PID cache of
+//! `process_identity`, as `settings` says; the other modules are the pure
 //! parsers it is built from (`cgroup`, `procfs`, `environ`), the kubelet client
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
-//! the cgroup CPU limit (`cpu_quota`).
+//! the cgroup CPU limit (`cpu_quota`). `accounting` charges GPU time and energy to processes and
+//! rolls them up by job, pod and container, by the charging rule of `energy_share` (shared with
+//! span enrichment); `rollup_table` is how those roll-ups read in a table.
 
 pub mod accounting;
 pub mod attributed;
@@ -14,27 +17,30 @@ pub mod attributor;
 pub mod cgroup;
 pub mod cpu_quota;
 pub mod devicefile;
+pub mod energy_share;
 pub mod environ;
 pub mod parents;
 pub mod podresources;
+mod process_identity;
 pub mod procfiles;
 pub mod procfs;
+pub mod rollup_table;
+pub mod settings;
 pub mod usage;
 pub mod windows;
 pub mod workload;
 
 pub use accounting::{Accounts, DeviceAccount, GpuAccountant, Prices, ProcessAccount, Rollup};
 pub use attributed::{AttributedProcess, AttributedWindow};
-pub use attributor::{
-    AttributionSettings, Attributor, GpuProcessRef, DEFAULT_PROC_ROOT, HOST_PROC_ENV,
-};
+pub use attributor::{Attributor, GpuProcessRef};
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
-pub use environ::{JobId, JobIdSource};
+pub use environ::{EnvRank, JobId, JobIdSource};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
     DEFAULT_KUBELET_SOCKET,
 };
+pub use settings::{AttributionSettings, DEFAULT_PROC_ROOT, HOST_PROC_ENV};
 pub use usage::UsageTracker;
 pub use windows::{OwnPod, WindowAttributor};
 pub use workload::{AttributionMethod, ProcessUsage, Workload};

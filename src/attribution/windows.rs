@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use super::accounting::{GpuAccountant, Prices};
 use super::attributed::{visible_pids, AttributedWindow};
-use super::attributor::{AttributionSettings, Attributor};
+use super::attributor::Attributor;
 use super::parents::ParentWatch;
+use super::settings::AttributionSettings;
 use super::workload::Workload;
 use crate::sampling::Window;
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::environ::JobIdSource;
+use super::environ::{EnvRank, JobIdSource};
 
 /// How a workload was tied to the process NVML listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,6 +51,9 @@ pub struct Workload {
     pub job_id: Option<String>,
     /// Where `job_id` came from.
     pub job_id_source: Option<JobIdSource>,
+    /// Its rank in the job, from its environment (`RANK`/`WORLD_SIZE`/`LOCAL_RANK` or SLURM's);
+    /// the rank its own spans give, when a receiver hears them, is in the training evidence.
+    pub rank: Option<EnvRank>,
     pub attributed_by: AttributionMethod,
 }
 
@@ -73,6 +76,7 @@ impl Workload {
             resource_attributes: Vec::new(),
             job_id: None,
             job_id_source: None,
+            rank: None,
             attributed_by: AttributionMethod::Unresolved,
         }
     }

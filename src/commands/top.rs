@@ -5,12 +5,18 @@
 //!
 //! The loop waits on one channel fed by two threads, the snapshot forwarder and the key reader,
 //! so it sleeps until a sample or a key arrives: no polling, nothing redrawn between them.
+//!
+//! With `--otlp-receiver-grpc/-http` top also runs `run`'s OTLP receiver, on a local
+//! [`Intake`](crate::enrich::Intake) that forwards nothing: the PyTorch companion's step spans
+//! feed the same framework evidence `run`'s rules read, so the view shows each rank's step
+//! figures and marks the straggler `rank_straggler` names.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::cli::TopArgs;
 use crate::config::{InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
+use crate::enrich::{HistoryHandle, Intake, IntakeSettings, Receivers};
 use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread};
 use crate::sampling::{SessionError, Snapshot, WindowAggregator};
 use crate::top::input::{action, Action};
@@ -38,6 +44,11 @@ pub enum TopError {
     Nvml(#[from] SessionError),
     #[error("the terminal failed: {0}. Try another terminal, or `gpulse snapshot` for plain text")]
     Terminal(#[from] std::io::Error),
+    #[error(
+        "{0}. On a node where `gpulse run` already receives on that port, its /status and \
+         exported findings have the ranks; top hears only what is sent to its own address"
+    )]
+    Receiver(#[from] crate::enrich::ReceiverError),
 }
 
 /// What the loop wakes up for.
@@ -115,6 +126,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         Analyzer::for_inspect(config)
     };
     let views = analyzer.subscribe();
+    let receivers = runtime.block_on(start_receivers(config, interval, &analyzer))?;
 
     let (snapshot_tx, mut snapshot_rx) = tokio::sync::mpsc::channel(4);
     let sampler = SamplerThread::spawn(
@@ -175,11 +187,17 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         }
         match next_event.recv() {
             Ok(Event::Snapshot(snapshot)) => {
+                if let Some(receivers) = &receivers {
+                    receivers.intake.history().record(&snapshot);
+                }
                 aggregator.add(&snapshot);
                 let Some(window) = aggregator.take() else {
                     continue;
                 };
-                analyzer.analyze(window);
+                let analysis = analyzer.analyze(window);
+                if let Some(receivers) = &receivers {
+                    receivers.intake.history().note_window(&analysis.attributed);
+                }
                 let Some(view) = views.borrow().clone() else {
                     continue;
                 };
@@ -215,6 +233,9 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         }
     };
     drop(guard);
+    if let Some(receivers) = &receivers {
+        receivers.stop();
+    }
     // The thread finishes its current tick; a hung NVML call is left behind, we are exiting.
     sampler.stop(Duration::from_secs(1));
     runtime.shutdown_background();
@@ -222,6 +243,30 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         eprintln!("{line}");
     }
     outcome
+}
+
+/// The local OTLP receiver, when asked for: it keeps the framework telemetry of the GPU
+/// processes for the rules and forwards nothing.
+async fn start_receivers(
+    config: &InspectConfig,
+    interval: Duration,
+    analyzer: &Analyzer,
+) -> Result<Option<Receivers>, TopError> {
+    let settings = &config.otlp_receiver;
+    if !settings.enabled() {
+        return Ok(None);
+    }
+    let intake = Intake::local(
+        HistoryHandle::new(settings.history, interval),
+        IntakeSettings {
+            proc_root: config.proc_root.clone(),
+            max_queue_bytes: 0,
+            max_wait: interval,
+        },
+    )
+    .with_framework(analyzer.framework());
+    let receivers = Receivers::start(settings.grpc, settings.http, Arc::new(intake)).await?;
+    Ok(Some(receivers))
 }
 
 /// Forwards key presses and resizes until the loop is gone or the terminal closes.

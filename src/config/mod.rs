@@ -56,6 +56,7 @@
 //! # Ok::<(), config::ConfigError>(())
 //! ```
 
+mod common;
 pub mod cost;
 pub mod downward;
 pub mod env;
@@ -83,6 +84,7 @@ pub use sinks::{SignalSinks, Sink};
 use crate::cli::{GlobalArgs, InspectArgs, OutputFormat, RunArgs};
 use crate::diagnosis::Thresholds;
 use crate::values;
+use common::{bool_setting, resource, Common};
 use layers::{first, Layers};
 use otlp::ExporterKind;
 
@@ -194,6 +196,9 @@ pub struct InspectConfig {
     pub downward: downward::DownwardApi,
     /// Prices `top`'s roll-ups are costed with (`--cost-per-*`).
     pub prices: values::Prices,
+    /// `top`'s local OTLP receiver (`--otlp-receiver-*`, as `run` resolves it); always off for
+    /// `snapshot` and `check`.
+    pub otlp_receiver: ReceiverSettings,
 }
 
 impl Config {
@@ -406,11 +411,23 @@ impl InspectConfig {
     /// As [`Config::resolve`], for the settings read here.
     pub fn resolve_for_top(
         global: &GlobalArgs,
-        cost: &crate::cli::CostArgs,
+        args: &crate::cli::TopArgs,
         env: EnvLookup<'_>,
     ) -> Result<InspectConfig, ConfigError> {
         let file = load_file(global, env)?;
-        Self::resolve_with_cost(global, &InspectArgs::default(), cost, env, file.as_ref())
+        let mut config = Self::resolve_with_cost(
+            global,
+            &InspectArgs::default(),
+            &args.cost,
+            env,
+            file.as_ref(),
+        )?;
+        let layers = Layers {
+            env,
+            file: file.as_ref(),
+        };
+        config.otlp_receiver = receiver::top_receiver_settings(args, &layers)?;
+        Ok(config)
     }
 
     /// [`InspectConfig::resolve`] for `snapshot`, whose flags include the prices.
@@ -450,6 +467,7 @@ impl InspectConfig {
             diagnosis: common.diagnosis,
             downward: downward::DownwardApi::from_env(env),
             prices,
+            otlp_receiver: ReceiverSettings::off(),
         })
     }
 }
@@ -472,207 +490,6 @@ pub fn load_file(
     LoadedFile::read(&path, given_by).map(Some)
 }
 
-/// The settings `run`, `snapshot` and `check` share.
-struct Common {
-    nvml_lib: PathBuf,
-    log: LogSettings,
-    proc_root: PathBuf,
-    include_command_line: bool,
-    read_environ: bool,
-    kubelet_socket: Option<PathBuf>,
-    diagnosis: Thresholds,
-}
-
-impl Common {
-    fn resolve(
-        global: &GlobalArgs,
-        run: &RunArgs,
-        layers: &Layers<'_>,
-    ) -> Result<Common, ConfigError> {
-        let nvml_lib = first([
-            global.nvml_lib.as_ref().map(|p| Raw {
-                text: p.display().to_string(),
-                origin: Origin::Flag("--nvml-lib"),
-            }),
-            layers.env(env::NVML_LIB),
-            layers.file("nvml_lib", |f| &f.nvml_lib),
-        ])
-        .map_or_else(
-            || PathBuf::from(DEFAULT_NVML_LIB),
-            |raw| PathBuf::from(raw.text),
-        );
-
-        let level = first([
-            Layers::flag("--log-level", global.log_level.as_deref()),
-            layers.env(env::LOG),
-            layers.env(env::RUST_LOG),
-            layers.file("log.level", |f| &f.log.level),
-        ]);
-        let filter = match level {
-            Some(raw) => {
-                raw.parse(parse_log_filter)?;
-                raw.text.trim().to_string()
-            }
-            None => DEFAULT_LOG_LEVEL.to_string(),
-        };
-        let format = match first([
-            Layers::flag("--log-format", global.log_format.as_deref()),
-            layers.env(env::LOG_FORMAT),
-            layers.file("log.format", |f| &f.log.format),
-        ]) {
-            None => LogFormat::Text,
-            Some(raw) => match raw.text.trim() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                _ => return Err(raw.invalid("expected text or json")),
-            },
-        };
-
-        let proc_root = match first([
-            run.proc_root.as_ref().map(|p| Raw {
-                text: p.display().to_string(),
-                origin: Origin::Flag("--proc-root"),
-            }),
-            layers.env(env::PROC_ROOT),
-            layers.env(env::HOST_PROC),
-            layers.file("proc_root", |f| &f.proc_root),
-        ]) {
-            Some(raw) => {
-                let path = PathBuf::from(raw.text.trim());
-                if !path.is_dir() {
-                    return Err(ConfigError::NotFound {
-                        setting: raw.setting(),
-                        what: "directory (mount the host's /proc there, read-only)",
-                    });
-                }
-                path
-            }
-            None => PathBuf::from(DEFAULT_PROC_ROOT),
-        };
-
-        let include_command_line = bool_setting(
-            Layers::switch("--include-command-line", run.include_command_line, true),
-            layers,
-            env::INCLUDE_COMMAND_LINE,
-            "include_command_line",
-            |f| &f.include_command_line,
-            false,
-        )?;
-        let read_environ = bool_setting(
-            Layers::switch("--no-read-environ", run.no_read_environ, false),
-            layers,
-            env::READ_ENVIRON,
-            "read_environ",
-            |f| &f.read_environ,
-            true,
-        )?;
-
-        let kubelet_socket = match first([
-            Layers::flag("--kubelet-socket", run.kubelet_socket.as_deref()),
-            layers.env(env::KUBELET_SOCKET),
-            layers.file("kubelet_socket", |f| &f.kubelet_socket),
-        ]) {
-            Some(raw) if raw.text.trim().eq_ignore_ascii_case("none") => None,
-            Some(raw) if raw.text.trim().is_empty() => {
-                return Err(raw.invalid("empty path; expected a socket path or none"))
-            }
-            Some(raw) => Some(PathBuf::from(raw.text.trim())),
-            None => Some(PathBuf::from(DEFAULT_KUBELET_SOCKET)),
-        };
-
-        let diagnosis = match layers.file {
-            Some(file) => {
-                let thresholds = file.config.diagnosis.clone();
-                thresholds
-                    .validate()
-                    .map_err(|source| ConfigError::Diagnosis {
-                        path: file.path.clone(),
-                        source,
-                    })?;
-                thresholds
-            }
-            None => Thresholds::default(),
-        };
-
-        Ok(Common {
-            diagnosis,
-            nvml_lib,
-            log: LogSettings { filter, format },
-            proc_root,
-            include_command_line,
-            read_environ,
-            kubelet_socket,
-        })
-    }
-}
-
-fn bool_setting(
-    flag: Option<Raw>,
-    layers: &Layers<'_>,
-    var: &str,
-    key: &str,
-    field: fn(&FileConfig) -> &file::Value,
-    default: bool,
-) -> Result<bool, ConfigError> {
-    match first([flag, layers.env(var), layers.file(key, field)]) {
-        Some(raw) => raw.parse(values::parse_bool),
-        None => Ok(default),
-    }
-}
-
-/// `service.name` and the other node-resource attributes.
-fn resource(
-    run: &RunArgs,
-    layers: &Layers<'_>,
-    warnings: &mut Vec<String>,
-) -> Result<(String, Vec<(String, String)>), ConfigError> {
-    let mut attributes: std::collections::BTreeMap<String, String> = layers
-        .file
-        .map(|f| f.config.resource_attributes.clone())
-        .unwrap_or_default();
-    let mut from_env_service_name = None;
-    if let Some(raw) = layers.env(env::OTEL_RESOURCE_ATTRIBUTES) {
-        match values::parse_resource_attributes(&raw.text) {
-            Ok(list) => {
-                for (key, value) in list {
-                    if key == "service.name" {
-                        from_env_service_name = Some(value);
-                    } else {
-                        attributes.insert(key, value);
-                    }
-                }
-            }
-            // The specification: discard the whole value and report the error, do not fail.
-            Err(error) => warnings.push(format!(
-                "{error}. Expected key=value pairs separated by commas, values percent-encoded"
-            )),
-        }
-    }
-    let file_service_name = attributes.remove("service.name");
-    let service_name = first([
-        Layers::flag("--service-name", run.service_name.as_deref()),
-        layers.env(env::SERVICE_NAME),
-        layers.env(env::OTEL_SERVICE_NAME),
-        from_env_service_name.map(|text| Raw {
-            text,
-            origin: Origin::Env(env::OTEL_RESOURCE_ATTRIBUTES.into()),
-        }),
-        layers.file("service_name", |f| &f.service_name),
-        file_service_name.zip(layers.file).map(|(text, file)| Raw {
-            text,
-            origin: file.table_origin("resource_attributes.\"service.name\""),
-        }),
-    ]);
-    let service_name = match service_name {
-        Some(raw) if raw.text.trim().is_empty() => {
-            return Err(raw.invalid("empty service name; expected e.g. gpulse"))
-        }
-        Some(raw) => raw.text.trim().to_string(),
-        None => DEFAULT_SERVICE_NAME.to_string(),
-    };
-    Ok((service_name, attributes.into_iter().collect()))
-}
-
 /// `PORT`, `:PORT` (both 127.0.0.1: a health endpoint is for the local kubelet or a sidecar, not
 /// the network), `localhost:PORT`, or `IP:PORT`.
 pub fn parse_health_addr(text: &str) -> Result<SocketAddr, String> {
@@ -690,16 +507,4 @@ pub fn parse_health_addr(text: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     text.parse::<SocketAddr>().map_err(|_| EXPECTED.to_string())
-}
-
-fn parse_log_filter(text: &str) -> Result<(), String> {
-    tracing_subscriber::EnvFilter::builder()
-        .parse(text.trim())
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "not a log filter ({e}); expected a level (error, warn, info, debug, trace) or \
-                 RUST_LOG directives such as info,gpulse=debug"
-            )
-        })
 }

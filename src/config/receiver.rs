@@ -9,7 +9,7 @@ use super::file::{self, FileConfig};
 use super::layers::{first, Layers};
 use super::otlp::ExporterKind;
 use super::{env, parse_health_addr, ConfigError, DEFAULT_ENRICH_HISTORY, MAX_ENRICH_HISTORY};
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, TopArgs};
 use crate::values;
 
 /// The local OTLP receiver (`--otlp-receiver-grpc`, `--otlp-receiver-http`): off when both
@@ -24,6 +24,15 @@ pub struct ReceiverSettings {
 }
 
 impl ReceiverSettings {
+    /// No receiver.
+    pub fn off() -> Self {
+        Self {
+            grpc: None,
+            http: None,
+            history: DEFAULT_ENRICH_HISTORY,
+        }
+    }
+
     /// Whether any receiver is to be started.
     pub fn enabled(&self) -> bool {
         self.grpc.is_some() || self.http.is_some()
@@ -129,6 +138,20 @@ pub(super) fn receiver_settings(
         http: addrs[1],
         history,
     })
+}
+
+/// `gpulse top`'s receiver: `run`'s flags, environment and file keys; top exports nothing, so
+/// no exporter address can collide with it.
+pub(super) fn top_receiver_settings(
+    top: &TopArgs,
+    layers: &Layers<'_>,
+) -> Result<ReceiverSettings, ConfigError> {
+    let flags = RunArgs {
+        otlp_receiver_grpc: top.otlp_receiver_grpc.clone(),
+        otlp_receiver_http: top.otlp_receiver_http.clone(),
+        ..RunArgs::default()
+    };
+    receiver_settings(&flags, layers, &ExporterKind::Off)
 }
 
 /// Whether an exporter URL names `addr` on this host (a loopback or unspecified listener).

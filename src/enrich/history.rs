@@ -1,6 +1,6 @@
 //! The per-process GPU history that received spans are enriched from: a ring of compact frames,
 //! one per NVML sample (time; per device its UUID, utilisation and power; per GPU process its
-//! host PID, device, memory and SM share), bounded by a duration (`--enrich-history`, default
+//! host PID, device, memory, SM utilisation and energy weight), bounded by a duration (`--enrich-history`, default
 //! 10 min) and by a frame count derived from it, plus what is known of each PID's identity
 //! (container, PID-namespace PID, `service.instance.id`) to find the process a span's resource
 //! names.
@@ -13,10 +13,17 @@
 //! - utilisation (device and the process's SM share): overlap-weighted mean and max over
 //!   (frame, device) pairs of the process's devices;
 //! - memory: the largest per-frame sum over the process's devices;
-//! - power: the device's power × the process's share of the device, the share being its SM
-//!   utilisation over the sum of all processes' SM utilisation on that device (1 when it is the
-//!   only process there). Energy is that power × overlap, summed; both are left out when any
-//!   pair cannot be attributed (power unknown, or several processes and no SM figures).
+//! - power: the device's power × the process's energy weight in that sample, the weight being
+//!   what the exported `process.gpu.energy` charges (`crate::attribution::energy_share`, one
+//!   rule for both): its absolute busy share (its SM utilisation, a sample without a figure
+//!   counting as idle where the device gives figures; the device's utilisation when it is alone
+//!   on a GPU without them; on MIG, alone in its GPU instance, the instance's graphics-engine
+//!   activity × the instance's slice of the GPU). Idle power is charged to no span. Energy is
+//!   that power × overlap, summed; both are left out when any pair cannot be attributed (power
+//!   unknown, or an activity that is not knowable: several processes without figures, or
+//!   sharing a MIG instance). The weight is judged per sample, the export per window: over a
+//!   window whose power is steady the two figures are equal; with power changing inside a
+//!   window, the span's is the finer one.
 //!
 //! ## Cost
 //! A frame is about 48 bytes plus ~40 per device and ~32 per process sample; 10 minutes of 1 s
@@ -31,10 +38,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::attribution::energy_share::{
+    energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim,
+};
 use crate::attribution::{AttributedWindow, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
-use crate::sampling::{DeviceStatus, Snapshot};
-use crate::schema::DeviceField;
+use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Snapshot};
+use crate::schema::{DeviceField, GpmField};
 
 /// One device in one frame.
 #[derive(Debug, Clone)]
@@ -42,10 +52,6 @@ struct DeviceFrame {
     uuid: Arc<str>,
     utilization: Option<f32>,
     power_watts: Option<f32>,
-    /// Sum of the SM utilisation of the processes on the device that reported one.
-    sm_sum: f32,
-    /// Processes NVML listed on the device.
-    processes: u16,
 }
 
 /// One process on one device in one frame.
@@ -56,6 +62,9 @@ struct ProcessFrame {
     device: u16,
     memory_bytes: Option<u64>,
     sm: Option<f32>,
+    /// The share of the device's power charged to the process in this sample; `None` where its
+    /// activity or its slice of the GPU is not knowable.
+    energy_weight: Option<f32>,
 }
 
 #[derive(Debug, Clone)]
@@ -186,26 +195,30 @@ impl History {
                 uuid: self.shared_uuid(&device.info.uuid),
                 utilization: device.get(DeviceField::UtilizationGpu).map(|v| v as f32),
                 power_watts: device.get(DeviceField::Power).map(|v| v as f32),
-                sm_sum: 0.0,
-                processes: 0,
             });
         }
         let mut processes = Vec::with_capacity(snapshot.processes.len());
-        for process in &snapshot.processes {
-            let Some(&device) = index.get(process.device_uuid.as_str()) else {
-                continue;
-            };
-            let sm = process.sm_utilization.map(|v| v as f32);
-            let d = &mut devices[usize::from(device)];
-            d.processes = d.processes.saturating_add(1);
-            d.sm_sum += sm.unwrap_or(0.0);
-            processes.push(ProcessFrame {
-                pid: process.pid,
-                device,
-                memory_bytes: process.gpu_memory_bytes,
-                sm,
-            });
-            self.last_seen.insert(process.pid, at);
+        for device in snapshot
+            .devices
+            .iter()
+            .filter(|d| index.contains_key(d.info.uuid.as_str()))
+        {
+            let on_device: Vec<&ProcessSample> = snapshot
+                .processes
+                .iter()
+                .filter(|p| p.device_uuid == device.info.uuid)
+                .collect();
+            let weights = sample_energy_weights(device, &on_device);
+            for (process, weight) in on_device.into_iter().zip(weights) {
+                processes.push(ProcessFrame {
+                    pid: process.pid,
+                    device: index[device.info.uuid.as_str()],
+                    memory_bytes: process.gpu_memory_bytes,
+                    sm: process.sm_utilization.map(|v| v as f32),
+                    energy_weight: weight.map(|w| w as f32),
+                });
+                self.last_seen.insert(process.pid, at);
+            }
         }
         self.frames.push_back(Frame {
             at,
@@ -305,6 +318,59 @@ impl History {
     }
 }
 
+/// The energy weight of each of `on_device` (the processes of `device` in one sample, in
+/// order), by the accountant's rule ([`crate::attribution::energy_share`]) applied to one sample:
+/// on a whole GPU its SM utilisation (or the GPU's, alone without per-process figures); on MIG,
+/// alone in its GPU instance in this sample, the instance's graphics-engine activity × its slice.
+fn sample_energy_weights(device: &DeviceSample, on_device: &[&ProcessSample]) -> Vec<Option<f64>> {
+    let per_process = on_device.iter().any(|p| p.sm_utilization.is_some());
+    let gpu_memory = device
+        .info
+        .memory_total_bytes
+        .map(|b| b as f64)
+        .or_else(|| device.get(DeviceField::MemoryTotal));
+    let claims: Vec<EnergyClaim> = on_device
+        .iter()
+        .map(|p| {
+            let Some(mig) = &p.mig else {
+                let (activity, _) = whole_gpu_activity(
+                    p.sm_utilization,
+                    1,
+                    per_process,
+                    on_device.len(),
+                    device.get(DeviceField::UtilizationGpu),
+                );
+                return EnergyClaim {
+                    activity,
+                    gpu_share: Some(1.0),
+                    presence: 1.0,
+                };
+            };
+            let instance = device
+                .mig_instances
+                .iter()
+                .find(|m| m.info.uuid == mig.uuid);
+            // GPM is measured per GPU instance: alone means no other process in any of its
+            // compute instances.
+            let alone = on_device.iter().all(|other| {
+                other.pid == p.pid
+                    || other
+                        .mig
+                        .as_ref()
+                        .is_none_or(|m| m.gpu_instance_id != mig.gpu_instance_id)
+            });
+            EnergyClaim {
+                activity: instance
+                    .filter(|_| alone)
+                    .and_then(|m| m.gpm.get(GpmField::GraphicsActivity)),
+                gpu_share: instance.and_then(|m| mig_gpu_share(m.memory_total_bytes, gpu_memory)),
+                presence: 1.0,
+            }
+        })
+        .collect();
+    energy_weights(&claims)
+}
+
 /// Running sums of one span's query.
 #[derive(Default)]
 struct Accumulator {
@@ -338,7 +404,7 @@ impl Weighted {
 }
 
 impl Accumulator {
-    fn frame(&mut self, frame: &Frame, pid: u32, weight: f64, overlap_ns: u64) {
+    fn frame(&mut self, frame: &Frame, pid: u32, weight_ns: f64, overlap_ns: u64) {
         let mut memory: Option<u64> = None;
         let mut present = false;
         for p in frame.processes.iter().filter(|p| p.pid == pid) {
@@ -346,26 +412,19 @@ impl Accumulator {
             let device = &frame.devices[usize::from(p.device)];
             self.devices.insert(Arc::clone(&device.uuid));
             if let Some(u) = device.utilization {
-                self.util.add(f64::from(u), weight);
+                self.util.add(f64::from(u), weight_ns);
             }
             if let Some(sm) = p.sm {
-                self.process_util.add(f64::from(sm), weight);
+                self.process_util.add(f64::from(sm), weight_ns);
             }
             if let Some(m) = p.memory_bytes {
                 memory = Some(memory.unwrap_or(0) + m);
             }
-            let share = if device.processes <= 1 {
-                Some(1.0)
-            } else if device.sm_sum > 0.0 {
-                p.sm.map(|sm| f64::from(sm / device.sm_sum))
-            } else {
-                None
-            };
-            match (device.power_watts, share) {
-                (Some(power), Some(share)) => {
-                    let watts = f64::from(power) * share;
+            match (device.power_watts, p.energy_weight) {
+                (Some(power), Some(weight)) => {
+                    let watts = f64::from(power) * f64::from(weight);
                     self.energy_joules += watts * overlap_ns as f64 / 1e9;
-                    self.power_weighted.add(watts, weight);
+                    self.power_weighted.add(watts, weight_ns);
                 }
                 _ => self.unattributable = true,
             }
@@ -549,9 +608,10 @@ pub(crate) mod tests {
         assert!((u.utilization_mean.unwrap() - 0.2).abs() < 1e-6, "{u:?}");
         assert!((u.utilization_max.unwrap() - 0.2).abs() < 1e-6);
         assert_eq!(u.memory_peak_bytes, Some(1 << 30));
-        // Alone on the device: all 100 W are its, for 3 s.
-        assert!((u.energy_joules.unwrap() - 300.0).abs() < 1e-3, "{u:?}");
-        assert!((u.power_mean_watts.unwrap() - 100.0).abs() < 1e-3);
+        // Alone on the device and 20 % busy: 20 of its 100 W are charged to it, for 3 s; the
+        // idle 80 W to no one.
+        assert!((u.energy_joules.unwrap() - 60.0).abs() < 1e-3, "{u:?}");
+        assert!((u.power_mean_watts.unwrap() - 20.0).abs() < 1e-3);
         assert_eq!(u.samples, 3);
     }
 
@@ -573,7 +633,7 @@ pub(crate) mod tests {
         assert_eq!(u.samples, 1);
         assert!((u.utilization_mean.unwrap() - 0.8).abs() < 1e-6);
         assert!(
-            (u.energy_joules.unwrap() - 100.0 * 1e-6).abs() < 1e-9,
+            (u.energy_joules.unwrap() - 80.0 * 1e-6).abs() < 1e-9,
             "{u:?}"
         );
     }
@@ -586,7 +646,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn power_is_shared_by_sm_utilisation_and_omitted_when_it_cannot_be() {
+    fn power_is_charged_by_absolute_busy_share_and_omitted_when_it_cannot_be() {
         let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=103 {
             h.record(&snapshot(
@@ -600,13 +660,141 @@ pub(crate) mod tests {
             ));
         }
         let one = h.usage(1, 101 * S, 103 * S).unwrap();
-        // 200 W × 0.6/0.8 = 150 W for 2 s.
-        assert!((one.energy_joules.unwrap() - 300.0).abs() < 1e-3, "{one:?}");
+        // 200 W × 0.6 = 120 W for 2 s; not 0.6/0.8 of the whole, which would charge idle power.
+        assert!((one.energy_joules.unwrap() - 240.0).abs() < 1e-3, "{one:?}");
         assert!((one.process_utilization_mean.unwrap() - 0.6).abs() < 1e-6);
+        // The device gives per-process figures: a process listed without one did not run.
         let three = h.usage(3, 101 * S, 103 * S).unwrap();
-        assert_eq!(three.energy_joules, None);
-        assert_eq!(three.power_mean_watts, None);
+        assert_eq!(three.energy_joules, Some(0.0));
         assert!((three.utilization_mean.unwrap() - 0.8).abs() < 1e-6);
+
+        // Two processes on a GPU without per-process figures: no share is knowable.
+        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        for t in 100..=103 {
+            h.record(&snapshot(
+                t,
+                vec![device("GPU-a", 0.8, 200.0)],
+                vec![process(1, "GPU-a", 10, None), process(2, "GPU-a", 10, None)],
+            ));
+        }
+        let one = h.usage(1, 101 * S, 103 * S).unwrap();
+        assert_eq!((one.energy_joules, one.power_mean_watts), (None, None));
+    }
+
+    /// GPU-a at a steady 250 W (its energy counter agreeing) is time-sliced: pid 7 busy 30 %,
+    /// 50 %, then absent for a sample (idle), pid 8 busy 10 %, so most of the power is idle.
+    /// GPU-m (80 GiB, 400 W) is in MIG mode: pid 9 alone on GI 1 (40 GiB, graphics 60 %), pids
+    /// 10 and 11 sharing GI 2. Each sample goes both into the span history and into the export
+    /// path (window aggregator → accountant), in windows of five samples as `gpulse run` cuts
+    /// them.
+    fn both_paths() -> (History, Vec<crate::attribution::Accounts>) {
+        use crate::attribution::{GpuAccountant, Prices};
+        use crate::sampling::{MigInstanceInfo, MigInstanceSample, ProcessMig, WindowAggregator};
+
+        let gi = |id: u32| {
+            Arc::new(MigInstanceInfo {
+                uuid: format!("MIG-{id}"),
+                name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb".into(),
+                parent_uuid: "GPU-m".into(),
+                parent_index: 1,
+                mig_index: id - 1,
+                gpu_instance_id: id,
+                compute_instance_id: 0,
+            })
+        };
+        let on_gi = |pid: u32, id: u32| ProcessSample {
+            mig: Some(ProcessMig {
+                uuid: format!("MIG-{id}"),
+                gpu_instance_id: id,
+                compute_instance_id: 0,
+            }),
+            ..process(pid, "GPU-m", 1 << 30, None)
+        };
+        let mut history = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut aggregator = WindowAggregator::new();
+        let mut accountant = GpuAccountant::new(Prices::default());
+        let mut exported = Vec::new();
+        for t in 100..=110u64 {
+            let mut sliced = device("GPU-a", 0.6, 250.0);
+            sliced.set(DeviceField::Energy, Some(1000.0 + 250.0 * (t - 100) as f64));
+            let mut mig = device("GPU-m", 0.0, 400.0);
+            mig.set(DeviceField::UtilizationGpu, None);
+            mig.set(DeviceField::Energy, Some(5000.0 + 400.0 * (t - 100) as f64));
+            mig.set(DeviceField::MemoryTotal, Some((80u64 << 30) as f64));
+            for id in [1, 2] {
+                let mut gpm = crate::sampling::GpmActivity::default();
+                gpm.set(
+                    GpmField::GraphicsActivity,
+                    Some(if id == 1 { 0.6 } else { 0.9 }),
+                );
+                mig.mig_instances.push(MigInstanceSample {
+                    info: gi(id),
+                    memory_used_bytes: Some(1 << 30),
+                    memory_free_bytes: None,
+                    memory_total_bytes: Some(40 << 30),
+                    gpm,
+                });
+            }
+            let mut processes = vec![process(8, "GPU-a", 1 << 30, Some(0.1))];
+            match t % 3 {
+                0 => processes.push(process(7, "GPU-a", 1 << 30, Some(0.3))),
+                1 => processes.push(process(7, "GPU-a", 1 << 30, Some(0.5))),
+                _ => {} // not listed: it did not run
+            }
+            processes.extend([on_gi(9, 1), on_gi(10, 2), on_gi(11, 2)]);
+            let sample = snapshot(t, vec![sliced, mig], processes);
+            history.record(&sample);
+            aggregator.add(&sample);
+            if t % 5 == 0 {
+                let window = aggregator.take().expect("a window");
+                exported.push(accountant.account(&window, &HashMap::new()));
+            }
+        }
+        (history, exported)
+    }
+
+    #[test]
+    fn a_spans_energy_equals_the_exported_energy_over_the_same_time() {
+        let (history, exported) = both_paths();
+        // Windows end at 100 (its first sample: no duration), 105 and 110.
+        for (accounts, (start, end)) in exported[1..].iter().zip([(100, 105), (105, 110)]) {
+            for (pid, uuid) in [(7, "GPU-a"), (8, "GPU-a"), (9, "GPU-m")] {
+                let metric = accounts
+                    .process(pid, uuid)
+                    .and_then(|p| p.window_energy_joules)
+                    .unwrap_or_else(|| panic!("pid {pid} charged nothing: {accounts:?}"));
+                let span = history
+                    .usage(pid, start * S, end * S)
+                    .and_then(|u| u.energy_joules)
+                    .unwrap_or_else(|| panic!("pid {pid}: no span energy"));
+                assert!(
+                    (span - metric).abs() <= 1e-4 * metric.max(1.0),
+                    "pid {pid} over [{start}, {end}]: span {span} J, metric {metric} J"
+                );
+            }
+            // A process sharing its MIG instance is charged nothing either way.
+            assert_eq!(
+                accounts.process(10, "GPU-m").unwrap().window_energy_joules,
+                None
+            );
+            assert_eq!(
+                history.usage(10, start * S, end * S).unwrap().energy_joules,
+                None
+            );
+        }
+        // The figures themselves over [105, 110]: pid 7 ran at 50 %, (absent), 30 %, 50 %,
+        // (absent) → 1.3 busy seconds of 250 W, the idle rest charged to no one; pid 9:
+        // 400 W × 0.6 × 0.5 (its slice) × 5 s.
+        let seven = history.usage(7, 105 * S, 110 * S).unwrap();
+        assert!(
+            (seven.energy_joules.unwrap() - 325.0).abs() < 1e-3,
+            "{seven:?}"
+        );
+        let nine = history.usage(9, 105 * S, 110 * S).unwrap();
+        assert!(
+            (nine.energy_joules.unwrap() - 600.0).abs() < 1e-3,
+            "{nine:?}"
+        );
     }
 
     #[test]
@@ -627,7 +815,8 @@ pub(crate) mod tests {
         assert_eq!(u.memory_peak_bytes, Some(300));
         assert!((u.utilization_mean.unwrap() - 0.3).abs() < 1e-6);
         assert!((u.utilization_max.unwrap() - 0.5).abs() < 1e-6);
-        assert!((u.energy_joules.unwrap() - 150.0).abs() < 1e-3, "{u:?}");
+        // 50 W × 0.1 + 100 W × 0.5, for 1 s.
+        assert!((u.energy_joules.unwrap() - 55.0).abs() < 1e-3, "{u:?}");
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //!   ([`RETRY_AFTER`]), so the application's SDK keeps the data and tries again, instead of gpulse
 //!   dropping older data to make room.
 //! - Shutting down: refused as unavailable, retryable.
+//!
+//! ## Without a queue
+//! [`Intake::local`] has no export queue (`gpulse top`, which exports nothing): every request is
+//! checked and its framework telemetry kept for diagnosis, then accepted and dropped, spans not
+//! enriched. The application is answered as by any receiver, so its SDK does not retry.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -123,7 +128,8 @@ impl std::fmt::Debug for SpanObserver {
 /// The shared request handler of the gRPC and HTTP receivers.
 #[derive(Debug)]
 pub struct Intake {
-    queue: QueueHandle,
+    /// Where accepted requests go upstream; `None` for a local intake, which forwards nothing.
+    queue: Option<QueueHandle>,
     history: HistoryHandle,
     settings: IntakeSettings,
     peers: PeerCache,
@@ -139,7 +145,16 @@ pub struct Intake {
 impl Intake {
     pub fn new(queue: QueueHandle, history: HistoryHandle, settings: IntakeSettings) -> Self {
         Self {
-            queue,
+            queue: Some(queue),
+            ..Self::local(history, settings)
+        }
+    }
+
+    /// An intake with no export queue: it keeps the framework telemetry of known GPU processes
+    /// (with [`Intake::with_framework`]) and forwards nothing (see the module's documentation).
+    pub fn local(history: HistoryHandle, settings: IntakeSettings) -> Self {
+        Self {
+            queue: None,
             history,
             settings,
             peers: PeerCache::default(),
@@ -148,6 +163,11 @@ impl Intake {
             span_observer: None,
             not_forwarded: Vec::new(),
         }
+    }
+
+    /// Whether accepted requests go upstream (false for [`Intake::local`]).
+    pub fn forwards(&self) -> bool {
+        self.queue.is_some()
     }
 
     /// Also keeps the framework telemetry of known GPU processes in `framework`, for the
@@ -223,10 +243,14 @@ impl Intake {
             // An empty request is valid OTLP and needs no forwarding.
             return Ok(accepted);
         }
-        if self.not_forwarded.contains(&signal) {
+        let Some(queue) = self
+            .queue
+            .as_ref()
+            .filter(|_| !self.not_forwarded.contains(&signal))
+        else {
             return Ok(accepted);
-        }
-        self.push(signal, request)?;
+        };
+        self.push(queue, signal, request)?;
         if signal == Signal::Traces {
             self.stats
                 .spans
@@ -238,8 +262,13 @@ impl Intake {
         Ok(accepted)
     }
 
-    fn push(&self, signal: Signal, request: EncodedRequest) -> Result<(), IntakeError> {
-        let queued = self.queue.bytes();
+    fn push(
+        &self,
+        queue: &QueueHandle,
+        signal: Signal,
+        request: EncodedRequest,
+    ) -> Result<(), IntakeError> {
+        let queued = queue.bytes();
         let max = self.settings.max_queue_bytes;
         if queued.saturating_add(request.len()) > max {
             self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
@@ -249,7 +278,7 @@ impl Intake {
                 retry_after: RETRY_AFTER,
             });
         }
-        let report = self.queue.push(signal, request);
+        let report = queue.push(signal, request);
         if report.queued {
             Ok(())
         } else {
@@ -281,6 +310,10 @@ impl Intake {
             if super::framework::has_framework_spans(&request) {
                 super::framework::record_spans(&mut framework.lock(), &request, &pids);
             }
+        }
+        if self.queue.is_none() {
+            // Nothing goes upstream: enriching would be work for nobody.
+            return unchanged(body);
         }
         let Some(end) = latest_end(&request, &pids) else {
             return unchanged(body);
@@ -502,6 +535,39 @@ mod tests {
             "{stats:?}"
         );
         assert_eq!(intake.stats.enriched_spans.load(Ordering::Relaxed), 1);
+    }
+
+    /// A local intake (`gpulse top`) keeps a known process's step spans for diagnosis and
+    /// forwards nothing; it still refuses what is not OTLP.
+    #[tokio::test]
+    async fn a_local_intake_keeps_step_spans_for_diagnosis_and_forwards_nothing() {
+        use crate::diagnosis::framework::{FrameworkHandle, FrameworkLimits};
+        let (queued, _) = intake(1 << 20, Duration::ZERO);
+        let framework = FrameworkHandle::new(FrameworkLimits::default());
+        let intake = Arc::new(
+            Intake::local(queued.history().clone(), queued.settings.clone())
+                .with_framework(framework.clone()),
+        );
+        assert!(!intake.forwards() && queued.forwards());
+        let mut request = ExportTraceServiceRequest::decode(traces(42, 101, 103)).unwrap();
+        request.resource_spans[0].scope_spans[0].spans[0].name = "step".into();
+        let accepted = intake
+            .accept(Signal::Traces, Bytes::from(request.encode_to_vec()), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            accepted,
+            Accepted {
+                items: 1,
+                enriched: 0
+            }
+        );
+        assert_eq!(framework.lock().len(), 1, "pid 42's step span is kept");
+        let err = intake
+            .accept(Signal::Traces, Bytes::from_static(&[0xff, 0xff]), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, IntakeError::Malformed { .. }), "{err}");
     }
 
     #[tokio::test]

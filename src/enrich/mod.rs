@@ -94,11 +94,19 @@ impl Receivers {
                 .tasks
                 .push(http::serve(listener, Arc::clone(&receivers.intake)));
         }
-        tracing::info!(
-            grpc = ?receivers.grpc_addr,
-            http = ?receivers.http_addr,
-            "OTLP receiver listening: spans are enriched with GPU usage and forwarded upstream"
-        );
+        if receivers.intake.forwards() {
+            tracing::info!(
+                grpc = ?receivers.grpc_addr,
+                http = ?receivers.http_addr,
+                "OTLP receiver listening: spans are enriched with GPU usage and forwarded upstream"
+            );
+        } else {
+            tracing::info!(
+                grpc = ?receivers.grpc_addr,
+                http = ?receivers.http_addr,
+                "OTLP receiver listening: the framework's spans feed diagnosis, nothing is forwarded"
+            );
+        }
         Ok(receivers)
     }
 

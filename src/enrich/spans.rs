@@ -230,8 +230,9 @@ mod tests {
             attr(s, UTILIZATION_MEAN),
             Some(&Value::StringValue("mine".into()))
         );
+        // 80 W × its 50 % busy share × 2 s: the idle half is charged to no one.
         match attr(s, ENERGY) {
-            Some(Value::DoubleValue(j)) => assert!((j - 160.0).abs() < 1e-3, "{j}"),
+            Some(Value::DoubleValue(j)) => assert!((j - 80.0).abs() < 1e-3, "{j}"),
             other => panic!("{other:?}"),
         }
         match attr(s, IDS) {

@@ -373,6 +373,7 @@ mod tests {
             ],
             job_id: Some("run-7".into()),
             job_id_source: Some(crate::attribution::JobIdSource::TorchElastic),
+            rank: None,
             attributed_by: AttributionMethod::HostPid,
         }
     }

@@ -7,50 +7,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
-};
+use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::calls::{error_kind, memory_info, milli, percent};
+use super::calls::{applies, error_kind, is_absent, percent, read_call, Call};
 use super::gpm::GpmReader;
 use super::mig::{MigReader, MigReading};
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 use super::nvlink::NvLinkReader;
-use crate::schema::DeviceField;
-
-use DeviceField as F;
-
-/// One NVML call gpulse makes per device per tick, for remembering which ones a device does not
-/// give (and warning once per call). A call that gives one scalar field is named by the field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Call {
-    Field(DeviceField),
-    /// GPU and memory utilisation come from one call.
-    Utilization,
-    /// Used, free, reserved and total memory come from one call.
-    Memory,
-    /// BAR1 total, used and free come from one call.
-    Bar1Memory,
-    Throttle,
-    ComputeProcesses,
-    GraphicsProcesses,
-    ProcessUtilization,
-    RemappedRows,
-    Violation,
-}
-
-impl std::fmt::Display for Call {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Call::Field(field) => write!(f, "{field:?}"),
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
+use crate::schema::{field_calls, FieldRead, NvmlCall};
 
 /// What the session has learnt about its devices, and the readers of their families.
 pub(super) struct DeviceReader {
@@ -72,6 +40,8 @@ pub(super) struct DeviceReader {
     nvlink: NvLinkReader,
     /// MIG mode and the MIG devices of each GPU.
     mig: MigReader,
+    /// The schema's device field calls, each with the fields it fills.
+    field_calls: Vec<(NvmlCall, Vec<FieldRead>)>,
 }
 
 impl DeviceReader {
@@ -86,6 +56,7 @@ impl DeviceReader {
             process_util_seen: HashMap::new(),
             error_counts: BTreeMap::new(),
             warned: HashSet::new(),
+            field_calls: field_calls(),
         }
     }
 
@@ -132,7 +103,12 @@ impl DeviceReader {
     pub(super) fn no_handle(&mut self, index: u32, error: &NvmlError) -> DeviceSample {
         self.count_error(error_kind(error));
         if !matches!(error, NvmlError::GpuLost) {
-            self.warn_once(index, Call::Utilization, "get a handle", error);
+            self.warn_once(
+                index,
+                Call::Field(NvmlCall::UtilizationRates),
+                "get a handle",
+                error,
+            );
         }
         DeviceSample::empty(self.cached_info(index), DeviceStatus::Lost)
     }
@@ -168,24 +144,7 @@ impl DeviceReader {
         if let Some(info) = &self.devices[slot] {
             return Ok(Arc::clone(info));
         }
-        let uuid = device.uuid()?;
-        let memory_total_bytes = device.memory_info().ok().map(|m| m.total);
-        let info = Arc::new(DeviceInfo {
-            index,
-            uuid,
-            name: device.name().unwrap_or_else(|_| "unknown".into()),
-            pci_bus_id: device.pci_info().map(|p| p.bus_id).unwrap_or_default(),
-            serial: device.serial().ok(),
-            minor_number: device.minor_number().ok(),
-            memory_total_bytes,
-            max_sm_clock_mhz: device.max_clock_info(Clock::SM).ok(),
-            max_memory_clock_mhz: device.max_clock_info(Clock::Memory).ok(),
-            compute_capability: device
-                .cuda_compute_capability()
-                .ok()
-                .map(|c| format!("{}.{}", c.major, c.minor)),
-            fan_count: device.num_fans().ok(),
-        });
+        let info = Arc::new(read_device_info(index, device)?);
         self.devices[slot] = Some(Arc::clone(&info));
         Ok(info)
     }
@@ -202,7 +161,12 @@ impl DeviceReader {
             Err(e) => {
                 self.count_error(error_kind(&e));
                 if !matches!(e, NvmlError::GpuLost) {
-                    self.warn_once(index, Call::Utilization, "read the identity", &e);
+                    self.warn_once(
+                        index,
+                        Call::Field(NvmlCall::UtilizationRates),
+                        "read the identity",
+                        &e,
+                    );
                 }
                 return DeviceSample::empty(self.cached_info(index), DeviceStatus::Lost);
             }
@@ -235,6 +199,28 @@ impl DeviceReader {
     }
 }
 
+/// A device's static facts, as NVML gives them (the calls made once per device).
+pub(super) fn read_device_info(index: u32, device: &Device) -> Result<DeviceInfo, NvmlError> {
+    let uuid = device.uuid()?;
+    let memory_total_bytes = device.memory_info().ok().map(|m| m.total);
+    Ok(DeviceInfo {
+        index,
+        uuid,
+        name: device.name().unwrap_or_else(|_| "unknown".into()),
+        pci_bus_id: device.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        serial: device.serial().ok(),
+        minor_number: device.minor_number().ok(),
+        memory_total_bytes,
+        max_sm_clock_mhz: device.max_clock_info(Clock::SM).ok(),
+        max_memory_clock_mhz: device.max_clock_info(Clock::Memory).ok(),
+        compute_capability: device
+            .cuda_compute_capability()
+            .ok()
+            .map(|c| format!("{}.{}", c.major, c.minor)),
+        fan_count: device.num_fans().ok(),
+    })
+}
+
 /// A device's process lists and the per-process utilisation samples newer than the last seen.
 #[derive(Default)]
 struct ProcessLists {
@@ -252,96 +238,25 @@ struct FieldReader<'s> {
 }
 
 impl FieldReader<'_> {
-    /// The scalar fields of the schema's device field table, each from its NVML call.
+    /// The scalar fields of the schema's device field table, each call made once for the fields
+    /// it fills, scaled to their units as the schema says.
     fn fields(&mut self, device: &Device, info: &DeviceInfo, s: &mut DeviceSample) {
         let nvml = Arc::clone(&self.devices.nvml);
-        if let Some(u) = self.read(Call::Utilization, || device.utilization_rates()) {
-            s.set(F::UtilizationGpu, Some(percent(u.gpu)));
-            s.set(F::UtilizationMemory, Some(percent(u.memory)));
-        }
-        if let Some(m) = self.read(Call::Memory, || memory_info(&nvml, device)) {
-            s.set(F::MemoryUsed, Some(m.used as f64));
-            s.set(F::MemoryFree, Some(m.free as f64));
-            s.set(F::MemoryReserved, m.reserved.map(|b| b as f64));
-            s.set(F::MemoryTotal, Some(m.total as f64));
-        }
-        if let Some(m) = self.read(Call::Bar1Memory, || device.bar1_memory_info()) {
-            s.set(F::Bar1Total, Some(m.total as f64));
-            s.set(F::Bar1Used, Some(m.used as f64));
-            s.set(F::Bar1Free, Some(m.free as f64));
-        }
-        self.field(s, F::UtilizationEncoder, || {
-            device.encoder_utilization().map(|u| percent(u.utilization))
-        });
-        self.field(s, F::UtilizationDecoder, || {
-            device.decoder_utilization().map(|u| percent(u.utilization))
-        });
-        self.field(s, F::Temperature, || {
-            device.temperature(TemperatureSensor::Gpu).map(f64::from)
-        });
-        self.field(s, F::Power, || device.power_usage().map(milli));
-        self.field(s, F::PowerLimit, || {
-            device.enforced_power_limit().map(milli)
-        });
-        self.field(s, F::Energy, || {
-            device
-                .total_energy_consumption()
-                .map(|mj| mj as f64 / 1000.0)
-        });
-        for (field, clock) in [
-            (F::SmClock, Clock::SM),
-            (F::MemoryClock, Clock::Memory),
-            (F::GraphicsClock, Clock::Graphics),
-        ] {
-            self.field(s, field, || device.clock_info(clock).map(f64::from));
-        }
-        if let Some(fans) = info.fan_count.filter(|&fans| fans > 0) {
-            self.field(s, F::FanSpeed, || {
-                let mut total = 0u32;
-                for fan in 0..fans {
-                    total += device.fan_speed(fan)?;
+        let fans = info.fan_count.unwrap_or(0);
+        let calls = std::mem::take(&mut self.devices.field_calls);
+        for (call, reads) in &calls {
+            if !applies(*call, fans) {
+                continue;
+            }
+            if let Some(answer) =
+                self.read(Call::Field(*call), || read_call(&nvml, device, *call, fans))
+            {
+                for read in reads {
+                    s.set(read.field, answer[read.member].map(|v| v * read.factor));
                 }
-                Ok(percent(total) / f64::from(fans))
-            });
+            }
         }
-        // NVML reports PCIe throughput in KB/s.
-        for (field, counter) in [
-            (F::PcieTx, PcieUtilCounter::Send),
-            (F::PcieRx, PcieUtilCounter::Receive),
-        ] {
-            self.field(s, field, || {
-                device
-                    .pcie_throughput(counter)
-                    .map(|kb| f64::from(kb) * 1024.0)
-            });
-        }
-        for (field, error) in [
-            (F::EccCorrected, MemoryError::Corrected),
-            (F::EccUncorrected, MemoryError::Uncorrected),
-        ] {
-            self.field(s, field, || {
-                device
-                    .total_ecc_errors(error, EccCounter::Aggregate)
-                    .map(|n| n as f64)
-            });
-        }
-        if let Some(pstate) = self
-            .read(Call::Field(F::PerformanceState), || {
-                device.performance_state()
-            })
-            .and_then(|p| pstate_number(p.as_c()))
-        {
-            s.set(F::PerformanceState, Some(f64::from(pstate)));
-        }
-        self.field(s, F::PcieReplays, || {
-            device.pcie_replay_counter().map(f64::from)
-        });
-        self.field(s, F::PcieLinkGeneration, || {
-            device.current_pcie_link_gen().map(f64::from)
-        });
-        self.field(s, F::PcieLinkWidth, || {
-            device.current_pcie_link_width().map(f64::from)
-        });
+        self.devices.field_calls = calls;
     }
 
     /// Throttle reasons, the row remapper and violation times.
@@ -387,7 +302,10 @@ impl FieldReader<'_> {
         self.lost |= reading.lost;
         if reading.mode_changed {
             // NVML answers utilisation "not supported" only while in MIG mode.
-            for call in [Call::Utilization, Call::ProcessUtilization] {
+            for call in [
+                Call::Field(NvmlCall::UtilizationRates),
+                Call::ProcessUtilization,
+            ] {
                 self.devices.unsupported.remove(&(index, call));
             }
         }
@@ -430,31 +348,13 @@ impl FieldReader<'_> {
         }
     }
 
-    /// Reads one scalar field into the sample; a failed read leaves it unknown.
-    fn field(
-        &mut self,
-        sample: &mut DeviceSample,
-        field: DeviceField,
-        call: impl FnOnce() -> Result<f64, NvmlError>,
-    ) {
-        let value = self.read(Call::Field(field), call);
-        sample.set(field, value);
-    }
-
     fn read<T>(&mut self, field: Call, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
         if self.lost || self.devices.unsupported.contains(&(self.index, field)) {
             return None;
         }
         match call() {
             Ok(value) => Some(value),
-            // A library without the function (an older driver, another implementation of
-            // the header) will never have it: the same as a field the device does not give.
-            Err(
-                e @ (NvmlError::NotSupported
-                | NvmlError::NoPermission
-                | NvmlError::FailedToLoadSymbol(_)
-                | NvmlError::FunctionNotFound),
-            ) => {
+            Err(e) if is_absent(&e) => {
                 self.devices.count_error(error_kind(&e));
                 self.devices.unsupported.insert((self.index, field));
                 tracing::info!(
@@ -526,9 +426,4 @@ fn merge_processes(info: &DeviceInfo, lists: &ProcessLists, out: &mut Vec<Proces
             process.decoder_utilization = Some(percent(u.dec_util));
         }
     }
-}
-
-/// NVML's `NVML_PSTATE_UNKNOWN` is 32; anything above 15 is not a P-state.
-fn pstate_number(raw: u32) -> Option<u32> {
-    (raw <= 15).then_some(raw)
 }

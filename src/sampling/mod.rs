@@ -1,10 +1,12 @@
 //! Sampling: one NVML handle for the life of the process, turned into a `Snapshot` each tick, and
-//! the `Window` that aggregates the snapshots of one export interval.
+//! the `Window` that aggregates the snapshots of one export interval; and the benchmark floor,
+//! which makes the sampler's NVML calls and nothing else.
 
 pub mod aggregate;
 mod calls;
 mod device;
 pub mod events;
+pub mod floor;
 pub mod gpm;
 pub mod health;
 pub mod mig;

@@ -13,6 +13,7 @@
 //! own types and builders.
 
 use super::metrics::MetricId;
+use super::source::{NvmlCall, Scale, Source};
 
 /// What an export window keeps of a field, and so what `/status`, the metrics and the DCGM
 /// families report of it. Every field's sampled values are also summarised as a gauge (mean,
@@ -107,9 +108,9 @@ pub struct FieldSpec {
     pub window: WindowKind,
     pub metric: FieldMetric,
     pub dcgm: Option<DcgmSeries>,
-    /// The NVML call that gives it (and how its value is converted), for docs, reviewers and
-    /// the device check.
-    pub source: &'static str,
+    /// The NVML call that gives it, the member of the answer and the scale to its unit: what
+    /// sampling reads, the benchmark floor calls and the device check compares.
+    pub source: Source,
 }
 
 impl FieldSpec {
@@ -205,7 +206,7 @@ const fn row(
     window: WindowKind,
     metric: FieldMetric,
     dcgm: Option<DcgmSeries>,
-    source: &'static str,
+    source: Source,
 ) -> FieldSpec {
     FieldSpec {
         field: DeviceField::MemoryTotal,
@@ -220,6 +221,8 @@ const fn row(
 
 use DcgmScale::{Float, Mebibytes, Millijoules, Percent, Whole};
 use MetricId as M;
+use NvmlCall::*;
+use Scale::{Kibi, Milli, PercentToRatio};
 use WindowKind::{Gauge, IntegratedRate, Last, LifetimeCounter};
 
 const GPU_TASK: &str = "hw.gpu.task";
@@ -229,116 +232,176 @@ const ERROR_TYPE: &str = "error.type";
 /// Whole quantities and fractional ones, for the rows' readability.
 const WHOLE: bool = true;
 const FRACTION: bool = false;
+const fn of(call: NvmlCall) -> Source {
+    Source::of(call)
+}
+const fn member(call: NvmlCall, member: &'static str) -> Source {
+    Source::member(call, member)
+}
 
 device_fields! {
     MemoryTotal => row("memory_total_bytes", WHOLE, Last,
         metric(M::GpuMemoryLimit), None,
-        "nvmlDeviceGetMemoryInfo_v2 total (the static total when the call fails)"),
+        member(MemoryInfo, "total")),
     MemoryUsed => row("memory_used_bytes", WHOLE, Last,
         metric(M::GpuMemoryUsage),
         dcgm("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", Mebibytes),
-        "nvmlDeviceGetMemoryInfo_v2 used"),
+        member(MemoryInfo, "used")),
     MemoryFree => row("memory_free_bytes", WHOLE, Last,
         metric(M::GpuMemoryFree),
         dcgm("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", Mebibytes),
-        "nvmlDeviceGetMemoryInfo_v2 free"),
+        member(MemoryInfo, "free")),
     MemoryReserved => row("memory_reserved_bytes", WHOLE, Last,
         metric(M::GpuMemoryReserved),
         dcgm("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", Mebibytes),
-        "nvmlDeviceGetMemoryInfo_v2 reserved"),
+        member(MemoryInfo, "reserved")),
     Bar1Total => row("bar1_total_bytes", WHOLE, Last,
         metric(M::Bar1MemoryLimit),
         dcgm("DCGM_FI_DEV_BAR1_TOTAL", "Total BAR1 of the GPU in MB.", Mebibytes),
-        "nvmlDeviceGetBAR1MemoryInfo bar1Total"),
+        member(Bar1MemoryInfo, "bar1Total")),
     Bar1Used => row("bar1_used_bytes", WHOLE, Last,
         metric(M::Bar1MemoryUsage),
         dcgm("DCGM_FI_DEV_BAR1_USED", "Used BAR1 of the GPU in MB.", Mebibytes),
-        "nvmlDeviceGetBAR1MemoryInfo bar1Used"),
+        member(Bar1MemoryInfo, "bar1Used")),
     Bar1Free => row("bar1_free_bytes", WHOLE, Last,
         metric(M::Bar1MemoryFree),
         dcgm("DCGM_FI_DEV_BAR1_FREE", "Free BAR1 of the GPU in MB.", Mebibytes),
-        "nvmlDeviceGetBAR1MemoryInfo bar1Free"),
+        member(Bar1MemoryInfo, "bar1Free")),
     UtilizationGpu => row("utilization_gpu", FRACTION, Gauge,
         metric_with(M::GpuUtilization, GPU_TASK, "general")
             .extremes(M::GpuUtilizationMax, Some(M::GpuUtilizationMin)),
         dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", Percent),
-        "nvmlDeviceGetUtilizationRates gpu (% → ratio)"),
+        member(UtilizationRates, "gpu").scaled(PercentToRatio)),
     UtilizationMemory => row("utilization_memory", FRACTION, Gauge,
         metric(M::GpuMemoryUtilization)
             .extremes(M::GpuMemoryUtilizationMax, Some(M::GpuMemoryUtilizationMin)),
         dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", Percent),
-        "nvmlDeviceGetUtilizationRates memory (% → ratio)"),
+        member(UtilizationRates, "memory").scaled(PercentToRatio)),
     UtilizationEncoder => row("utilization_encoder", FRACTION, Gauge,
         metric_with(M::GpuUtilization, GPU_TASK, "encoder")
             .extremes(M::GpuUtilizationMax, Some(M::GpuUtilizationMin)),
         dcgm("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", Percent),
-        "nvmlDeviceGetEncoderUtilization (% → ratio)"),
+        of(EncoderUtilization).scaled(PercentToRatio)),
     UtilizationDecoder => row("utilization_decoder", FRACTION, Gauge,
         metric_with(M::GpuUtilization, GPU_TASK, "decoder")
             .extremes(M::GpuUtilizationMax, Some(M::GpuUtilizationMin)),
         dcgm("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", Percent),
-        "nvmlDeviceGetDecoderUtilization (% → ratio)"),
+        of(DecoderUtilization).scaled(PercentToRatio)),
     Temperature => row("temperature_celsius", FRACTION, Gauge,
         metric(M::Temperature).extremes(M::TemperatureMax, None),
         dcgm("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", Whole),
-        "nvmlDeviceGetTemperature (GPU sensor)"),
+        of(GpuTemperature)),
     Power => row("power_watts", FRACTION, Gauge,
         metric(M::Power).extremes(M::PowerMax, None),
         dcgm("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", Float),
-        "nvmlDeviceGetPowerUsage (mW → W)"),
+        of(PowerUsage).scaled(Milli)),
     PowerLimit => row("power_limit_watts", FRACTION, Last,
         metric(M::PowerLimit), None,
-        "nvmlDeviceGetEnforcedPowerLimit (mW → W)"),
+        of(EnforcedPowerLimit).scaled(Milli)),
     Energy => row("energy_joules", FRACTION, LifetimeCounter,
         metric(M::Energy),
         dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
              "Total energy consumption since gpulse first saw the GPU (in mJ).", Millijoules),
-        "nvmlDeviceGetTotalEnergyConsumption (mJ → J)"),
+        of(TotalEnergyConsumption).scaled(Milli)),
     SmClock => row("sm_clock_mhz", WHOLE, Gauge,
         metric_with(M::Clock, CLOCK_TYPE, "sm"),
         dcgm("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", Whole),
-        "nvmlDeviceGetClockInfo(SM)"),
+        of(SmClock)),
     MemoryClock => row("memory_clock_mhz", WHOLE, Gauge,
         metric_with(M::Clock, CLOCK_TYPE, "memory"),
         dcgm("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", Whole),
-        "nvmlDeviceGetClockInfo(MEM)"),
+        of(MemoryClock)),
     GraphicsClock => row("graphics_clock_mhz", WHOLE, Gauge,
         metric_with(M::Clock, CLOCK_TYPE, "graphics"), None,
-        "nvmlDeviceGetClockInfo(GRAPHICS)"),
+        of(GraphicsClock)),
     FanSpeed => row("fan_speed", FRACTION, Gauge,
         metric(M::FanSpeed), None,
-        "nvmlDeviceGetFanSpeed_v2 (% → ratio), mean over the fans"),
+        of(FanSpeeds).scaled(PercentToRatio)),
     PcieTx => row("pcie_tx_bytes_per_second", FRACTION, IntegratedRate,
         metric_with(M::GpuIo, DIRECTION, "transmit"), None,
-        "nvmlDeviceGetPcieThroughput(TX) (KB/s → By/s)"),
+        of(PcieTxThroughput).scaled(Kibi)),
     PcieRx => row("pcie_rx_bytes_per_second", FRACTION, IntegratedRate,
         metric_with(M::GpuIo, DIRECTION, "receive"), None,
-        "nvmlDeviceGetPcieThroughput(RX) (KB/s → By/s)"),
+        of(PcieRxThroughput).scaled(Kibi)),
     EccCorrected => row("ecc_corrected_total", WHOLE, LifetimeCounter,
         metric_with(M::Errors, ERROR_TYPE, "corrected"), None,
-        "nvmlDeviceGetTotalEccErrors(corrected, aggregate)"),
+        of(CorrectedEccErrors)),
     EccUncorrected => row("ecc_uncorrected_total", WHOLE, LifetimeCounter,
         metric_with(M::Errors, ERROR_TYPE, "uncorrected"), None,
-        "nvmlDeviceGetTotalEccErrors(uncorrected, aggregate)"),
+        of(UncorrectedEccErrors)),
     PerformanceState => row("performance_state", WHOLE, Last,
         metric(M::PerformanceState), None,
-        "nvmlDeviceGetPerformanceState"),
+        of(PerformanceState)),
     PcieReplays => row("pcie_replays_total", WHOLE, Last,
         metric_with(M::Errors, ERROR_TYPE, "pcie_replay"), None,
-        "nvmlDeviceGetPcieReplayCounter (the driver's total since it loaded)"),
+        of(PcieReplayCounter)),
     PcieLinkGeneration => row("pcie_link_generation", WHOLE, Last,
         metric(M::PcieLinkGeneration),
         dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", Whole),
-        "nvmlDeviceGetCurrPcieLinkGeneration"),
+        of(CurrPcieLinkGeneration)),
     PcieLinkWidth => row("pcie_link_width", WHOLE, Last,
         metric(M::PcieLinkWidth),
         dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", Whole),
-        "nvmlDeviceGetCurrPcieLinkWidth"),
+        of(CurrPcieLinkWidth)),
+}
+
+/// A field filled by a call: the field, the index of its member in the call's answer, and
+/// the factor to its unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldRead {
+    pub field: DeviceField,
+    pub member: usize,
+    pub factor: f64,
+}
+
+/// Every distinct call of [`DEVICE_FIELDS`], in the order of its first row, with the fields it
+/// fills: what sampling asks of a device each tick for its scalar fields, and so what the
+/// benchmark floor asks too.
+pub fn field_calls() -> Vec<(NvmlCall, Vec<FieldRead>)> {
+    let mut calls: Vec<(NvmlCall, Vec<FieldRead>)> = Vec::new();
+    for spec in &DEVICE_FIELDS {
+        let source = spec.source;
+        let member = source.call.member_index(source.member).unwrap_or_else(|| {
+            panic!(
+                "{}: {} has no member {:?}",
+                spec.key, source.call, source.member
+            )
+        });
+        let read = FieldRead {
+            field: spec.field,
+            member,
+            factor: source.scale.factor(),
+        };
+        match calls.iter_mut().find(|(call, _)| *call == source.call) {
+            Some((_, reads)) => reads.push(read),
+            None => calls.push((source.call, vec![read])),
+        }
+    }
+    calls
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every call fills some field, and every member a call names is read by some row: a call
+    /// nobody reads would be made for nothing every tick.
+    #[test]
+    fn every_call_and_member_is_read() {
+        let calls = field_calls();
+        for call in NvmlCall::ALL {
+            let Some((_, reads)) = calls.iter().find(|(c, _)| c == call) else {
+                panic!("{call} fills no field of DEVICE_FIELDS");
+            };
+            for (i, member) in call.members().iter().enumerate() {
+                assert!(
+                    reads.iter().any(|r| r.member == i),
+                    "{call}: no row reads {member}"
+                );
+            }
+        }
+    }
+
     use crate::schema::Instrument;
 
     #[test]

@@ -1,8 +1,8 @@
 //! The schema: what gpulse reads from NVML and how it reports it, as tables of rows that sit
 //! below both sampling and export. [`METRICS`] lists every OTLP metric (name, instrument, unit,
 //! description, docs columns) under a typed [`MetricId`]; [`DEVICE_FIELDS`] lists every scalar
-//! device field (NVML source, JSON key, window kind, metric and attribute, `.max`/`.min`
-//! companions, dcgm-exporter series); [`GPM_FIELDS`] the GPM activity ratios likewise. Each
+//! device field (its typed NVML [`Source`], JSON key, window kind, metric and attribute,
+//! `.max`/`.min` companions, dcgm-exporter series); [`GPM_FIELDS`] the GPM activity ratios likewise. Each
 //! table and its enum are declared by one macro, so counts are derived and a row cannot be out
 //! of place.
 //!
@@ -18,14 +18,16 @@ pub mod device;
 pub mod docs;
 pub mod gpm;
 pub mod metrics;
+pub mod source;
 pub mod throttle;
 pub mod values;
 
 pub use device::{
-    DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldSpec, WindowKind, DEVICE_FIELDS,
-    FIELD_COUNT,
+    field_calls, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead, FieldSpec, WindowKind,
+    DEVICE_FIELDS, FIELD_COUNT,
 };
 pub use gpm::{GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT};
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
+pub use source::{NvmlCall, Scale, Source};
 pub use throttle::{throttle_reason_names, throttle_reasons};
 pub use values::{serialize_keyed, FieldReport, FieldValues, ReportValue};

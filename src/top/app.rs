@@ -1,6 +1,6 @@
 //! The live view's state: the latest analysed window (a [`View`] from the analyzer), the history
 //! behind the sparklines, and what the person at the keyboard chose (sort order, filter, tree,
-//! selection, detail pane). New windows arrive through [`App::observe`], keys through
+//! roll-ups panel, selection, detail pane). New windows arrive through [`App::observe`], keys through
 //! [`App::apply`]; drawing (`ui`) only reads.
 
 use std::collections::{HashMap, VecDeque};
@@ -136,6 +136,8 @@ pub struct App {
     pub mode: Mode,
     pub filter: String,
     pub tree: bool,
+    /// The roll-ups panel (GPU-hours, energy and cost by job, pod and container) is shown.
+    pub rollups: bool,
     pub detail: bool,
     /// The selected row's PID and kind: the selection follows the process when rows move.
     pub selected: Option<(u32, RowKind)>,
@@ -160,6 +162,7 @@ impl App {
             mode: Mode::Normal,
             filter: String::new(),
             tree: false,
+            rollups: false,
             detail: false,
             selected: None,
             rows: Vec::new(),
@@ -230,6 +233,7 @@ impl App {
                 self.mode = Mode::Normal;
             }
             Action::ToggleTree => self.tree = !self.tree,
+            Action::ToggleRollups => self.rollups = !self.rollups,
             Action::ToggleDetail => self.detail = !self.detail && self.selected.is_some(),
             Action::CloseDetail => self.detail = false,
             Action::Move(delta) => self.move_selection(delta),
@@ -365,14 +369,23 @@ fn mig_label(info: &MigInstanceInfo) -> String {
 }
 
 /// `job/rank` from the rank's own spans (the companion's resource, heard by a receiver), else
-/// `job/?` from the job id its environment gave (no rank: gpulse reads no rank variable).
+/// from its environment (the launcher's job and rank variables, `attribution::environ`): `?`
+/// stands for the half the environment does not give.
 pub fn rank_label(view: &View, pid: u32) -> Option<String> {
     view.training
         .process(pid)
         .and_then(|t| t.rank_label())
         .or_else(|| {
-            let job = view.attributed.process(pid)?.workload.job_id.as_ref()?;
-            Some(format!("{job}/?"))
+            let workload = &view.attributed.process(pid)?.workload;
+            let rank = workload.rank.map(|r| r.rank.to_string());
+            if workload.job_id.is_none() && rank.is_none() {
+                return None;
+            }
+            Some(format!(
+                "{}/{}",
+                workload.job_id.as_deref().unwrap_or("?"),
+                rank.as_deref().unwrap_or("?")
+            ))
         })
 }
 

@@ -1,7 +1,7 @@
 //! Keys to actions, and the vocabulary they speak: the sort keys and the input modes the view's
 //! state holds. Everything works from a plain keyboard over SSH (no mouse, no function keys
-//! needed): arrows or j/k move, letters sort, `/` filters, `t` toggles the tree, Enter opens the
-//! detail pane, `q` or Ctrl-C quits.
+//! needed): arrows or j/k move, letters sort, `/` filters, `t` toggles the tree, `r` the roll-ups
+//! panel, Enter opens the detail pane, `q` or Ctrl-C quits.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -45,6 +45,8 @@ pub enum Action {
     /// Clear the filter.
     FilterCancel,
     ToggleTree,
+    /// Show or hide the roll-ups by job, pod and container.
+    ToggleRollups,
     ToggleDetail,
     CloseDetail,
     /// Move the selection by this many rows.
@@ -80,6 +82,7 @@ pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Char('p') => Some(Action::Sort(SortKey::Pid)),
             KeyCode::Char('/') => Some(Action::StartFilter),
             KeyCode::Char('t') => Some(Action::ToggleTree),
+            KeyCode::Char('r') => Some(Action::ToggleRollups),
             KeyCode::Enter => Some(Action::ToggleDetail),
             KeyCode::Esc => Some(Action::CloseDetail),
             KeyCode::Up | KeyCode::Char('k') => Some(Action::Move(-1)),

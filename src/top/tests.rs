@@ -18,6 +18,7 @@ use super::ui;
 use crate::attribution::procfs::Stat;
 use crate::attribution::usage::ProcessTable;
 use crate::attribution::{AttributedWindow, AttributionMethod, ProcessUsage, Workload};
+use crate::attribution::{GpuAccountant, Prices};
 use crate::diagnosis::{DeviceRef, Finding, RuleId, Severity, Subject};
 use crate::pipeline::View;
 use crate::sampling::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
@@ -615,6 +616,140 @@ fn ranks_show_their_job_and_the_straggler_is_marked() {
     assert!(
         line_with(&screen, "step / in collectives")
             .contains("500 ms / 0 ms (0% of the step), data wait 250 ms, over 40 steps"),
+        "{screen}"
+    );
+}
+
+/// Without spans, a rank shows the job and rank its launcher's variables gave it (read from
+/// its environment), `?` for what they do not give, and nothing for a process outside a job.
+#[test]
+fn without_spans_ranks_show_their_environments_job_and_rank() {
+    use crate::attribution::EnvRank;
+    let mut app = app(false);
+    let mut view = (*view()).clone();
+    let mut attributed = (*view.attributed).clone();
+    let trainer = attributed.workloads.get_mut(&TRAINER).unwrap();
+    trainer.job_id = Some("run-9".into());
+    trainer.rank = Some(EnvRank {
+        rank: 3,
+        world_size: 4,
+        local_rank: Some(1),
+    });
+    view.attributed = Arc::new(attributed.clone());
+    app.observe(Arc::new(view.clone()), None);
+    let label = |app: &App, pid| app.rows.iter().find(|r| r.pid == pid).unwrap().rank.clone();
+    assert_eq!(label(&app, TRAINER).as_deref(), Some("run-9/3"));
+    assert_eq!(label(&app, OTHER), None);
+    let (screen, _) = render(&app, 200, 60);
+    assert!(
+        line_with(&screen, &format!("{TRAINER} ")).contains("run-9/3"),
+        "{screen}"
+    );
+
+    // Only one half known: the other is `?`.
+    let trainer = attributed.workloads.get_mut(&TRAINER).unwrap();
+    trainer.job_id = None;
+    let other = attributed.workloads.get_mut(&OTHER).unwrap();
+    other.job_id = Some("run-9".into());
+    view.attributed = Arc::new(attributed);
+    app.observe(Arc::new(view), None);
+    assert_eq!(label(&app, TRAINER).as_deref(), Some("?/3"));
+    assert_eq!(label(&app, OTHER).as_deref(), Some("run-9/?"));
+}
+
+/// The view of [`view`] after a second window an hour later, accounted with prices: the trainer
+/// held GPU 0 (450 W) for the hour at 11 % SM, so its pod and container each count 1 GPU-hour,
+/// 450 W × 3600 s × 0.11 = 0.0495 kWh, and 2.5 × 1 + 0.3 × 0.0495 = 2.51485 of cost.
+fn accounted_view() -> Arc<View> {
+    let first = view();
+    let at = first.at + Duration::from_secs(3600);
+    let mut aggregator = WindowAggregator::new();
+    aggregator.add(&snapshot(at));
+    let second = aggregator.take().expect("a window");
+    let mut accountant = GpuAccountant::new(Prices {
+        per_gpu_hour: Some(2.5),
+        per_kwh: Some(0.3),
+    });
+    let workloads = &first.attributed.workloads;
+    accountant.account(&first.attributed.window, workloads);
+    let accounts = accountant.account(&second, workloads);
+    let attributed = AttributedWindow {
+        window: second,
+        accounts,
+        ..(*first.attributed).clone()
+    };
+    Arc::new(View {
+        attributed: Arc::new(attributed),
+        at,
+        ..(*first).clone()
+    })
+}
+
+#[test]
+fn r_shows_the_rollups_with_their_hours_energy_and_cost() {
+    let mut app = app(true);
+    app.observe(accounted_view(), None);
+    let (screen, _) = render(&app, 200, 60);
+    assert!(!screen.contains("Roll-ups"), "hidden until asked: {screen}");
+
+    app.apply(Action::ToggleRollups);
+    let (screen, _) = render(&app, 200, 60);
+    assert!(
+        screen.contains("Roll-ups (2) since the view started"),
+        "{screen}"
+    );
+    let header = line_with(&screen, "GPU-HOURS");
+    for column in ["KIND", "ID", "NAME", "PROCS", "KWH", "IDLE", "COST"] {
+        assert!(header.contains(column), "{column}: {header}");
+    }
+    let pod = line_with(&screen, "│pod ");
+    let cells: Vec<&str> = pod.trim_matches('│').split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            "pod",
+            "0d1c2b3a-4e5f-6a7b-8c9d…",
+            "ml/trainer-0",
+            "1",
+            "1.000000",
+            "0.049500",
+            "0%",
+            "2.5149"
+        ],
+        "{pod}"
+    );
+    let container = line_with(&screen, "│container ");
+    assert!(container.contains(&CONTAINER[..12]), "{container}");
+    assert!(!container.contains(&CONTAINER[..13]), "{container}");
+    assert!(container.contains("2.5149"), "{container}");
+
+    // At 80×24 the panel still fits beside the table and findings, without the name column.
+    let (screen, _) = render(&app, 80, 24);
+    let pod = line_with(&screen, "│pod ");
+    assert!(pod.contains("1.000000") && pod.contains("2.5149"), "{pod}");
+    assert!(!pod.contains("trainer-0"), "no name at 80 columns: {pod}");
+    assert!(screen.contains("Findings (1)"), "{screen}");
+    assert!(
+        line_with(&screen, "q quit").contains("r roll-ups"),
+        "{screen}"
+    );
+    for line in screen.lines() {
+        assert_eq!(line.chars().count(), 80);
+    }
+
+    app.apply(Action::ToggleRollups);
+    assert!(!render(&app, 200, 60).0.contains("Roll-ups"));
+}
+
+#[test]
+fn the_rollups_panel_says_why_it_is_empty_and_that_no_price_was_given() {
+    let mut app = app(true);
+    app.apply(Action::ToggleRollups);
+    let (screen, _) = render(&app, 120, 40);
+    assert!(screen.contains("Roll-ups (0)"), "{screen}");
+    assert!(screen.contains("no price: --cost-per-gpu-hour"), "{screen}");
+    assert!(
+        screen.contains("none yet: processes are grouped by job"),
         "{screen}"
     );
 }

@@ -1,9 +1,11 @@
 //! Per-device queries: identity (name, UUID, serial, PCI), memory, utilisation, temperature,
-//! power and energy, clocks, fans, PCIe, throttle reasons, ECC and the fixed modes.
+//! power and energy, clocks, fans, PCIe, throttle reasons and the fixed modes (ECC,
+//! persistence, compute, MIG). The health counters (ECC errors, retired pages, remapped rows)
+//! are in [`super::health`].
 
 use std::os::raw::{c_char, c_int, c_uint, c_ulonglong};
 
-use super::{enable_state, fill_field, nvml_body, out, to_u32, write_str};
+use super::{enable_state, fill_field, nvml_fn, out, to_u32, write_str};
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
 use crate::model::{Device, Sim};
@@ -11,16 +13,18 @@ use crate::runtime::{self, Target};
 
 /// A getter writing one value computed from the device and the time.
 macro_rules! getter {
-    ($(#[$m:meta])* $name:ident, $ty:ty, |$sim:pat_param, $dev:ident, $t:pat_param| $val:expr) => {
-        $(#[$m])*
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(device: nvmlDevice_t, value: *mut $ty) -> Ret {
-            nvml_body!({
-                let ($sim, $dev, $t) = runtime::device(Api::$name, device)?;
+    (
+        $(#[$m:meta])* $name:ident $(as $proto:ty)?, $ty:ty,
+        |$sim:pat_param, $dev:ident, $t:pat_param| $val:expr
+    ) => {
+        nvml_fn! {
+            $(#[$m])*
+            fn $name(device: nvmlDevice_t, value: *mut $ty) $(as $proto)? |api| {
+                let ($sim, $dev, $t) = runtime::device(api, device)?;
                 let slot = out(value)?;
                 *slot = $val;
                 Ok(())
-            })
+            }
         }
     };
 }
@@ -28,16 +32,11 @@ macro_rules! getter {
 /// A getter writing a string into a caller buffer.
 macro_rules! string_getter {
     ($name:ident, |$dev:ident| $val:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            device: nvmlDevice_t,
-            buffer: *mut c_char,
-            length: c_uint,
-        ) -> Ret {
-            nvml_body!({
-                let (_, $dev, _) = runtime::device(Api::$name, device)?;
+        nvml_fn! {
+            fn $name(device: nvmlDevice_t, buffer: *mut c_char, length: c_uint) |api| {
+                let (_, $dev, _) = runtime::device(api, device)?;
                 write_str(buffer, length, $val)
-            })
+            }
         }
     };
 }
@@ -45,20 +44,15 @@ macro_rules! string_getter {
 /// A string getter that also answers for MIG devices.
 macro_rules! target_string_getter {
     ($name:ident, |$dev:ident| $gpu:expr, |$mig:ident| $of_mig:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            device: nvmlDevice_t,
-            buffer: *mut c_char,
-            length: c_uint,
-        ) -> Ret {
-            nvml_body!({
-                let (_, target, _) = runtime::target(Api::$name, device)?;
+        nvml_fn! {
+            fn $name(device: nvmlDevice_t, buffer: *mut c_char, length: c_uint) |api| {
+                let (_, target, _) = runtime::target(api, device)?;
                 let s = match target {
                     Target::Gpu($dev) => $gpu,
                     Target::Mig(_, $mig) => $of_mig,
                 };
                 write_str(buffer, length, s)
-            })
+            }
         }
     };
 }
@@ -103,14 +97,16 @@ getter!(nvmlDeviceGetPciInfo_v3, abi::nvmlPciInfo_t, |_, d, _| {
 });
 getter!(
     /// Writes only the v2 prefix (36 bytes) of the struct.
-    nvmlDeviceGetPciInfo_v2, abi::PciInfoV2, |_, d, _| abi::PciInfoV2 {
+    nvmlDeviceGetPciInfo_v2 as unsafe extern "C" fn(nvmlDevice_t, *mut abi::PciInfoV2) -> Ret,
+    abi::PciInfoV2, |_, d, _| abi::PciInfoV2 {
         v1: pci_v1(d),
         pci_sub_system_id: d.pci_subsystem_id,
     }
 );
 getter!(
     /// Writes only the v1 prefix (32 bytes) of the struct.
-    nvmlDeviceGetPciInfo, abi::PciInfoV1, |_, d, _| pci_v1(d)
+    nvmlDeviceGetPciInfo as unsafe extern "C" fn(nvmlDevice_t, *mut abi::PciInfoV1) -> Ret,
+    abi::PciInfoV1, |_, d, _| pci_v1(d)
 );
 
 /// Total, reserved and used bytes of a GPU or of a MIG device (whose memory is its own slice:
@@ -137,14 +133,10 @@ fn memory_of(target: Target, t: f64) -> (u64, u64, u64) {
     }
 }
 
-/// v1 semantics: `used` includes the reserved memory (`free = total - used`).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
-    device: nvmlDevice_t,
-    memory: *mut abi::nvmlMemory_t,
-) -> Ret {
-    nvml_body!({
-        let (_, target, t) = runtime::target(Api::nvmlDeviceGetMemoryInfo, device)?;
+nvml_fn! {
+    /// v1 semantics: `used` includes the reserved memory (`free = total - used`).
+    fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut abi::nvmlMemory_t) |api| {
+        let (_, target, t) = runtime::target(api, device)?;
         let m = out(memory)?;
         let (total, reserved, used) = memory_of(target, t);
         let used = used + reserved;
@@ -154,17 +146,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
             used,
         };
         Ok(())
-    })
+    }
 }
 
-/// v2: `version` must be `NVML_STRUCT_VERSION(Memory, 2)`; `used` excludes `reserved`.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
-    device: nvmlDevice_t,
-    memory: *mut abi::nvmlMemory_v2_t,
-) -> Ret {
-    nvml_body!({
-        let (_, target, t) = runtime::target(Api::nvmlDeviceGetMemoryInfo_v2, device)?;
+nvml_fn! {
+    /// v2: `version` must be `NVML_STRUCT_VERSION(Memory, 2)`; `used` excludes `reserved`.
+    fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut abi::nvmlMemory_v2_t) |api| {
+        let (_, target, t) = runtime::target(api, device)?;
         let m = out(memory)?;
         if m.version != abi::MEMORY_V2_VERSION {
             return Err(abi::ARGUMENT_VERSION_MISMATCH);
@@ -175,7 +163,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         m.used = used;
         m.free = total.saturating_sub(reserved + used);
         Ok(())
-    })
+    }
 }
 
 getter!(
@@ -219,65 +207,61 @@ unsafe fn codec(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
-    device: nvmlDevice_t,
-    utilization: *mut c_uint,
-    samplingPeriodUs: *mut c_uint,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlDeviceGetEncoderUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut c_uint,
+        samplingPeriodUs: *mut c_uint,
+    ) |api| {
         codec(
-            Api::nvmlDeviceGetEncoderUtilization,
+            api,
             device,
             utilization,
             samplingPeriodUs,
             |d| &d.signals.encoder_util,
         )
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
-    device: nvmlDevice_t,
-    utilization: *mut c_uint,
-    samplingPeriodUs: *mut c_uint,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlDeviceGetDecoderUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut c_uint,
+        samplingPeriodUs: *mut c_uint,
+    ) |api| {
         codec(
-            Api::nvmlDeviceGetDecoderUtilization,
+            api,
             device,
             utilization,
             samplingPeriodUs,
             |d| &d.signals.decoder_util,
         )
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTemperature(
-    device: nvmlDevice_t,
-    sensorType: abi::nvmlTemperatureSensors_t,
-    temp: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetTemperature, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetTemperature(
+        device: nvmlDevice_t,
+        sensorType: abi::nvmlTemperatureSensors_t,
+        temp: *mut c_uint,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(temp)?;
         if sensorType != abi::nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU {
             return Err(abi::INVALID_ARGUMENT);
         }
         *slot = to_u32(d.signals.temperature_c.value(t), 255);
         Ok(())
-    })
+    }
 }
 
-/// The versioned form pynvml 13 prefers (`nvmlTemperature_v1_t`).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(
-    device: nvmlDevice_t,
-    temperature: *mut abi::nvmlTemperature_v1_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetTemperatureV, device)?;
+nvml_fn! {
+    /// The versioned form pynvml 13 prefers (`nvmlTemperature_v1_t`).
+    fn nvmlDeviceGetTemperatureV(
+        device: nvmlDevice_t,
+        temperature: *mut abi::nvmlTemperature_v1_t,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(temperature)?;
         if slot.version != abi::TEMPERATURE_V1_VERSION {
             return Err(abi::ARGUMENT_VERSION_MISMATCH);
@@ -292,18 +276,17 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(
             .round()
             .clamp(-273.0, 255.0) as c_int;
         Ok(())
-    })
+    }
 }
 
-/// Shutdown (0), slowdown (1) and the GPU max-operating thresholds (3); others unsupported.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
-    device: nvmlDevice_t,
-    thresholdType: abi::nvmlTemperatureThresholds_t,
-    temp: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetTemperatureThreshold, device)?;
+nvml_fn! {
+    /// Shutdown (0), slowdown (1) and the GPU max-operating thresholds (3); others unsupported.
+    fn nvmlDeviceGetTemperatureThreshold(
+        device: nvmlDevice_t,
+        thresholdType: abi::nvmlTemperatureThresholds_t,
+        temp: *mut c_uint,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let slot = out(temp)?;
         *slot = match thresholdType {
             0 => d.shutdown_temp_c,
@@ -315,7 +298,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
             _ => return Err(abi::INVALID_ARGUMENT),
         };
         Ok(())
-    })
+    }
 }
 
 getter!(nvmlDeviceGetPowerUsage, c_uint, |_, d, t| to_u32(
@@ -332,20 +315,19 @@ getter!(
     |_, d, _| d.default_power_limit_mw
 );
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimitConstraints(
-    device: nvmlDevice_t,
-    minLimit: *mut c_uint,
-    maxLimit: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetPowerManagementLimitConstraints, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetPowerManagementLimitConstraints(
+        device: nvmlDevice_t,
+        minLimit: *mut c_uint,
+        maxLimit: *mut c_uint,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let lo = out(minLimit)?;
         let hi = out(maxLimit)?;
         *lo = d.min_power_limit_mw;
         *hi = d.max_power_limit_mw;
         Ok(())
-    })
+    }
 }
 
 getter!(
@@ -366,45 +348,42 @@ fn current_clock(d: &Device, i: usize, t: f64) -> c_uint {
     to_u32(d.signals.clocks_mhz[i].value(t), d.max_clocks_mhz[i])
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
-    device: nvmlDevice_t,
-    type_: abi::nvmlClockType_t,
-    clock: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetClockInfo, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetClockInfo(
+        device: nvmlDevice_t,
+        type_: abi::nvmlClockType_t,
+        clock: *mut c_uint,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(clock)?;
         *slot = current_clock(d, clock_index(type_)?, t);
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
-    device: nvmlDevice_t,
-    type_: abi::nvmlClockType_t,
-    clock: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetMaxClockInfo, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetMaxClockInfo(
+        device: nvmlDevice_t,
+        type_: abi::nvmlClockType_t,
+        clock: *mut c_uint,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let slot = out(clock)?;
         *slot = d.max_clocks_mhz[clock_index(type_)?];
         Ok(())
-    })
+    }
 }
 
-/// `NVML_CLOCK_ID_CURRENT` is the signal; the application targets and the boost maximum are
-/// the device's maximum clock.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetClock(
-    device: nvmlDevice_t,
-    clockType: abi::nvmlClockType_t,
-    clockId: abi::nvmlClockId_t,
-    clockMHz: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetClock, device)?;
+nvml_fn! {
+    /// `NVML_CLOCK_ID_CURRENT` is the signal; the application targets and the boost maximum are
+    /// the device's maximum clock.
+    fn nvmlDeviceGetClock(
+        device: nvmlDevice_t,
+        clockType: abi::nvmlClockType_t,
+        clockId: abi::nvmlClockId_t,
+        clockMHz: *mut c_uint,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(clockMHz)?;
         let i = clock_index(clockType)?;
         *slot = match clockId {
@@ -415,7 +394,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClock(
             _ => return Err(abi::INVALID_ARGUMENT),
         };
         Ok(())
-    })
+    }
 }
 
 getter!(nvmlDeviceGetNumFans, c_uint, |_, d, _| d.fans);
@@ -430,39 +409,32 @@ fn fan(d: &Device, fan: c_uint, t: f64) -> Result<c_uint, Ret> {
     Ok(to_u32(d.signals.fan_percent.value(t), 100))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetFanSpeed(device: nvmlDevice_t, speed: *mut c_uint) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetFanSpeed, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetFanSpeed(device: nvmlDevice_t, speed: *mut c_uint) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(speed)?;
         *slot = fan(d, 0, t)?;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
-    device: nvmlDevice_t,
-    fan_: c_uint,
-    speed: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetFanSpeed_v2, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan_: c_uint, speed: *mut c_uint) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(speed)?;
         *slot = fan(d, fan_, t)?;
         Ok(())
-    })
+    }
 }
 
-/// KB/s over the driver's 20 ms window.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
-    device: nvmlDevice_t,
-    counter: abi::nvmlPcieUtilCounter_t,
-    value: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetPcieThroughput, device)?;
+nvml_fn! {
+    /// KB/s over the driver's 20 ms window.
+    fn nvmlDeviceGetPcieThroughput(
+        device: nvmlDevice_t,
+        counter: abi::nvmlPcieUtilCounter_t,
+        value: *mut c_uint,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let slot = out(value)?;
         let s = match counter {
             abi::nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => &d.signals.pcie_tx_kbps,
@@ -471,7 +443,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
         };
         *slot = to_u32(s.value(t), u32::MAX);
         Ok(())
-    })
+    }
 }
 
 getter!(nvmlDeviceGetCurrPcieLinkGeneration, c_uint, |_, d, _| d
@@ -513,51 +485,19 @@ getter!(
     |_, d, _| d.supported_throttle_reasons
 );
 
-/// Volatile and aggregate counters are the same signal here. ECC off: not supported.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
-    device: nvmlDevice_t,
-    errorType: abi::nvmlMemoryErrorType_t,
-    counterType: abi::nvmlEccCounterType_t,
-    eccCounts: *mut c_ulonglong,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceGetTotalEccErrors, device)?;
-        let slot = out(eccCounts)?;
-        if counterType >= abi::nvmlEccCounterType_enum_NVML_ECC_COUNTER_TYPE_COUNT {
-            return Err(abi::INVALID_ARGUMENT);
-        }
-        let s = match errorType {
-            abi::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED => {
-                &d.signals.ecc_corrected
-            }
-            abi::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
-                &d.signals.ecc_uncorrected
-            }
-            _ => return Err(abi::INVALID_ARGUMENT),
-        };
-        if !d.ecc {
-            return Err(abi::NOT_SUPPORTED);
-        }
-        *slot = s.value(t).round().max(0.0) as u64;
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetEccMode(
-    device: nvmlDevice_t,
-    current: *mut abi::nvmlEnableState_t,
-    pending: *mut abi::nvmlEnableState_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetEccMode, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetEccMode(
+        device: nvmlDevice_t,
+        current: *mut abi::nvmlEnableState_t,
+        pending: *mut abi::nvmlEnableState_t,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let c = out(current)?;
         let p = out(pending)?;
         *c = enable_state(d.ecc);
         *p = enable_state(d.ecc);
         Ok(())
-    })
+    }
 }
 
 fn pstate(_: &Sim, d: &Device, t: f64) -> abi::nvmlPstates_t {
@@ -590,146 +530,32 @@ getter!(
 );
 getter!(nvmlDeviceGetBrand, abi::nvmlBrandType_t, |_, d, _| d.brand);
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: nvmlDevice_t,
-    currentMode: *mut c_uint,
-    pendingMode: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetMigMode, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetMigMode(
+        device: nvmlDevice_t,
+        currentMode: *mut c_uint,
+        pendingMode: *mut c_uint,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let c = out(currentMode)?;
         let p = out(pendingMode)?;
         *c = d.mig as c_uint;
         *p = d.mig as c_uint;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
-    device: nvmlDevice_t,
-    major: *mut c_int,
-    minor: *mut c_int,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetCudaComputeCapability, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetCudaComputeCapability(
+        device: nvmlDevice_t,
+        major: *mut c_int,
+        minor: *mut c_int,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let ma = out(major)?;
         let mi = out(minor)?;
         *ma = d.compute_capability.0;
         *mi = d.compute_capability.1;
         Ok(())
-    })
-}
-
-/// Deterministic fake page addresses: one 4 KiB page per retired page, per cause.
-fn retired_address(d: &Device, cause: u32, i: u32) -> u64 {
-    0x10_0000_0000 + ((d.index as u64) << 32) + ((cause as u64) << 28) + (i as u64) * 4096
-}
-
-unsafe fn retired_pages(
-    api: Api,
-    device: nvmlDevice_t,
-    cause: abi::nvmlPageRetirementCause_t,
-    page_count: *mut c_uint,
-    addresses: *mut c_ulonglong,
-    timestamps: *mut c_ulonglong,
-) -> Result<(), Ret> {
-    let (sim, d, _) = runtime::device(api, device)?;
-    let count = out(page_count)?;
-    let n = match cause {
-        abi::nvmlPageRetirementCause_enum_NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS => {
-            d.health.retired_single_bit
-        }
-        abi::nvmlPageRetirementCause_enum_NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR => {
-            d.health.retired_double_bit
-        }
-        _ => return Err(abi::INVALID_ARGUMENT),
-    };
-    if addresses.is_null() || *count < n {
-        let fits = n == 0;
-        *count = n;
-        return if fits {
-            Ok(())
-        } else {
-            Err(abi::INSUFFICIENT_SIZE)
-        };
     }
-    for i in 0..n {
-        *addresses.add(i as usize) = retired_address(d, cause, i);
-        if !timestamps.is_null() {
-            *timestamps.add(i as usize) = sim.clock.wall_us(0.0) / 1_000_000;
-        }
-    }
-    *count = n;
-    Ok(())
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetRetiredPages(
-    device: nvmlDevice_t,
-    cause: abi::nvmlPageRetirementCause_t,
-    pageCount: *mut c_uint,
-    addresses: *mut c_ulonglong,
-) -> Ret {
-    nvml_body!({
-        retired_pages(
-            Api::nvmlDeviceGetRetiredPages,
-            device,
-            cause,
-            pageCount,
-            addresses,
-            std::ptr::null_mut(),
-        )
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetRetiredPages_v2(
-    device: nvmlDevice_t,
-    cause: abi::nvmlPageRetirementCause_t,
-    pageCount: *mut c_uint,
-    addresses: *mut c_ulonglong,
-    timestamps: *mut c_ulonglong,
-) -> Ret {
-    nvml_body!({
-        retired_pages(
-            Api::nvmlDeviceGetRetiredPages_v2,
-            device,
-            cause,
-            pageCount,
-            addresses,
-            timestamps,
-        )
-    })
-}
-
-getter!(
-    nvmlDeviceGetRetiredPagesPendingStatus,
-    abi::nvmlEnableState_t,
-    |_, d, _| enable_state(d.health.retired_pending)
-);
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
-    device: nvmlDevice_t,
-    corrRows: *mut c_uint,
-    uncRows: *mut c_uint,
-    isPending: *mut c_uint,
-    failureOccurred: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetRemappedRows, device)?;
-        let (c, u, p, f) = (
-            out(corrRows)?,
-            out(uncRows)?,
-            out(isPending)?,
-            out(failureOccurred)?,
-        );
-        *c = d.health.remapped_corrected;
-        *u = d.health.remapped_uncorrected;
-        *p = d.health.remap_pending as c_uint;
-        *f = d.health.remap_failure as c_uint;
-        Ok(())
-    })
 }

@@ -5,7 +5,7 @@
 use std::os::raw::c_uint;
 use std::sync::Arc;
 
-use super::{nvml_body, out};
+use super::{nvml_fn, out};
 use crate::abi::{self, nvmlDevice_t, nvmlEventSet_t, Ret};
 use crate::api::Api;
 use crate::events::{self, Delivered, EventSet};
@@ -16,57 +16,46 @@ fn lookup(set: nvmlEventSet_t) -> Result<Arc<EventSet>, Ret> {
     events::lookup(set as usize).ok_or(abi::INVALID_ARGUMENT)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
-    nvml_body!({
-        runtime::session(Api::nvmlEventSetCreate)?;
+nvml_fn! {
+    fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) |api| {
+        runtime::session(api)?;
         let slot = out(set)?;
         *slot = Arc::as_ptr(&events::create()) as nvmlEventSet_t;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> Ret {
-    nvml_body!({
-        runtime::session(Api::nvmlEventSetFree)?;
+nvml_fn! {
+    fn nvmlEventSetFree(set: nvmlEventSet_t) |api| {
+        runtime::session(api)?;
         if events::free(set as usize) {
             Ok(())
         } else {
             Err(abi::INVALID_ARGUMENT)
         }
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
-    device: nvmlDevice_t,
-    eventTypes: *mut u64,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetSupportedEventTypes, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, eventTypes: *mut u64) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         *out(eventTypes)? = d.supported_events;
         Ok(())
-    })
+    }
 }
 
-/// Asking for a type the device does not support is `NVML_ERROR_NOT_SUPPORTED`, as with the
-/// driver.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
-    device: nvmlDevice_t,
-    eventTypes: u64,
-    set: nvmlEventSet_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlDeviceRegisterEvents, device)?;
+nvml_fn! {
+    /// Asking for a type the device does not support is `NVML_ERROR_NOT_SUPPORTED`, as with the
+    /// driver.
+    fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, eventTypes: u64, set: nvmlEventSet_t) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         let es = lookup(set)?;
         if eventTypes & !d.supported_events != 0 {
             return Err(abi::NOT_SUPPORTED);
         }
         es.register(d.index, eventTypes, t);
         Ok(())
-    })
+    }
 }
 
 unsafe fn wait(
@@ -80,15 +69,14 @@ unsafe fn wait(
     Ok((sim, ev))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetWait_v2(
-    set: nvmlEventSet_t,
-    data: *mut abi::nvmlEventData_t,
-    timeoutms: c_uint,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlEventSetWait_v2(
+        set: nvmlEventSet_t,
+        data: *mut abi::nvmlEventData_t,
+        timeoutms: c_uint,
+    ) |api| {
         let slot = out(data)?;
-        let (sim, ev) = wait(Api::nvmlEventSetWait_v2, set, timeoutms)?;
+        let (sim, ev) = wait(api, set, timeoutms)?;
         let dev = sim.devices.get(ev.device as usize).ok_or(abi::UNKNOWN)?;
         *slot = abi::nvmlEventData_t {
             device: sim.handle(dev),
@@ -98,19 +86,18 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             computeInstanceId: abi::NO_INSTANCE,
         };
         Ok(())
-    })
+    }
 }
 
-/// The v1 struct lacks the MIG instance ids; only its 24 bytes are written.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetWait(
-    set: nvmlEventSet_t,
-    data: *mut abi::EventDataV1,
-    timeoutms: c_uint,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    /// The v1 struct lacks the MIG instance ids; only its 24 bytes are written.
+    fn nvmlEventSetWait(
+        set: nvmlEventSet_t,
+        data: *mut abi::EventDataV1,
+        timeoutms: c_uint,
+    ) as unsafe extern "C" fn(nvmlEventSet_t, *mut abi::EventDataV1, c_uint) -> Ret |api| {
         let slot = out(data)?;
-        let (sim, ev) = wait(Api::nvmlEventSetWait, set, timeoutms)?;
+        let (sim, ev) = wait(api, set, timeoutms)?;
         let dev = sim.devices.get(ev.device as usize).ok_or(abi::UNKNOWN)?;
         *slot = abi::EventDataV1 {
             device: sim.handle(dev),
@@ -118,5 +105,5 @@ pub unsafe extern "C" fn nvmlEventSetWait(
             event_data: ev.data,
         };
         Ok(())
-    })
+    }
 }

@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
 
-use super::{nvml_body, out};
+use super::{nvml_fn, out};
 use crate::abi::{self, nvmlDevice_t, Ret};
-use crate::api::Api;
 use crate::hardware::{mean_over, GpmSignals};
 use crate::model::Device;
 use crate::runtime;
@@ -47,55 +46,48 @@ fn fill(sample: abi::nvmlGpmSample_t, taken: Taken) -> Result<(), Ret> {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
-    device: nvmlDevice_t,
-    gpmSupport: *mut abi::nvmlGpmSupport_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlGpmQueryDeviceSupport, device)?;
+nvml_fn! {
+    fn nvmlGpmQueryDeviceSupport(
+        device: nvmlDevice_t,
+        gpmSupport: *mut abi::nvmlGpmSupport_t,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let s = out(gpmSupport)?;
         if s.version != abi::NVML_GPM_SUPPORT_VERSION {
             return Err(abi::ARGUMENT_VERSION_MISMATCH);
         }
         s.isSupportedDevice = d.hw.gpm_supported as c_uint;
         Ok(())
-    })
+    }
 }
 
-/// Streaming is never on in the simulation (nothing here turns it on).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmQueryIfStreamingEnabled(
-    device: nvmlDevice_t,
-    state: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlGpmQueryIfStreamingEnabled, device)?;
+nvml_fn! {
+    /// Streaming is never on in the simulation (nothing here turns it on).
+    fn nvmlGpmQueryIfStreamingEnabled(device: nvmlDevice_t, state: *mut c_uint) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let s = out(state)?;
         if !d.hw.gpm_supported {
             return Err(abi::NOT_SUPPORTED);
         }
         *s = 0;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmSampleAlloc(gpmSample: *mut abi::nvmlGpmSample_t) -> Ret {
-    nvml_body!({
-        runtime::session(Api::nvmlGpmSampleAlloc)?;
+nvml_fn! {
+    fn nvmlGpmSampleAlloc(gpmSample: *mut abi::nvmlGpmSample_t) |api| {
+        runtime::session(api)?;
         let slot = out(gpmSample)?;
         let p = Box::into_raw(Box::new(0u64)) as abi::nvmlGpmSample_t;
         with_samples(|m| m.insert(p as usize, None));
         *slot = p;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmSampleFree(gpmSample: abi::nvmlGpmSample_t) -> Ret {
-    nvml_body!({
-        runtime::session(Api::nvmlGpmSampleFree)?;
+nvml_fn! {
+    fn nvmlGpmSampleFree(gpmSample: abi::nvmlGpmSample_t) |api| {
+        runtime::session(api)?;
         if with_samples(|m| m.remove(&(gpmSample as usize))).is_none() {
             return Err(abi::INVALID_ARGUMENT);
         }
@@ -103,16 +95,12 @@ pub unsafe extern "C" fn nvmlGpmSampleFree(gpmSample: abi::nvmlGpmSample_t) -> R
         // registry entry was just removed, so this frees each allocation once.
         drop(Box::from_raw(gpmSample as *mut u64));
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmSampleGet(
-    device: nvmlDevice_t,
-    gpmSample: abi::nvmlGpmSample_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlGpmSampleGet, device)?;
+nvml_fn! {
+    fn nvmlGpmSampleGet(device: nvmlDevice_t, gpmSample: abi::nvmlGpmSample_t) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         if !d.hw.gpm_supported {
             return Err(abi::NOT_SUPPORTED);
         }
@@ -124,19 +112,18 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
                 t,
             },
         )
-    })
+    }
 }
 
-/// A sample of one GPU instance of a GPU in MIG mode (`NVML_ERROR_NOT_FOUND` for an id that
-/// no instance has).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmMigSampleGet(
-    device: nvmlDevice_t,
-    gpuInstanceId: c_uint,
-    gpmSample: abi::nvmlGpmSample_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, t) = runtime::device(Api::nvmlGpmMigSampleGet, device)?;
+nvml_fn! {
+    /// A sample of one GPU instance of a GPU in MIG mode (`NVML_ERROR_NOT_FOUND` for an id that
+    /// no instance has).
+    fn nvmlGpmMigSampleGet(
+        device: nvmlDevice_t,
+        gpuInstanceId: c_uint,
+        gpmSample: abi::nvmlGpmSample_t,
+    ) |api| {
+        let (_, d, t) = runtime::device(api, device)?;
         if !d.hw.gpm_supported || !d.mig {
             return Err(abi::NOT_SUPPORTED);
         }
@@ -151,7 +138,7 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
                 t,
             },
         )
-    })
+    }
 }
 
 /// `(shortName, longName, unit)` of the metrics the simulation models, NUL-terminated.
@@ -241,13 +228,12 @@ fn metric_value(
     }
 }
 
-/// Fills `metrics[..numMetrics]` from the interval between `sample1` and `sample2`: both must
-/// be filled samples of the same GPU or GPU instance. Per-metric failures go in each metric's
-/// `nvmlReturn`; the call itself succeeds.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut abi::nvmlGpmMetricsGet_t) -> Ret {
-    nvml_body!({
-        let (sim, t) = runtime::session(Api::nvmlGpmMetricsGet)?;
+nvml_fn! {
+    /// Fills `metrics[..numMetrics]` from the interval between `sample1` and `sample2`: both must
+    /// be filled samples of the same GPU or GPU instance. Per-metric failures go in each metric's
+    /// `nvmlReturn`; the call itself succeeds.
+    fn nvmlGpmMetricsGet(metricsGet: *mut abi::nvmlGpmMetricsGet_t) |api| {
+        let (sim, t) = runtime::session(api)?;
         let mg = out(metricsGet)?;
         if mg.version != abi::NVML_GPM_METRICS_GET_VERSION {
             return Err(abi::ARGUMENT_VERSION_MISMATCH);
@@ -304,5 +290,5 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut abi::nvmlGpmMetricsG
             m.metricInfo.unit = info.map_or(std::ptr::null_mut(), |i| ptr(i.2));
         }
         Ok(())
-    })
+    }
 }

@@ -5,39 +5,33 @@
 
 use std::os::raw::c_uint;
 
-use super::{nvml_body, out};
-use crate::abi::{self, nvmlDevice_t, Ret};
-use crate::api::Api;
+use super::{nvml_fn, out};
+use crate::abi::{self, nvmlDevice_t};
 use crate::runtime::{self, Target};
 
-/// How many MIG devices the GPU can hold (not how many exist: look them up by index and skip
-/// `NVML_ERROR_NOT_FOUND`). A GPU without MIG support: `NVML_ERROR_NOT_SUPPORTED`.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetMaxMigDeviceCount, device)?;
+nvml_fn! {
+    /// How many MIG devices the GPU can hold (not how many exist: look them up by index and skip
+    /// `NVML_ERROR_NOT_FOUND`). A GPU without MIG support: `NVML_ERROR_NOT_SUPPORTED`.
+    fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let c = out(count)?;
         if d.hw.max_mig_devices == 0 {
             return Err(abi::NOT_SUPPORTED);
         }
         *c = d.hw.max_mig_devices;
         Ok(())
-    })
+    }
 }
 
-/// The MIG device at `index`: `NVML_ERROR_NOT_FOUND` for a free slot (below the maximum),
-/// `NVML_ERROR_INVALID_ARGUMENT` past the maximum.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
-    device: nvmlDevice_t,
-    index: c_uint,
-    migDevice: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
-        let (sim, d, _) = runtime::device(Api::nvmlDeviceGetMigDeviceHandleByIndex, device)?;
+nvml_fn! {
+    /// The MIG device at `index`: `NVML_ERROR_NOT_FOUND` for a free slot (below the maximum),
+    /// `NVML_ERROR_INVALID_ARGUMENT` past the maximum.
+    fn nvmlDeviceGetMigDeviceHandleByIndex(
+        device: nvmlDevice_t,
+        index: c_uint,
+        migDevice: *mut nvmlDevice_t,
+    ) |api| {
+        let (sim, d, _) = runtime::device(api, device)?;
         let m = out(migDevice)?;
         if d.hw.max_mig_devices == 0 {
             return Err(abi::NOT_SUPPORTED);
@@ -48,17 +42,16 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         let inst = d.hw.mig.get(index as usize).ok_or(abi::NOT_FOUND)?;
         *m = sim.mig_handle(inst);
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
-    migDevice: nvmlDevice_t,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+        migDevice: nvmlDevice_t,
+        device: *mut nvmlDevice_t,
+    ) |api| {
         let (sim, target, _) =
-            runtime::target(Api::nvmlDeviceGetDeviceHandleFromMigDeviceHandle, migDevice)?;
+            runtime::target(api, migDevice)?;
         let p = out(device)?;
         match target {
             Target::Mig(parent, _) => {
@@ -67,26 +60,21 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
             }
             Target::Gpu(_) => Err(abi::INVALID_ARGUMENT),
         }
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
-    device: nvmlDevice_t,
-    isMigDevice: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, target, _) = runtime::target(Api::nvmlDeviceIsMigDeviceHandle, device)?;
+nvml_fn! {
+    fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, isMigDevice: *mut c_uint) |api| {
+        let (_, target, _) = runtime::target(api, device)?;
         *out(isMigDevice)? = matches!(target, Target::Mig(..)) as c_uint;
         Ok(())
-    })
+    }
 }
 
-/// The GPU instance id of a MIG device (a GPU handle: `NVML_ERROR_NOT_SUPPORTED`).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> Ret {
-    nvml_body!({
-        let (_, target, _) = runtime::target(Api::nvmlDeviceGetGpuInstanceId, device)?;
+nvml_fn! {
+    /// The GPU instance id of a MIG device (a GPU handle: `NVML_ERROR_NOT_SUPPORTED`).
+    fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *mut c_uint) |api| {
+        let (_, target, _) = runtime::target(api, device)?;
         let slot = out(id)?;
         match target {
             Target::Mig(_, m) => {
@@ -95,17 +83,13 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *m
             }
             Target::Gpu(_) => Err(abi::NOT_SUPPORTED),
         }
-    })
+    }
 }
 
-/// The compute instance id of a MIG device (a GPU handle: `NVML_ERROR_NOT_SUPPORTED`).
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
-    device: nvmlDevice_t,
-    id: *mut c_uint,
-) -> Ret {
-    nvml_body!({
-        let (_, target, _) = runtime::target(Api::nvmlDeviceGetComputeInstanceId, device)?;
+nvml_fn! {
+    /// The compute instance id of a MIG device (a GPU handle: `NVML_ERROR_NOT_SUPPORTED`).
+    fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id: *mut c_uint) |api| {
+        let (_, target, _) = runtime::target(api, device)?;
         let slot = out(id)?;
         match target {
             Target::Mig(_, m) => {
@@ -114,5 +98,5 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
             }
             Target::Gpu(_) => Err(abi::NOT_SUPPORTED),
         }
-    })
+    }
 }

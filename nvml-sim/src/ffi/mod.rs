@@ -1,5 +1,7 @@
-//! The exported C symbols, with the exact signatures of `nvml.h` (checked against the function
-//! pointer types of `nvml_wrapper_sys::bindings::NvmlLib`). Each function runs the common checks
+//! The exported C symbols, with the exact signatures of `nvml.h`: each is declared once through
+//! [`nvml_fn!`], which also checks its signature at compile time against the function-pointer
+//! type of `nvml_wrapper_sys::bindings::NvmlLib` (or, for the few entry points `NvmlLib` lacks,
+//! against a prototype written from `nvml.h`). Each function runs the common checks
 //! of [`crate::runtime`], validates its pointers (NULL is `NVML_ERROR_INVALID_ARGUMENT`), and
 //! computes its answer from the scenario and the clock. No call unwinds into C: a panic becomes
 //! `NVML_ERROR_UNKNOWN`.
@@ -25,9 +27,6 @@ pub mod nvlink;
 pub mod process;
 pub mod system;
 
-#[cfg(test)]
-mod signatures;
-
 /// Runs a call body returning `Result<(), Ret>`, mapping it (and any panic) to a return code.
 macro_rules! nvml_body {
     ($body:block) => {{
@@ -41,6 +40,47 @@ macro_rules! nvml_body {
     }};
 }
 pub(crate) use nvml_body;
+
+/// Declares one exported NVML entry point, once: the `#[no_mangle] extern "C"` function, its
+/// body run through [`nvml_body!`] with `|api|` bound to its [`Api`](crate::api::Api) entry, and
+/// a compile-time check of its signature. The check passes the function where the matching
+/// `NvmlLib` field of `nvml-wrapper-sys` (generated from `nvml.h`) is expected, so a wrong
+/// parameter or return type fails the build. An entry point `NvmlLib` lacks (an older, shorter
+/// struct version; a legacy name it only declares behind its `legacy-functions` feature) names
+/// its `nvml.h` prototype after `as`.
+macro_rules! nvml_fn {
+    (
+        $(#[$meta:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(as $proto:ty)? $(|$api:ident|)? $body:block
+    ) => {
+        $(#[$meta])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::abi::Ret {
+            $crate::ffi::nvml_body!({
+                $(let $api = $crate::api::Api::$name;)?
+                $body
+            })
+        }
+        $crate::ffi::check_signature!($name $(as $proto)?);
+    };
+}
+pub(crate) use nvml_fn;
+
+/// The signature check of [`nvml_fn!`], also used on its own by the few entry points that do not
+/// fit its shape (`nvmlInit`, `nvmlErrorString`).
+macro_rules! check_signature {
+    ($name:ident) => {
+        const _: fn(&::nvml_wrapper_sys::bindings::NvmlLib) =
+            |lib| $crate::ffi::same_signature(&lib.$name, $name);
+    };
+    ($name:ident as $proto:ty) => {
+        const _: $proto = $name;
+    };
+}
+pub(crate) use check_signature;
+
+/// Type-checks only: `f` must coerce to the function-pointer type `NvmlLib` holds for it.
+pub(crate) fn same_signature<F, E>(_: &Result<F, E>, _f: F) {}
 
 /// The output behind a pointer, or `INVALID_ARGUMENT` for NULL.
 #[inline]

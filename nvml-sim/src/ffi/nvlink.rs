@@ -5,22 +5,20 @@
 
 use std::os::raw::c_int;
 
-use super::{enable_state, nvml_body, out, to_u32};
+use super::{enable_state, nvml_fn, out, to_u32};
 use crate::abi::field_id::*;
 use crate::abi::{self, nvmlDevice_t, Ret};
-use crate::api::Api;
 use crate::hardware::NvLink;
 use crate::model::Device;
 use crate::runtime;
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
-    device: nvmlDevice_t,
-    link: std::os::raw::c_uint,
-    isActive: *mut abi::nvmlEnableState_t,
-) -> Ret {
-    nvml_body!({
-        let (_, d, _) = runtime::device(Api::nvmlDeviceGetNvLinkState, device)?;
+nvml_fn! {
+    fn nvmlDeviceGetNvLinkState(
+        device: nvmlDevice_t,
+        link: std::os::raw::c_uint,
+        isActive: *mut abi::nvmlEnableState_t,
+    ) |api| {
+        let (_, d, _) = runtime::device(api, device)?;
         let a = out(isActive)?;
         let nv = d.hw.nvlink.as_ref().ok_or(abi::NOT_SUPPORTED)?;
         if link >= nv.links {
@@ -28,7 +26,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
         }
         *a = enable_state(nv.is_up(link));
         Ok(())
-    })
+    }
 }
 
 /// The per-link error counters: (first field id of links 0–5, first of links 6–11, the
@@ -151,16 +149,15 @@ fn field(d: &Device, id: u32, scope: u32, t: f64) -> Result<Value, Ret> {
     Err(abi::NOT_SUPPORTED)
 }
 
-/// Fills each `values[i]` for its `fieldId` and `scopeId`: `timestamp` (µs), `latencyUsec`,
-/// `valueType`, `nvmlReturn` and `value`.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
-    device: nvmlDevice_t,
-    valuesCount: c_int,
-    values: *mut abi::nvmlFieldValue_t,
-) -> Ret {
-    nvml_body!({
-        let (sim, d, t) = runtime::device(Api::nvmlDeviceGetFieldValues, device)?;
+nvml_fn! {
+    /// Fills each `values[i]` for its `fieldId` and `scopeId`: `timestamp` (µs), `latencyUsec`,
+    /// `valueType`, `nvmlReturn` and `value`.
+    fn nvmlDeviceGetFieldValues(
+        device: nvmlDevice_t,
+        valuesCount: c_int,
+        values: *mut abi::nvmlFieldValue_t,
+    ) |api| {
+        let (sim, d, t) = runtime::device(api, device)?;
         if values.is_null() || valuesCount <= 0 {
             return Err(abi::INVALID_ARGUMENT);
         }
@@ -188,5 +185,5 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
             }
         }
         Ok(())
-    })
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::os::raw::c_uint;
 
-use super::{nvml_body, out, to_u32};
+use super::{nvml_fn, out, to_u32};
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
 use crate::model::{Process, KIND_COMPUTE, KIND_GRAPHICS, KIND_MPS};
@@ -78,17 +78,19 @@ fn info_v1(p: &Process, t: f64) -> abi::nvmlProcessInfo_v1_t {
 }
 
 macro_rules! process_list {
-    ($name:ident, $kind:expr, $ty:ty, $make:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            device: nvmlDevice_t,
-            infoCount: *mut c_uint,
-            infos: *mut $ty,
-        ) -> Ret {
-            nvml_body!({ list(Api::$name, device, $kind, infoCount, infos, $make) })
+    ($name:ident $(as $proto:ty)?, $kind:expr, $ty:ty, $make:expr) => {
+        nvml_fn! {
+            fn $name(device: nvmlDevice_t, infoCount: *mut c_uint, infos: *mut $ty)
+                $(as $proto)? |api|
+            {
+                list(api, device, $kind, infoCount, infos, $make)
+            }
         }
     };
 }
+
+/// The `nvml.h` prototype of the process lists that write an older struct than `NvmlLib` knows.
+type ListOf<T> = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut T) -> Ret;
 
 process_list!(
     nvmlDeviceGetComputeRunningProcesses_v3,
@@ -97,13 +99,13 @@ process_list!(
     info_v2
 );
 process_list!(
-    nvmlDeviceGetComputeRunningProcesses_v2,
+    nvmlDeviceGetComputeRunningProcesses_v2 as ListOf<abi::nvmlProcessInfo_t>,
     KIND_COMPUTE,
     abi::nvmlProcessInfo_t,
     info_v2
 );
 process_list!(
-    nvmlDeviceGetComputeRunningProcesses,
+    nvmlDeviceGetComputeRunningProcesses as ListOf<abi::nvmlProcessInfo_v1_t>,
     KIND_COMPUTE,
     abi::nvmlProcessInfo_v1_t,
     info_v1
@@ -115,13 +117,13 @@ process_list!(
     info_v2
 );
 process_list!(
-    nvmlDeviceGetGraphicsRunningProcesses_v2,
+    nvmlDeviceGetGraphicsRunningProcesses_v2 as ListOf<abi::nvmlProcessInfo_t>,
     KIND_GRAPHICS,
     abi::nvmlProcessInfo_t,
     info_v2
 );
 process_list!(
-    nvmlDeviceGetGraphicsRunningProcesses,
+    nvmlDeviceGetGraphicsRunningProcesses as ListOf<abi::nvmlProcessInfo_v1_t>,
     KIND_GRAPHICS,
     abi::nvmlProcessInfo_v1_t,
     info_v1
@@ -133,13 +135,13 @@ process_list!(
     info_v2
 );
 process_list!(
-    nvmlDeviceGetMPSComputeRunningProcesses_v2,
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 as ListOf<abi::nvmlProcessInfo_t>,
     KIND_MPS,
     abi::nvmlProcessInfo_t,
     info_v2
 );
 process_list!(
-    nvmlDeviceGetMPSComputeRunningProcesses,
+    nvmlDeviceGetMPSComputeRunningProcesses as ListOf<abi::nvmlProcessInfo_v1_t>,
     KIND_MPS,
     abi::nvmlProcessInfo_v1_t,
     info_v1
@@ -151,17 +153,16 @@ fn sample_time(period: f64, t: f64) -> f64 {
     (t / period).floor() * period
 }
 
-/// One sample per active process (compute, graphics or MPS) newer than `lastSeenTimeStamp`
-/// (µs since the epoch). No sample: `NVML_ERROR_NOT_FOUND`, as the driver says.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
-    device: nvmlDevice_t,
-    utilization: *mut abi::nvmlProcessUtilizationSample_t,
-    processSamplesCount: *mut c_uint,
-    lastSeenTimeStamp: u64,
-) -> Ret {
-    nvml_body!({
-        let (sim, d, t) = runtime::device(Api::nvmlDeviceGetProcessUtilization, device)?;
+nvml_fn! {
+    /// One sample per active process (compute, graphics or MPS) newer than `lastSeenTimeStamp`
+    /// (µs since the epoch). No sample: `NVML_ERROR_NOT_FOUND`, as the driver says.
+    fn nvmlDeviceGetProcessUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut abi::nvmlProcessUtilizationSample_t,
+        processSamplesCount: *mut c_uint,
+        lastSeenTimeStamp: u64,
+    ) |api| {
+        let (sim, d, t) = runtime::device(api, device)?;
         let count = out(processSamplesCount)?;
         let at = sample_time(sim.process_sample_period, t);
         let stamp = sim.clock.wall_us(at);
@@ -190,5 +191,5 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         }
         *count = n;
         Ok(())
-    })
+    }
 }

@@ -1,9 +1,9 @@
 //! Library lifetime (init, shutdown, error strings), system queries (driver, NVML and CUDA
 //! versions, process names), the device count and device lookups.
 
-use std::os::raw::{c_char, c_int, c_uint};
+use std::os::raw::{c_char, c_int, c_uint, c_ulonglong};
 
-use super::{nvml_body, out, read_str, write_str};
+use super::{check_signature, nvml_body, nvml_fn, out, read_str, write_str};
 use crate::abi::{self, nvmlDevice_t, Ret};
 use crate::api::Api;
 use crate::runtime;
@@ -18,12 +18,14 @@ pub extern "C" fn nvmlInit_v2() -> Ret {
         }
     })
 }
+check_signature!(nvmlInit_v2);
 
 /// The original `nvmlInit` (NVML 1-era); same behaviour.
 #[no_mangle]
 pub extern "C" fn nvmlInit() -> Ret {
     nvmlInit_v2()
 }
+check_signature!(nvmlInit as extern "C" fn() -> Ret);
 
 /// `flags` (`NVML_INIT_FLAG_NO_GPUS`, `NVML_INIT_FLAG_NO_ATTACH`) change nothing here: the
 /// simulated devices need no attaching.
@@ -31,6 +33,7 @@ pub extern "C" fn nvmlInit() -> Ret {
 pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Ret {
     nvmlInit_v2()
 }
+check_signature!(nvmlInitWithFlags);
 
 #[no_mangle]
 pub extern "C" fn nvmlShutdown() -> Ret {
@@ -39,6 +42,27 @@ pub extern "C" fn nvmlShutdown() -> Ret {
             abi::SUCCESS => Ok(()),
             e => Err(e),
         }
+    })
+}
+check_signature!(nvmlShutdown);
+
+/// Not NVML: the simulator's own. The `index`-th NVML function this library exports (its C
+/// name into `name`, a buffer of `length` bytes) and how many times it was called in this process
+/// since the library was loaded, answered or not; `NVML_ERROR_NOT_FOUND` past the last. For
+/// tests that compare the calls of two clients (tests/floor.rs: the benchmark floor against
+/// gpulse's sampler). Works before init.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSimGetCallCount(
+    index: c_uint,
+    name: *mut c_char,
+    length: c_uint,
+    count: *mut c_ulonglong,
+) -> Ret {
+    nvml_body!({
+        let api = Api::ALL.get(index as usize).ok_or(abi::NOT_FOUND)?;
+        write_str(name, length, api.c_name())?;
+        *out(count)? = runtime::call_count(*api);
+        Ok(())
     })
 }
 
@@ -52,51 +76,43 @@ pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
         .as_ptr()
         .cast()
 }
+check_signature!(nvmlErrorString);
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlSystemGetDriverVersion)?;
+nvml_fn! {
+    fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) |api| {
+        let (sim, _) = runtime::session(api)?;
         write_str(version, length, &sim.driver_version)
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlSystemGetNVMLVersion)?;
+nvml_fn! {
+    fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) |api| {
+        let (sim, _) = runtime::session(api)?;
         write_str(version, length, &sim.nvml_version)
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(cudaDriverVersion: *mut c_int) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlSystemGetCudaDriverVersion)?;
+nvml_fn! {
+    fn nvmlSystemGetCudaDriverVersion(cudaDriverVersion: *mut c_int) |api| {
+        let (sim, _) = runtime::session(api)?;
         *out(cudaDriverVersion)? = sim.cuda_version;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlSystemGetCudaDriverVersion_v2)?;
+nvml_fn! {
+    fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) |api| {
+        let (sim, _) = runtime::session(api)?;
         *out(cudaDriverVersion)? = sim.cuda_version;
         Ok(())
-    })
+    }
 }
 
-/// The scenario's `name` for a PID it lists, else the name in `/proc/<pid>/comm` (as the driver
-/// does), else `NVML_ERROR_NOT_FOUND`. Cropped to `length`, like the driver.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlSystemGetProcessName(
-    pid: c_uint,
-    name: *mut c_char,
-    length: c_uint,
-) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlSystemGetProcessName)?;
+nvml_fn! {
+    /// The scenario's `name` for a PID it lists, else the name in `/proc/<pid>/comm` (as the driver
+    /// does), else `NVML_ERROR_NOT_FOUND`. Cropped to `length`, like the driver.
+    fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char, length: c_uint) |api| {
+        let (sim, _) = runtime::session(api)?;
         if name.is_null() || length == 0 {
             return Err(abi::INVALID_ARGUMENT);
         }
@@ -117,25 +133,25 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
             end -= 1;
         }
         write_str(name, length, &found[..end])
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlDeviceGetCount_v2)?;
+nvml_fn! {
+    fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) |api| {
+        let (sim, _) = runtime::session(api)?;
         *out(deviceCount)? = sim.devices.len() as c_uint;
         Ok(())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> Ret {
-    nvml_body!({
-        let (sim, _) = runtime::session(Api::nvmlDeviceGetCount)?;
+nvml_fn! {
+    fn nvmlDeviceGetCount(
+        deviceCount: *mut c_uint,
+    ) as unsafe extern "C" fn(*mut c_uint) -> Ret |api| {
+        let (sim, _) = runtime::session(api)?;
         *out(deviceCount)? = sim.devices.len() as c_uint;
         Ok(())
-    })
+    }
 }
 
 unsafe fn by_index(api: Api, index: c_uint, device: *mut nvmlDevice_t) -> Result<(), Ret> {
@@ -150,20 +166,19 @@ unsafe fn by_index(api: Api, index: c_uint, device: *mut nvmlDevice_t) -> Result
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
-    index: c_uint,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({ by_index(Api::nvmlDeviceGetHandleByIndex_v2, index, device) })
+nvml_fn! {
+    fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvmlDevice_t) |api| {
+        by_index(api, index, device)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
-    index: c_uint,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({ by_index(Api::nvmlDeviceGetHandleByIndex, index, device) })
+nvml_fn! {
+    fn nvmlDeviceGetHandleByIndex(
+        index: c_uint,
+        device: *mut nvmlDevice_t,
+    ) as unsafe extern "C" fn(c_uint, *mut nvmlDevice_t) -> Ret |api| {
+        by_index(api, index, device)
+    }
 }
 
 unsafe fn by_match(
@@ -185,28 +200,20 @@ unsafe fn by_match(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
-    uuid: *const c_char,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
-        by_match(Api::nvmlDeviceGetHandleByUUID, uuid, device, |d, k| {
+nvml_fn! {
+    fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) |api| {
+        by_match(api, uuid, device, |d, k| {
             d.uuid == k
         })
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
-    serial: *const c_char,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
-        by_match(Api::nvmlDeviceGetHandleBySerial, serial, device, |d, k| {
+nvml_fn! {
+    fn nvmlDeviceGetHandleBySerial(serial: *const c_char, device: *mut nvmlDevice_t) |api| {
+        by_match(api, serial, device, |d, k| {
             d.serial == k
         })
-    })
+    }
 }
 
 fn bus_matches(d: &crate::model::Device, key: &str) -> bool {
@@ -214,32 +221,27 @@ fn bus_matches(d: &crate::model::Device, key: &str) -> bool {
         .is_some_and(|(dom, bus, dev, _)| dom == d.domain && bus == d.bus && dev == d.pci_device)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
-    pciBusId: *const c_char,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlDeviceGetHandleByPciBusId_v2(pciBusId: *const c_char, device: *mut nvmlDevice_t) |api| {
         by_match(
-            Api::nvmlDeviceGetHandleByPciBusId_v2,
+            api,
             pciBusId,
             device,
             bus_matches,
         )
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
-    pciBusId: *const c_char,
-    device: *mut nvmlDevice_t,
-) -> Ret {
-    nvml_body!({
+nvml_fn! {
+    fn nvmlDeviceGetHandleByPciBusId(
+        pciBusId: *const c_char,
+        device: *mut nvmlDevice_t,
+    ) as unsafe extern "C" fn(*const c_char, *mut nvmlDevice_t) -> Ret |api| {
         by_match(
-            Api::nvmlDeviceGetHandleByPciBusId,
+            api,
             pciBusId,
             device,
             bus_matches,
         )
-    })
+    }
 }

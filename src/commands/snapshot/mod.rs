@@ -3,7 +3,6 @@
 //! (`null` where NVML gave nothing). Printing lives in [`render`].
 
 mod render;
-mod rollups;
 pub mod window;
 
 pub use render::{render_json, render_table};

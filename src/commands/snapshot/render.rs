@@ -281,7 +281,11 @@ pub fn render_table(report: &SnapshotReport) -> String {
         }
     }
     if let (Some(accounting), Some(w)) = (&report.accounting, &report.window) {
-        super::rollups::render_rollups(&mut out, accounting.rollups, w.end - w.start);
+        crate::attribution::rollup_table::render_rollups(
+            &mut out,
+            accounting.rollups,
+            w.end - w.start,
+        );
     }
     render_findings(&mut out, &report.findings);
     render_rank_note(&mut out, report);
@@ -296,12 +300,14 @@ fn render_rank_note(out: &mut String, report: &SnapshotReport) {
     if report.window.is_some() {
         return;
     }
-    let mut jobs: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+    // Each pid with the rank its environment gives, when it gives one.
+    let mut jobs: std::collections::BTreeMap<&str, Vec<(u32, Option<u32>)>> = Default::default();
     for p in &report.processes {
-        if let Some(job) = p.workload.and_then(|w| w.job_id.as_deref()) {
+        let Some(workload) = p.workload else { continue };
+        if let Some(job) = workload.job_id.as_deref() {
             let pids = jobs.entry(job).or_default();
-            if !pids.contains(&p.pid) {
-                pids.push(p.pid);
+            if !pids.iter().any(|(pid, _)| *pid == p.pid) {
+                pids.push((p.pid, workload.rank.map(|r| r.rank)));
             }
         }
     }
@@ -310,7 +316,13 @@ fn render_rank_note(out: &mut String, report: &SnapshotReport) {
     }
     let _ = writeln!(out);
     for (job, pids) in &jobs {
-        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let pids: Vec<String> = pids
+            .iter()
+            .map(|(pid, rank)| match rank {
+                Some(rank) => format!("{pid} (rank {rank})"),
+                None => pid.to_string(),
+            })
+            .collect();
         let _ = writeln!(out, "Distributed job {job}: pids {}", pids.join(", "));
     }
     let _ = writeln!(
@@ -421,11 +433,16 @@ mod tests {
         rank0.job_id = Some("run-7".into());
         let mut rank1 = Workload::unresolved(11);
         rank1.job_id = Some("run-7".into());
+        rank1.rank = Some(crate::attribution::EnvRank {
+            rank: 1,
+            world_size: 2,
+            local_rank: None,
+        });
         let alone = Workload::unresolved(12);
         let text = render_table(&report(&[rank0, rank1, alone.clone()]));
         assert!(text.contains("Findings: none."), "{text}");
         assert!(
-            text.contains("Distributed job run-7: pids 10, 11\n"),
+            text.contains("Distributed job run-7: pids 10, 11 (rank 1)\n"),
             "{text}"
         );
         assert!(text.contains("Ranks are not compared here"), "{text}");

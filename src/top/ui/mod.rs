@@ -1,5 +1,6 @@
 //! Draws an [`App`] on a ratatui frame: header, one line or two per GPU, the process table,
-//! the findings panel and the footer of keys; the detail pane over them when open. Pure: it reads
+//! the roll-ups panel when asked for (`r`), the findings panel and the footer of keys; the detail
+//! pane over them when open. Pure: it reads
 //! the state and writes the frame, so layouts are tested on ratatui's `TestBackend`.
 //!
 //! The layout gives each part what it needs at the size it has: at 80×24 a GPU takes one line and
@@ -8,7 +9,8 @@
 //! (green, yellow, red) and severities; with `NO_COLOR` the same screen is drawn without them.
 //!
 //! This file lays the screen out and draws the header, findings and footer, with the palette and
-//! the small text helpers every part uses; `gpus`, `processes` and `detail` draw their parts.
+//! the small text helpers every part uses; `gpus`, `processes`, `rollups` and `detail` draw their
+//! parts.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +24,7 @@ mod detail;
 mod gpus;
 mod processes;
 mod ranks;
+mod rollups;
 
 use super::app::{App, Series};
 use super::input::Mode;
@@ -29,6 +32,7 @@ use crate::diagnosis::{Finding, Severity};
 use detail::draw_detail;
 use gpus::draw_gpus;
 use processes::draw_processes;
+use rollups::draw_rollups;
 
 /// From this height on, each GPU gets a second line (clocks, throttling, history).
 const TALL: u16 = 40;
@@ -75,10 +79,17 @@ pub fn draw(frame: &mut Frame, app: &App) {
     let findings_height = (finding_count.max(1) * per_finding + 2)
         .min((area.height / 3).max(room.saturating_sub(table_wants)))
         .max(3);
-    let [header, gpus, processes, findings, footer] = Layout::vertical([
+    // The roll-ups panel, when shown, takes what it needs up to a third of the screen.
+    let rollups_height = if app.rollups {
+        rollups::wanted_height(app).min((area.height / 3).max(4))
+    } else {
+        0
+    };
+    let [header, gpus, processes, rollups, findings, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(gpu_height),
         Constraint::Min(4),
+        Constraint::Length(rollups_height),
         Constraint::Length(findings_height),
         Constraint::Length(1),
     ])
@@ -87,6 +98,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     draw_header(frame, header, app, &palette);
     draw_gpus(frame, gpus, app, lines_per_gpu, &palette);
     draw_processes(frame, processes, app, &palette);
+    if app.rollups {
+        draw_rollups(frame, rollups, app, &palette);
+    }
     draw_findings(frame, findings, app, per_finding, &palette);
     draw_footer(frame, footer, app, &palette);
     if app.detail {
@@ -235,11 +249,19 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App, palette: &Palette) {
         ]),
         Mode::Normal => {
             let mut spans = Vec::new();
+            // At 80 columns every key fits only with the sort keys unexplained (the table's
+            // title names the sort in use).
+            let sort = if area.width >= 92 {
+                "sort mem/SM/CPU/PID"
+            } else {
+                "sort"
+            };
             for (key, what) in [
                 ("q", "quit"),
-                ("m/s/c/p", "sort mem/SM/CPU/PID"),
+                ("m/s/c/p", sort),
                 ("/", "filter"),
                 ("t", "tree"),
+                ("r", "roll-ups"),
                 ("↑↓", "select"),
                 ("Enter", "detail"),
             ] {

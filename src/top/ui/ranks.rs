@@ -1,7 +1,7 @@
 //! The detail pane's lines about a process's place in a distributed training job: its job and
 //! rank, its step figures (from its own step spans, when a receiver heard them) and whether
-//! `rank_straggler` names it. `gpulse top` runs no OTLP receiver itself, so the step figures and
-//! the straggler appear only in a view fed by one; the job id from the environment always shows.
+//! `rank_straggler` names it. The step figures and the straggler need `top`'s receiver
+//! (`--otlp-receiver-*`); the job and rank from the environment show without it.
 
 use ratatui::text::Line;
 

@@ -1,0 +1,182 @@
+//! Where each device field comes from: the NVML call ([`NvmlCall`], one function with its
+//! arguments), the member of its answer, and the factor that turns NVML's integer into the
+//! field's unit ([`Scale`]). Typed so that sampling, the benchmark floor (which must make exactly
+//! the sampler's calls) and the device check (which reads every field again through NVIDIA's own
+//! binding) all walk the same list: [`field_calls`](super::field_calls) gives each distinct
+//! call once, with the fields it fills. Depends on nothing else in the schema.
+
+/// Declares [`NvmlCall`] with each call's C function, its arguments and the members of its
+/// answer, from one list.
+macro_rules! nvml_calls {
+    ($( $(#[$doc:meta])* $call:ident => $c_name:literal ($($arg:literal),*) [$($member:literal),*], )*) => {
+        /// One NVML call gpulse makes per device per tick for the device field table: a C
+        /// function with fixed arguments (`nvmlDeviceGetClockInfo(NVML_CLOCK_SM)` and
+        /// `(NVML_CLOCK_MEM)` are two calls).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum NvmlCall {
+            $( $(#[$doc])* $call, )*
+        }
+
+        impl NvmlCall {
+            /// Every call, in declaration order.
+            pub const ALL: &'static [NvmlCall] = &[$( NvmlCall::$call, )*];
+
+            /// The C function `nvml.h` declares.
+            pub const fn c_name(self) -> &'static str {
+                match self { $( NvmlCall::$call => $c_name, )* }
+            }
+
+            /// The arguments after the device handle that make this call (`nvml.h` constant
+            /// names), empty when the function takes none.
+            pub const fn arguments(self) -> &'static [&'static str] {
+                match self { $( NvmlCall::$call => &[$($arg),*], )* }
+            }
+
+            /// The members of the answer that fields read, in the order sampling returns them
+            /// (`nvml.h` struct member names); empty when the answer is one number.
+            pub const fn members(self) -> &'static [&'static str] {
+                match self { $( NvmlCall::$call => &[$($member),*], )* }
+            }
+        }
+    };
+}
+
+nvml_calls! {
+    /// `nvmlMemory_v2_t`; on a library without the v2 call (drivers before R510), the v1 call
+    /// `nvmlDeviceGetMemoryInfo`, which has no `reserved`.
+    MemoryInfo => "nvmlDeviceGetMemoryInfo_v2" () ["total", "used", "free", "reserved"],
+    Bar1MemoryInfo => "nvmlDeviceGetBAR1MemoryInfo" () ["bar1Total", "bar1Used", "bar1Free"],
+    UtilizationRates => "nvmlDeviceGetUtilizationRates" () ["gpu", "memory"],
+    /// The answer is `utilization`; the sampling period is not read.
+    EncoderUtilization => "nvmlDeviceGetEncoderUtilization" () [],
+    DecoderUtilization => "nvmlDeviceGetDecoderUtilization" () [],
+    GpuTemperature => "nvmlDeviceGetTemperature" ("NVML_TEMPERATURE_GPU") [],
+    PowerUsage => "nvmlDeviceGetPowerUsage" () [],
+    EnforcedPowerLimit => "nvmlDeviceGetEnforcedPowerLimit" () [],
+    TotalEnergyConsumption => "nvmlDeviceGetTotalEnergyConsumption" () [],
+    SmClock => "nvmlDeviceGetClockInfo" ("NVML_CLOCK_SM") [],
+    MemoryClock => "nvmlDeviceGetClockInfo" ("NVML_CLOCK_MEM") [],
+    GraphicsClock => "nvmlDeviceGetClockInfo" ("NVML_CLOCK_GRAPHICS") [],
+    /// Once per fan (`nvmlDeviceGetNumFans`, read once per device, says how many); the field is
+    /// the mean. Not made on a board without fans.
+    FanSpeeds => "nvmlDeviceGetFanSpeed_v2" ("each fan") [],
+    PcieTxThroughput => "nvmlDeviceGetPcieThroughput" ("NVML_PCIE_UTIL_TX_BYTES") [],
+    PcieRxThroughput => "nvmlDeviceGetPcieThroughput" ("NVML_PCIE_UTIL_RX_BYTES") [],
+    CorrectedEccErrors => "nvmlDeviceGetTotalEccErrors"
+        ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC") [],
+    UncorrectedEccErrors => "nvmlDeviceGetTotalEccErrors"
+        ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC") [],
+    /// `NVML_PSTATE_UNKNOWN` (32) is no value.
+    PerformanceState => "nvmlDeviceGetPerformanceState" () [],
+    PcieReplayCounter => "nvmlDeviceGetPcieReplayCounter" () [],
+    CurrPcieLinkGeneration => "nvmlDeviceGetCurrPcieLinkGeneration" () [],
+    CurrPcieLinkWidth => "nvmlDeviceGetCurrPcieLinkWidth" () [],
+}
+
+impl NvmlCall {
+    /// Where in the answer `member` is, as sampling returns it (0 for a one-number answer).
+    pub fn member_index(self, member: &str) -> Option<usize> {
+        match self.members() {
+            [] => member.is_empty().then_some(0),
+            members => members.iter().position(|m| *m == member),
+        }
+    }
+
+    /// The call as docs write it: `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`.
+    pub fn display(self) -> String {
+        match self.arguments() {
+            [] => self.c_name().to_string(),
+            args => format!("{}({})", self.c_name(), args.join(", ")),
+        }
+    }
+}
+
+impl std::fmt::Display for NvmlCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// What NVML's number is multiplied by to give the field in its unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// As it is.
+    One,
+    /// NVML's whole percent as a 0–1 ratio.
+    PercentToRatio,
+    /// Thousandths (mW, mJ) as units (W, J).
+    Milli,
+    /// KiB (NVML's "KB") as bytes.
+    Kibi,
+}
+
+impl Scale {
+    pub const fn factor(self) -> f64 {
+        match self {
+            Scale::One => 1.0,
+            Scale::PercentToRatio => 0.01,
+            Scale::Milli => 0.001,
+            Scale::Kibi => 1024.0,
+        }
+    }
+
+    /// The name docs and the exported schema use.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Scale::One => "one",
+            Scale::PercentToRatio => "percent_to_ratio",
+            Scale::Milli => "milli",
+            Scale::Kibi => "kibi",
+        }
+    }
+}
+
+/// A field's NVML source: the call, the member of its answer, and the scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub call: NvmlCall,
+    /// One of [`NvmlCall::members`], or empty when the answer is one number.
+    pub member: &'static str,
+    pub scale: Scale,
+}
+
+impl Source {
+    /// The whole answer of `call`, as it is.
+    pub const fn of(call: NvmlCall) -> Self {
+        Self {
+            call,
+            member: "",
+            scale: Scale::One,
+        }
+    }
+
+    /// The member `member` of the answer.
+    pub const fn member(call: NvmlCall, member: &'static str) -> Self {
+        Self {
+            member,
+            ..Self::of(call)
+        }
+    }
+
+    pub const fn scaled(self, scale: Scale) -> Self {
+        Self { scale, ..self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_resolve_and_calls_display_with_their_arguments() {
+        assert_eq!(NvmlCall::MemoryInfo.member_index("used"), Some(1));
+        assert_eq!(NvmlCall::MemoryInfo.member_index(""), None);
+        assert_eq!(NvmlCall::PowerUsage.member_index(""), Some(0));
+        assert_eq!(NvmlCall::PowerUsage.member_index("gpu"), None);
+        assert_eq!(
+            NvmlCall::SmClock.to_string(),
+            "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"
+        );
+        assert_eq!(NvmlCall::PowerUsage.to_string(), "nvmlDeviceGetPowerUsage");
+    }
+}
