@@ -1,13 +1,13 @@
 //! Rewrites the generated tables of docs/metrics.md and docs/prometheus.md from the schema
-//! (`src/schema`), leaving the prose around them as it is. Run from the repository root:
-//! `cargo run --example schema_docs`.
+//! (`src/schema`), leaving the prose around them as it is, and docs/schema.json whole. Run from
+//! the repository root: `cargo run --example schema_docs`.
 
 use std::process::ExitCode;
 
 type Regenerate = fn(&str) -> Result<String, String>;
 
 fn main() -> ExitCode {
-    let pages: [(&str, Regenerate); 2] = [
+    let pages: [(&str, Regenerate); 3] = [
         (
             concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"),
             gpulse::schema::docs::regenerate_metrics_md,
@@ -15,6 +15,10 @@ fn main() -> ExitCode {
         (
             concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md"),
             gpulse::export::prometheus::docs::regenerate_prometheus_md,
+        ),
+        (
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/schema.json"),
+            gpulse::schema::docs::regenerate_schema_json,
         ),
     ];
     let mut status = ExitCode::SUCCESS;
@@ -28,14 +32,19 @@ fn main() -> ExitCode {
 }
 
 fn rewrite(path: &str, regenerate: Regenerate) -> Result<(), String> {
-    let doc = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    // A whole generated file (docs/schema.json) may not exist yet.
+    let doc = match std::fs::read_to_string(path) {
+        Ok(doc) => doc,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("cannot read {path}: {e}")),
+    };
     let fresh = regenerate(&doc)
         .map_err(|e| format!("{path}: {e}; put the markers around the table to generate"))?;
     if fresh == doc {
         println!("{path} is up to date");
     } else {
         std::fs::write(path, fresh).map_err(|e| format!("cannot write {path}: {e}"))?;
-        println!("rewrote the generated tables of {path}");
+        println!("rewrote the generated parts of {path}");
     }
     Ok(())
 }

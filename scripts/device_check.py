@@ -4,10 +4,13 @@
 One command (``scripts/device-check``), under 8 minutes, writing everything to one directory:
 
 1. **Fields.** ``gpulse snapshot --format json`` is compared, device by device and field by
-   field, with ``nvidia-smi --query-gpu=…`` and with NVIDIA's Python binding (``pynvml`` from
-   ``nvidia-ml-py``), GPM metrics included (pynvml takes its own two GPM samples). Static facts
-   must match exactly; live values (temperature, power, clocks, utilisation, memory used) within
-   the tolerance written next to each row, because each tool reads at a slightly different moment.
+   field, with NVIDIA's Python binding (``pynvml`` from ``nvidia-ml-py``) for **every** device
+   and GPM field of ``docs/schema.json`` (the schema gpulse is built from: each row names its
+   NVML call, member and scale, and ``device_fields.py`` says how pynvml makes each call; a
+   row without one stops the check), and with ``nvidia-smi --query-gpu=…`` for the fields it
+   shows. Static facts must match exactly; live values (temperature, power, clocks,
+   utilisation, memory used) within the tolerance written next to each row (``TOLERANCES``),
+   because each tool reads at a slightly different moment.
 2. **Activity.** With ``gpulse run`` sampling every 200 ms, a bf16 matrix-product loop runs on
    CUDA: GPM SM and tensor activity must rise well above the idle baseline while it runs.
 3. **Join.** ``examples/pytorch/train.py`` trains on CUDA with the companion, sending its spans
@@ -42,8 +45,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from device_fields import (  # noqa: E402 (the sibling module; scripts/ is on sys.path)
+    GPM_TOLERANCE,
+    MIB,
+    SCHEMA,
+    TOLERANCES,
+    exact,
+    load_schema,
+    mapping_problems,
+    schema_fields,
+    within,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
 
 # nvidia-smi query fields, in the order asked for; `None` = read for the report, not compared.
 SMI_FIELDS = [
@@ -68,23 +82,6 @@ SMI_FIELDS = [
     "ecc.errors.uncorrected.aggregate.total",
     "fan.speed",
 ]
-
-# GPM metric ids (nvml.h `nvmlGpmMetricId_t`) and the snapshot key that reports each.
-GPM_METRICS = {
-    "graphics_activity": 1,  # NVML_GPM_METRIC_GRAPHICS_UTIL
-    "sm_activity": 2,  # NVML_GPM_METRIC_SM_UTIL
-    "sm_occupancy": 3,  # NVML_GPM_METRIC_SM_OCCUPANCY
-    "integer_activity": 4,  # NVML_GPM_METRIC_INTEGER_UTIL
-    "tensor_activity": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
-    "tensor_dfma_activity": 6,  # NVML_GPM_METRIC_DFMA_TENSOR_UTIL
-    "tensor_hmma_activity": 7,  # NVML_GPM_METRIC_HMMA_TENSOR_UTIL
-    "tensor_imma_activity": 9,  # NVML_GPM_METRIC_IMMA_TENSOR_UTIL
-    "dram_activity": 10,  # NVML_GPM_METRIC_DRAM_BW_UTIL
-    "fp64_activity": 11,  # NVML_GPM_METRIC_FP64_UTIL
-    "fp32_activity": 12,  # NVML_GPM_METRIC_FP32_UTIL
-    "fp16_activity": 13,  # NVML_GPM_METRIC_FP16_UTIL
-}
-
 
 class CheckError(Exception):
     """The check cannot run at all (missing tool or library); exit status 2."""
@@ -155,8 +152,9 @@ def run_nvidia_smi(nvidia_smi: str, out: Path) -> list[dict[str, str]]:
     return rows
 
 
-def read_pynvml(gpm_seconds: float) -> dict:
-    """Every device as NVIDIA's binding reads it; GPM over `gpm_seconds` between two samples."""
+def read_pynvml(gpm_seconds: float, schema: dict) -> dict:
+    """Every device as NVIDIA's binding reads it: each schema field from its call, member and
+    factor; GPM over `gpm_seconds` between two samples."""
     try:
         import pynvml as nv
     except ImportError as e:
@@ -189,29 +187,17 @@ def read_pynvml(gpm_seconds: float) -> dict:
                     gpm_errors[i] = str(e)
         time.sleep(gpm_seconds)
         for i, h in enumerate(handles):
-            mem = get(nv.nvmlDeviceGetMemoryInfo, h)
-            util = get(nv.nvmlDeviceGetUtilizationRates, h)
             procs = get(nv.nvmlDeviceGetComputeRunningProcesses, h)
             device = {
                 "index": i,
                 "uuid": _text(get(nv.nvmlDeviceGetUUID, h)),
                 "name": _text(get(nv.nvmlDeviceGetName, h)),
                 "pci_bus_id": _text(getattr(get(nv.nvmlDeviceGetPciInfo, h), "busId", None)),
-                "memory_total_bytes": getattr(mem, "total", None),
-                "memory_used_bytes": getattr(mem, "used", None),
-                "utilization_gpu": _ratio(getattr(util, "gpu", None)),
-                "utilization_memory": _ratio(getattr(util, "memory", None)),
-                "temperature_celsius": _num(get(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)),
-                "power_watts": _milli(get(nv.nvmlDeviceGetPowerUsage, h)),
-                "power_limit_watts": _milli(get(nv.nvmlDeviceGetEnforcedPowerLimit, h)),
-                "sm_clock_mhz": _num(get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)),
-                "memory_clock_mhz": _num(get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)),
-                "graphics_clock_mhz": _num(get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_GRAPHICS)),
-                "performance_state": _num(get(nv.nvmlDeviceGetPerformanceState, h)),
+                "fields": schema_fields(nv, h, schema),
                 "pids": sorted(p.pid for p in procs) if isinstance(procs, list) else procs,
             }
             if i in gpm_samples:
-                device["gpm"] = _gpm_metrics(nv, h, gpm_samples[i])
+                device["gpm"] = _gpm_metrics(nv, h, gpm_samples[i], schema)
             elif i in gpm_errors:
                 device["gpm"] = {"error": gpm_errors[i]}
             result["devices"].append(device)
@@ -220,21 +206,22 @@ def read_pynvml(gpm_seconds: float) -> dict:
         nv.nvmlShutdown()
 
 
-def _gpm_metrics(nv, handle, first) -> dict:
+def _gpm_metrics(nv, handle, first, schema: dict) -> dict:
     second = nv.nvmlGpmSampleAlloc()
+    gpm = [(row["key"], row["source"]["gpm_metric_id"], row["source"]["factor"]) for row in schema["gpm_fields"]]
     try:
         nv.nvmlGpmSampleGet(handle, second)
         mg = nv.c_nvmlGpmMetricsGet_t()
         mg.version = nv.NVML_GPM_METRICS_GET_VERSION
-        mg.numMetrics = len(GPM_METRICS)
+        mg.numMetrics = len(gpm)
         mg.sample1, mg.sample2 = first, second
-        for i, metric_id in enumerate(GPM_METRICS.values()):
+        for i, (_, metric_id, _) in enumerate(gpm):
             mg.metrics[i].metricId = metric_id
         nv.nvmlGpmMetricsGet(mg)
         out = {}
-        for i, key in enumerate(GPM_METRICS):
+        for i, (key, _, factor) in enumerate(gpm):
             m = mg.metrics[i]
-            out[key] = None if m.nvmlReturn != 0 else m.value / 100.0
+            out[key] = None if m.nvmlReturn != 0 else m.value * factor
         return out
     except nv.NVMLError as e:
         return {"error": str(e)}
@@ -249,14 +236,6 @@ def _text(v):
 
 def _num(v):
     return None if isinstance(v, dict) or v is None else float(v)
-
-
-def _ratio(v):
-    return None if v is None else v / 100.0
-
-
-def _milli(v):
-    return None if isinstance(v, dict) or v is None else v / 1000.0
 
 
 def _smi_number(text: Optional[str]) -> Optional[float]:
@@ -277,14 +256,6 @@ def _pstate(text: Optional[str]) -> Optional[float]:
 Comparator = Callable[[Any, Any], bool]
 
 
-def exact(a, b) -> bool:
-    return a == b
-
-
-def within(abs_tol: float, rel_tol: float = 0.0) -> Comparator:
-    return lambda a, b: abs(float(a) - float(b)) <= max(abs_tol, rel_tol * abs(float(b)))
-
-
 def compare(report: Report, device: str, name: str, ours, theirs, source: str, tol: str, cmp: Comparator):
     if ours is None and theirs is None:
         report.add(Row(device, name, None, None, source, tol, None, "absent on both"))
@@ -294,7 +265,7 @@ def compare(report: Report, device: str, name: str, ours, theirs, source: str, t
         report.add(Row(device, name, ours, theirs, source, tol, bool(cmp(ours, theirs))))
 
 
-def compare_fields(report: Report, snap: dict, smi: list[dict], nvml: dict) -> None:
+def compare_fields(report: Report, snap: dict, smi: list[dict], nvml: dict, schema: dict) -> None:
     ours = {d["uuid"]: d for d in snap["devices"]}
     smi_by_uuid = {r["uuid"]: r for r in smi}
     ref_by_uuid = {d["uuid"]: d for d in nvml["devices"]}
@@ -324,12 +295,8 @@ def compare_fields(report: Report, snap: dict, smi: list[dict], nvml: dict) -> N
                 "pynvml", "exact", exact)
         compare(report, label, "pci_bus_id", d["pci_bus_id"].upper()[-12:], s["pci.bus_id"].upper()[-12:],
                 "nvidia-smi", "exact (domain width differs)", exact)
-        compare(report, label, "memory_total_bytes", d["memory_total_bytes"], r["memory_total_bytes"],
-                "pynvml", "exact", exact)
         compare(report, label, "memory_total_bytes", d["memory_total_bytes"],
                 _mib(s["memory.total"]), "nvidia-smi", "±1 MiB (MiB rounding)", within(MIB))
-        compare(report, label, "power_limit_watts", d["power_limit_watts"], r["power_limit_watts"],
-                "pynvml", "±0.5 W", within(0.5))
         compare(report, label, "power_limit_watts", d["power_limit_watts"],
                 _smi_number(s["enforced.power.limit"]), "nvidia-smi", "±0.5 W", within(0.5))
         compare(report, label, "ecc_corrected_total", d.get("ecc_corrected_total"),
@@ -340,39 +307,36 @@ def compare_fields(report: Report, snap: dict, smi: list[dict], nvml: dict) -> N
         compare(report, label, "fan_speed", d.get("fan_speed"), None if fan is None else fan / 100.0,
                 "nvidia-smi", "±0.05", within(0.05))
         # Live values: read a moment apart, so compared within a tolerance.
-        compare(report, label, "memory_used_bytes", d["memory_used_bytes"], r["memory_used_bytes"],
-                "pynvml", "±256 MiB (moves)", within(256 * MIB))
         compare(report, label, "memory_used_bytes", d["memory_used_bytes"], _mib(s["memory.used"]),
                 "nvidia-smi", "±256 MiB (moves)", within(256 * MIB))
-        compare(report, label, "utilization_gpu", d["utilization_gpu"], r["utilization_gpu"],
-                "pynvml", "±0.15", within(0.15))
         compare(report, label, "utilization_gpu", d["utilization_gpu"],
                 _pct(s["utilization.gpu"]), "nvidia-smi", "±0.15", within(0.15))
-        compare(report, label, "utilization_memory", d["utilization_memory"], r["utilization_memory"],
-                "pynvml", "±0.15", within(0.15))
         compare(report, label, "temperature_celsius", d["temperature_celsius"],
                 _smi_number(s["temperature.gpu"]), "nvidia-smi", "±3 °C", within(3))
-        compare(report, label, "temperature_celsius", d["temperature_celsius"], r["temperature_celsius"],
-                "pynvml", "±3 °C", within(3))
         compare(report, label, "power_watts", d["power_watts"], _smi_number(s["power.draw"]),
                 "nvidia-smi", "±20 W or 15 %", within(20, 0.15))
-        compare(report, label, "power_watts", d["power_watts"], r["power_watts"],
-                "pynvml", "±20 W or 15 %", within(20, 0.15))
         for key, smi_key in (("sm_clock_mhz", "clocks.sm"), ("memory_clock_mhz", "clocks.mem"),
                              ("graphics_clock_mhz", "clocks.gr")):
             compare(report, label, key, _num(d[key]), _smi_number(s[smi_key]),
                     "nvidia-smi", "±15 % (idle clocks move)", within(1, 0.15))
-            compare(report, label, key, _num(d[key]), r[key],
-                    "pynvml", "±15 % (idle clocks move)", within(1, 0.15))
         compare(report, label, "performance_state", _num(d["performance_state"]),
                 _pstate(s["pstate"]), "nvidia-smi", "±2 (moves with load)", within(2))
+        # Every device field of the schema, as pynvml reads it.
+        for row in schema["device_fields"]:
+            key = row["key"]
+            theirs = r["fields"].get(key)
+            if isinstance(theirs, dict):
+                report.notes.append(f"{label}: pynvml could not read {key}: {theirs['error']}")
+                theirs = None
+            tol, cmp = TOLERANCES[key]
+            compare(report, label, key, d.get(key), theirs, "pynvml", tol, cmp)
         ref_gpm = r.get("gpm") or {}
         if "error" in ref_gpm:
             report.notes.append(f"{label}: pynvml GPM read failed: {ref_gpm['error']}")
             ref_gpm = {}
-        for key in GPM_METRICS:
-            compare(report, label, key, d.get(key), ref_gpm.get(key), "pynvml GPM",
-                    "±0.10 (different sample pairs)", within(0.10))
+        for row in schema["gpm_fields"]:
+            key = row["key"]
+            compare(report, label, key, d.get(key), ref_gpm.get(key), "pynvml GPM", *GPM_TOLERANCE)
         ours_pids = sorted({p["pid"] for p in snap["processes"] if p["device_uuid"] == uuid})
         if isinstance(r["pids"], list):
             compare(report, label, "compute PIDs", ours_pids, r["pids"], "pynvml",
@@ -621,6 +585,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=f"device-check-{time.strftime('%Y%m%dT%H%M%S')}")
     parser.add_argument("--no-workload", action="store_true", help="compare the fields only")
     parser.add_argument("--gpm-seconds", type=float, default=1.0)
+    parser.add_argument("--schema", default=str(SCHEMA), help="gpulse's field schema (docs/schema.json)")
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--burn-seconds", type=float, default=20.0)
     parser.add_argument("--steps-per-epoch", type=int, default=150)
@@ -632,11 +597,19 @@ def main(argv=None) -> int:
     try:
         if not Path(args.gpulse).is_file():
             raise CheckError(f"no gpulse binary at {args.gpulse}: build it (cargo build --release) or pass --gpulse")
+        try:
+            schema = load_schema(Path(args.schema))
+        except (OSError, ValueError) as e:
+            raise CheckError(f"cannot read the field schema {args.schema}: {e} "
+                             "(`cargo run --example schema_docs` writes it)") from e
+        problems = mapping_problems(schema)
+        if problems:
+            raise CheckError("the schema has fields this check cannot compare:\n  " + "\n  ".join(problems))
         snap = run_snapshot(args.gpulse, args.nvml_lib, out)
         smi = run_nvidia_smi(args.nvidia_smi, out)
-        nvml = read_pynvml(args.gpm_seconds)
+        nvml = read_pynvml(args.gpm_seconds, schema)
         (out / "pynvml.json").write_text(json.dumps(nvml, indent=1, default=str) + "\n")
-        compare_fields(report, snap, smi, nvml)
+        compare_fields(report, snap, smi, nvml, schema)
         if not args.no_workload:
             workload_checks(report, args, out)
     except CheckError as e:

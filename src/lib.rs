@@ -19,6 +19,5 @@ pub mod pipeline;
 pub mod record;
 pub mod sampling;
 pub mod schema;
-pub mod telemetry;
 pub mod top;
 pub mod values;

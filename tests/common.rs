@@ -1,6 +1,9 @@
 //! Helpers shared by the integration-test modules: a real OTLP receiver process
 //! (`tests/receiver/otlp_receiver.py`, on the official `opentelemetry-proto` Python package) that
-//! records every request it gets, and a throwaway TLS CA for it.
+//! records every request it gets, a throwaway TLS CA for it, and the nvml-sim scenario most
+//! tests start from (one H100, [`h100_scenario`]); a `gpulse run` against another NVML library
+//! until the receiver has its windows ([`run_against`]), and the points of one metric picked by
+//! an attribute ([`points_where`]).
 //!
 //! The receiver runs under `$GPULSE_TEST_PYTHON` (default `python3`), which needs the packages
 //! of `tests/receiver/requirements.txt`; without them the tests fail and say what to install.
@@ -14,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::run::{attr_str, metrics_of, points, window_requests};
+use crate::sampling::gpulse_bin;
+
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/receiver/otlp_receiver.py"
@@ -24,6 +30,87 @@ const REQUIREMENTS: &str = concat!(
 );
 /// Importing grpc and the protobuf modules takes a second or two on a loaded CI machine.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The UUID of GPU 0 in [`h100_scenario`].
+pub const H100_UUID: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
+
+/// An nvml-sim scenario: a 550 driver (CUDA 12.4) and one H100 80GB ([`H100_UUID`], PCI
+/// `00000000:18:00.0`, 700 W limit), then `rest`, which goes on describing that GPU (its
+/// `[device.signals]`, `[device.gpm]`, `[[device.process]]` tables) and may add more
+/// `[[device]]`s after it.
+pub fn h100_scenario(rest: &str) -> String {
+    format!(
+        r#"
+[driver]
+version = "550.54.15"
+cuda_version = "12.4"
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "{H100_UUID}"
+pci_bus_id = "00000000:18:00.0"
+memory_total_mib = 81559
+power_limit_w = 700
+{rest}"#
+    )
+}
+
+/// `gpulse run` (100 ms samples, 1 s windows) on the NVML library `lib`, exporting to a real
+/// receiver until `windows` export windows arrived (at most `timeout`), then stopped with
+/// SIGTERM, which it must exit cleanly from. `pids` is the library's `OTHER_NVML_PIDS`. Returns
+/// every request the receiver got and gpulse's stderr.
+pub fn run_against(
+    lib: &Path,
+    pids: &str,
+    windows: usize,
+    timeout: Duration,
+) -> (Vec<Value>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let stderr_path = dir.path().join("stderr.log");
+    let mut gpulse = Command::new(gpulse_bin())
+        .args([
+            "run",
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ])
+        .arg("--nvml-lib")
+        .arg(lib)
+        .env("OTHER_NVML_PIDS", pids)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("start gpulse run");
+    let requests = receiver.wait_for(|r| window_requests(r).len() >= windows, timeout);
+    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
+    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
+    let status = gpulse.wait().expect("wait for gpulse");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    (requests, stderr)
+}
+
+/// The points of metric `name` in one resource's metrics whose attribute `key` is `want` (every
+/// point when `key` is empty).
+pub fn points_where<'a>(resource: &'a Value, name: &str, key: &str, want: &str) -> Vec<&'a Value> {
+    metrics_of(resource)
+        .into_iter()
+        .filter(|m| m["name"] == name)
+        .flat_map(points)
+        .filter(|p| key.is_empty() || attr_str(&p["attributes"], key).as_deref() == Some(want))
+        .collect()
+}
 
 /// A server certificate for the receiver, with the CA a client must trust.
 #[derive(Debug, Clone)]

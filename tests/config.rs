@@ -949,6 +949,9 @@ fn example_config_parses_and_matches_the_defaults() {
         from_example.config_file.take().as_deref(),
         Some(path.as_path())
     );
+    // It names the default endpoint, which is a choice `record` honours (it then exports).
+    assert!(from_example.otlp_endpoint_explicit);
+    from_example.otlp_endpoint_explicit = false;
     assert_eq!(from_example, resolved(&[], &Env::default(), None));
 }
 
@@ -1459,4 +1462,41 @@ fn prometheus_address_from_otel_variables_flag_wins() {
         msg.contains("OTEL_EXPORTER_PROMETHEUS_HOST") && msg.contains("0.0.0.0"),
         "{msg}"
     );
+}
+
+/// `record` exports only when an endpoint was named: by the flag, the generic or a
+/// signal-specific variable, or the file's `[otlp]` or `[otlp.<signal>]` key. Other OTLP
+/// settings, and the defaults, do not count.
+#[test]
+fn an_endpoint_counts_as_explicit_only_when_some_layer_names_one() {
+    let none = Env::default();
+    assert!(!resolved(&[], &none, None).otlp_endpoint_explicit);
+    assert!(
+        !resolved(
+            &["--otlp-protocol", "grpc", "--otlp-timeout", "2s"],
+            &Env::with(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=b")]),
+            Some(&file("[otlp]\ncompression = \"gzip\"\n")),
+        )
+        .otlp_endpoint_explicit,
+        "settings other than the endpoint"
+    );
+    assert!(resolved(&["--otlp-endpoint", "http://c:4318"], &none, None).otlp_endpoint_explicit);
+    for var in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ] {
+        let env = Env::with(&[(var, "http://c:4318/v1/x")]);
+        assert!(resolved(&[], &env, None).otlp_endpoint_explicit, "{var}");
+    }
+    for text in [
+        "[otlp]\nendpoint = \"http://c:4318\"\n",
+        "[otlp.logs]\nendpoint = \"http://c:4318/v1/logs\"\n",
+    ] {
+        assert!(
+            resolved(&[], &none, Some(&file(text))).otlp_endpoint_explicit,
+            "{text}"
+        );
+    }
 }

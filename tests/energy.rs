@@ -5,14 +5,14 @@
 //! the processes' `process.gpu.energy` never adds up to more than the device's
 //! `gpulse.gpu.energy`, whose `attributed` part is exactly what the processes were charged.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Receiver, ReceiverOptions};
+use crate::common::{points_where, run_against, Receiver, ReceiverOptions};
 use crate::kernel::ChildGuard;
-use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests, Gpulse};
+use crate::run::{attr_str, metrics_of, process_resource, value, window_requests, Gpulse};
 use crate::sampling::gpulse_bin;
 
 const SLICED_GPU: &str = "GPU-5a4ed000-0000-4000-8000-000000000001";
@@ -29,20 +29,9 @@ pub(crate) fn sleeper() -> ChildGuard {
     ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
 }
 
-/// The points of metric `name` in one resource whose attribute `key` is `want` (every point
-/// when `key` is empty).
-fn points_of<'a>(resource: &'a Value, name: &str, key: &str, want: &str) -> Vec<&'a Value> {
-    metrics_of(resource)
-        .into_iter()
-        .filter(|m| m["name"] == name)
-        .flat_map(points)
-        .filter(|p| key.is_empty() || attr_str(&p["attributes"], key).as_deref() == Some(want))
-        .collect()
-}
-
 /// The one value of `name` on `resource` with `key` = `want`, `None` when there is no point.
 fn one(resource: &Value, name: &str, key: &str, want: &str) -> Option<f64> {
-    let found = points_of(resource, name, key, want);
+    let found = points_where(resource, name, key, want);
     assert!(found.len() <= 1, "{name} {key}={want}: {found:?}");
     found.first().map(|p| value(p))
 }
@@ -53,7 +42,7 @@ fn process(request: &Value, pid: u32) -> &Value {
 
 /// A process's time on its device, by `gpulse.gpu.time.state`.
 fn time_states(resource: &Value) -> Vec<(String, f64)> {
-    let mut states: Vec<(String, f64)> = points_of(resource, "process.gpu.time", "", "")
+    let mut states: Vec<(String, f64)> = points_where(resource, "process.gpu.time", "", "")
         .into_iter()
         .map(|p| {
             let state = attr_str(&p["attributes"], "gpulse.gpu.time.state").expect("a state");
@@ -68,7 +57,7 @@ fn time_states(resource: &Value) -> Vec<(String, f64)> {
 fn device_energy(request: &Value, uuid: &str) -> (f64, f64) {
     let node = &request["request"]["resourceMetrics"][0];
     let part = |state: &str| {
-        points_of(
+        points_where(
             node,
             "gpulse.gpu.energy",
             "gpulse.energy.attribution",
@@ -83,7 +72,7 @@ fn device_energy(request: &Value, uuid: &str) -> (f64, f64) {
 }
 
 fn start_time(resource: &Value, name: &str) -> String {
-    points_of(resource, name, "", "")[0]["startTimeUnixNano"]
+    points_where(resource, name, "", "")[0]["startTimeUnixNano"]
         .as_str()
         .expect("a start time")
         .to_string()
@@ -94,7 +83,7 @@ fn close(a: f64, b: f64, relative: f64) -> bool {
 }
 
 /// The port `gpulse run` says it serves `/metrics` on.
-fn metrics_port(gpulse: &Gpulse) -> u16 {
+pub(crate) fn metrics_port(gpulse: &Gpulse) -> u16 {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let log = gpulse.stderr_so_far();
@@ -204,7 +193,7 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     for child in &pair {
         let resource = process(last, child.pid());
         assert!(
-            points_of(resource, "process.gpu.energy", "", "").is_empty(),
+            points_where(resource, "process.gpu.energy", "", "").is_empty(),
             "no invented split: {resource}"
         );
         let states = time_states(resource);
@@ -213,7 +202,7 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
         assert!(states[0].1 > 1.0);
         assert_eq!(
             attr_str(
-                &points_of(resource, "process.gpu.time", "", "")[0]["attributes"],
+                &points_where(resource, "process.gpu.time", "", "")[0]["attributes"],
                 "hw.id"
             )
             .as_deref(),
@@ -291,38 +280,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
         alone.pid(),
         shared_too.pid()
     );
-    let receiver = Receiver::start(ReceiverOptions::default());
-    let stderr_path = dir.path().join("stderr.log");
-    let mut gpulse = Command::new(gpulse_bin())
-        .args([
-            "run",
-            "--sample-interval",
-            "100ms",
-            "--export-interval",
-            "1s",
-        ])
-        .arg("--nvml-lib")
-        .arg(&lib)
-        .env("OTHER_NVML_PIDS", pids)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
-        .env("GPULSE_KUBELET_SOCKET", "none")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .spawn()
-        .expect("start gpulse run");
-    let requests = receiver.wait_for(|r| window_requests(r).len() >= 3, Duration::from_secs(60));
-    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
-    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
-    let status = gpulse.wait().expect("wait for gpulse");
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "gpulse run exited with {status}: {stderr}"
-    );
+    let (requests, _) = run_against(&lib, &pids, 3, Duration::from_secs(60));
     let windows = window_requests(&requests);
     let last = windows[windows.len() - 1];
 
@@ -330,7 +288,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
     // from the account's start to this window's end.
     let (attributed, unattributed) = device_energy(last, OTHER_GPU0);
     let node = &last["request"]["resourceMetrics"][0];
-    let point = points_of(node, "gpulse.gpu.energy", "hw.id", OTHER_GPU0)[0];
+    let point = points_where(node, "gpulse.gpu.energy", "hw.id", OTHER_GPU0)[0];
     let nanos = |key: &str| -> f64 { point[key].as_str().expect(key).parse().expect(key) };
     let seconds = (nanos("timeUnixNano") - nanos("startTimeUnixNano")) / 1e9;
     let total = attributed + unattributed;
@@ -363,7 +321,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
     for pid in [shared.pid(), shared_too.pid()] {
         let resource = process(last, pid);
         assert!(
-            points_of(resource, "process.gpu.energy", "", "").is_empty(),
+            points_where(resource, "process.gpu.energy", "", "").is_empty(),
             "{pid}: {resource}"
         );
         let states = time_states(resource);
@@ -379,7 +337,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
         .expect("resources")
         .iter()
         .skip(1)
-        .flat_map(|r| points_of(r, "process.gpu.energy", "", ""))
+        .flat_map(|r| points_where(r, "process.gpu.energy", "", ""))
         .map(value)
         .sum();
     assert!(

@@ -26,7 +26,7 @@ use prost::Message as _;
 use serde_json::Value;
 
 use crate::common::{Receiver, ReceiverOptions};
-use crate::run::{attr, attr_str, Gpulse};
+use crate::run::{attr, attr_str, metrics_of, window_requests, Gpulse};
 
 const GPU0: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
 
@@ -189,7 +189,7 @@ fn wait_listening(port: u16, gpulse: Gpulse) -> (Gpulse, Instant) {
 }
 
 /// Every span the upstream receiver accepted, with its resource's attributes.
-fn received_spans(requests: &[Value]) -> Vec<(Value, Value)> {
+pub fn received_spans(requests: &[Value]) -> Vec<(Value, Value)> {
     requests
         .iter()
         .filter(|r| r["signal"] == "traces" && r["answer"] == "ok")
@@ -304,6 +304,24 @@ fn post_from_another_process(port: u16, body: &[u8]) {
     );
 }
 
+/// The newest point time (ns since the epoch) in gpulse's exported windows; 0 before the first.
+fn newest_point_nanos(requests: &[Value]) -> u64 {
+    window_requests(requests)
+        .into_iter()
+        .flat_map(|r| {
+            r["request"]["resourceMetrics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .flat_map(metrics_of)
+        .flat_map(|m| m.as_object().into_iter().flat_map(|o| o.values()))
+        .flat_map(|data| data["dataPoints"].as_array().into_iter().flatten())
+        .filter_map(|p| p["timeUnixNano"].as_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 #[test]
 fn spans_get_the_gpu_usage_of_their_process_during_the_span() {
     let upstream = Receiver::start(ReceiverOptions::default());
@@ -343,7 +361,12 @@ fn spans_get_the_gpu_usage_of_their_process_during_the_span() {
     // span a ends 1.5 s after `ready`, span b starts 0.5 s after the step at the latest.
     let a = (at(0.3), at(1.5));
     let b = (at(STEP_S + 0.5), at(STEP_S + 2.0));
-    std::thread::sleep(Duration::from_secs_f64(STEP_S + 2.3));
+    // The spans are sent once gpulse has data past span b's end: an exported window with a point
+    // at or after it (a fixed sleep assumed the sampler keeps up, which a loaded machine breaks).
+    upstream.wait_for(
+        |r| newest_point_nanos(r) >= b.1,
+        Duration::from_secs_f64(STEP_S + 60.0),
+    );
 
     let pid_resource = || {
         vec![

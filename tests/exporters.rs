@@ -6,24 +6,18 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use crate::common::{Receiver, ReceiverOptions};
+use crate::common::{h100_scenario, Receiver, ReceiverOptions};
 use crate::reliability::{free_port, wait_http};
 use crate::run::{metrics_requests, Gpulse};
 
-const SCENARIO: &str = r#"
-[driver]
-version = "550.54.15"
-cuda_version = "12.4"
-
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-pci_bus_id = "00000000:18:00.0"
-memory_total_mib = 81559
-
+fn scenario() -> String {
+    h100_scenario(
+        r#"
 [device.signals]
 gpu_util = 62
-"#;
+"#,
+    )
+}
 
 /// `GET /metrics` with `Connection: close`; the status code, or `None` when nothing answers.
 fn scrape(port: u16) -> Option<u16> {
@@ -61,7 +55,7 @@ fn prometheus_only_serves_metrics_and_never_connects_to_otlp() {
     let otlp_url = format!("http://{}", otlp.local_addr().unwrap());
     let prom_port = free_port();
     let gpulse = Gpulse::start(
-        SCENARIO,
+        &scenario(),
         &[],
         &["--sample-interval", "100ms", "--export-interval", "200ms"],
         &[
@@ -108,7 +102,7 @@ fn logs_only_sends_no_metrics_to_the_otlp_receiver() {
     let health_port = free_port();
     let health = format!("127.0.0.1:{health_port}");
     let gpulse = Gpulse::start(
-        SCENARIO,
+        &scenario(),
         &[],
         &[
             "--sample-interval",

@@ -6,12 +6,12 @@
 //! process's `process.gpu.*` points on its instance.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Receiver, ReceiverOptions};
+use crate::common::{run_against, Receiver, ReceiverOptions};
 use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests, Gpulse};
 use crate::sampling::gpulse_bin;
 
@@ -412,40 +412,7 @@ fn run_exports_nvml_sims_instances_as_devices_of_their_own() {
 
 /// `gpulse run` against the independent library until two windows arrived.
 fn run_other(lib: &Path, pids: &str) -> (Vec<Value>, String) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = Receiver::start(ReceiverOptions::default());
-    let stderr_path = dir.path().join("stderr.log");
-    let mut gpulse = Command::new(gpulse_bin())
-        .args([
-            "run",
-            "--sample-interval",
-            "100ms",
-            "--export-interval",
-            "1s",
-        ])
-        .arg("--nvml-lib")
-        .arg(lib)
-        .env("OTHER_NVML_PIDS", pids)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
-        .env("GPULSE_KUBELET_SOCKET", "none")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .spawn()
-        .expect("start gpulse run");
-    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(60));
-    // SAFETY: kill has no memory-safety preconditions; the PID is our child.
-    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
-    let status = gpulse.wait().expect("wait for gpulse");
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "gpulse run exited with {status}: {stderr}"
-    );
-    (requests, stderr)
+    run_against(lib, pids, 2, Duration::from_secs(60))
 }
 
 #[test]
@@ -717,5 +684,136 @@ fn snapshot_table_shows_each_processs_instance_only_when_one_runs_on_mig() {
     assert!(
         !table.contains("MIG instance"),
         "no MIG, no column:\n{table}"
+    );
+}
+
+/// `labels` (a sample's label text) as (name, value) pairs, in order.
+fn label_pairs(labels: &str) -> Vec<(&str, &str)> {
+    labels
+        .split("\",")
+        .filter_map(|pair| pair.split_once("=\""))
+        .map(|(k, v)| (k, v.trim_end_matches('"')))
+        .collect()
+}
+
+#[test]
+fn metrics_with_dcgm_names_give_each_mig_instance_its_series_sim() {
+    // shared-gpus.toml: GPU 0 in MIG mode, GI 1 (3g.40gb) holding one process of 20480 MiB at
+    // graphics 0.6, GI 2 (3g.40gb) two of 8192 MiB at graphics 0.9; GPU 1 whole.
+    let alone = sleeper();
+    let pair = [sleeper(), sleeper()];
+    let slices = [sleeper(), sleeper()];
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let scenario = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios/shared-gpus.toml"),
+    )
+    .expect("scenario");
+    let gpulse = Gpulse::start(
+        &scenario,
+        &[],
+        &[
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+            "--prometheus-addr",
+            "127.0.0.1:0",
+            "--prometheus-names",
+            "dcgm",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+            ("SHARED_MIG_ALONE_PID", alone.pid().to_string()),
+            (
+                "SHARED_MIG_PAIR_PIDS",
+                format!("{},{}", pair[0].pid(), pair[1].pid()),
+            ),
+            ("SHARED_SLICE_A_PID", slices[0].pid().to_string()),
+            ("SHARED_SLICE_B_PID", slices[1].pid().to_string()),
+        ],
+    );
+    let port = crate::energy::metrics_port(&gpulse);
+    // Two windows: GPM needs a pair of samples, which the first window may lack.
+    let text = crate::prometheus::scrape_until(port, |t| {
+        crate::prometheus::series(t, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            .iter()
+            .filter(|(l, _)| l.contains("GPU_I_ID="))
+            .count()
+            == 2
+    });
+    let (status, stderr) = gpulse.terminate();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+
+    const GPU: &str = "GPU-5a4ed000-0000-4000-8000-000000000000";
+    // (GI, FB_USED, FB_FREE in MiB, GR_ENGINE, SM_ACTIVE, PIPE_TENSOR, DRAM)
+    let expected = [
+        ("1", 20480.0, 20480.0, 0.6, 0.5, 0.25, 0.2),
+        ("2", 16384.0, 24576.0, 0.9, 0.8, 0.5, 0.4),
+    ];
+    for (gi, used, free, graphics, sm, tensor, dram) in expected {
+        for (name, want) in [
+            ("DCGM_FI_DEV_FB_USED", used),
+            ("DCGM_FI_DEV_FB_FREE", free),
+            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", graphics),
+            ("DCGM_FI_PROF_SM_ACTIVE", sm),
+            ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", tensor),
+            ("DCGM_FI_PROF_DRAM_ACTIVE", dram),
+        ] {
+            let all = crate::prometheus::series(&text, name);
+            let of_instance: Vec<_> = all
+                .iter()
+                .filter(|(l, _)| {
+                    let labels = label_pairs(l);
+                    labels.contains(&("UUID", GPU)) && labels.contains(&("GPU_I_ID", gi))
+                })
+                .collect();
+            assert_eq!(of_instance.len(), 1, "{name} of GI {gi}: {all:?}");
+            let (labels, value) = of_instance[0];
+            assert!(
+                (value - want).abs() < 1e-9,
+                "{name} of GI {gi}: {value}, want {want}"
+            );
+            // dcgm-exporter's labels, in its order: the GPU's, then the instance's after
+            // modelName.
+            let names: Vec<&str> = label_pairs(labels).iter().map(|(k, _)| *k).collect();
+            let at = |n: &str| {
+                names
+                    .iter()
+                    .position(|k| *k == n)
+                    .unwrap_or_else(|| panic!("{name} of GI {gi} lacks {n}: {labels}"))
+            };
+            assert_eq!(
+                &names[..4],
+                ["gpu", "UUID", "pci_bus_id", "device"],
+                "{labels}"
+            );
+            assert_eq!(
+                (at("GPU_I_PROFILE"), at("GPU_I_ID")),
+                (at("modelName") + 1, at("modelName") + 2),
+                "{labels}"
+            );
+            assert!(labels.contains("GPU_I_PROFILE=\"3g.40gb\""), "{labels}");
+            assert!(labels.contains("gpu=\"0\"") && labels.contains("device=\"nvidia0\""));
+            assert!(at("Hostname") > at("GPU_I_ID"), "{labels}");
+        }
+    }
+    // The whole GPUs keep their own series, without instance labels.
+    let fb_used = crate::prometheus::series(&text, "DCGM_FI_DEV_FB_USED");
+    for gpu in ["0", "1"] {
+        let whole: Vec<_> = fb_used
+            .iter()
+            .filter(|(l, _)| l.starts_with(&format!("gpu=\"{gpu}\"")) && !l.contains("GPU_I_"))
+            .collect();
+        assert_eq!(whole.len(), 1, "GPU {gpu}: {fb_used:?}");
+    }
+    assert!(
+        !fb_used
+            .iter()
+            .any(|(l, _)| l.starts_with("gpu=\"1\"") && l.contains("GPU_I_")),
+        "GPU 1 is not in MIG mode: {fb_used:?}"
     );
 }

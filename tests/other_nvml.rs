@@ -3,12 +3,12 @@
 //! must be exactly what that library returns, and nothing the simulator would have added.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{Receiver, ReceiverOptions};
+use crate::common::{points_where, run_against};
 use crate::run::{attr_str, metrics_of, points, process_resource, value, window_requests};
 use crate::sampling::gpulse_bin;
 
@@ -179,40 +179,14 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
         .spawn()
         .expect("start a child process");
     let pid = child.id();
-    let receiver = Receiver::start(ReceiverOptions::default());
-    let stderr_path = dir.path().join("stderr.log");
-    let mut gpulse = Command::new(gpulse_bin())
-        .args([
-            "run",
-            "--sample-interval",
-            "100ms",
-            "--export-interval",
-            "1s",
-        ])
-        .arg("--nvml-lib")
-        .arg(&lib)
-        .env("OTHER_NVML_PIDS", format!("{pid}:2147483648"))
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base())
-        .env("GPULSE_KUBELET_SOCKET", "none")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .spawn()
-        .expect("start gpulse run");
-    let requests = receiver.wait_for(|r| window_requests(r).len() >= 2, Duration::from_secs(30));
-    // SAFETY: kill has no memory-safety preconditions; both PIDs are our children.
-    unsafe { libc::kill(gpulse.id() as libc::pid_t, libc::SIGTERM) };
-    let status = gpulse.wait().expect("wait for gpulse");
+    let (requests, stderr) = run_against(
+        &lib,
+        &format!("{pid}:2147483648"),
+        2,
+        Duration::from_secs(30),
+    );
     let _ = child.kill();
     let _ = child.wait();
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "gpulse run exited with {status}: {stderr}"
-    );
 
     let metrics = window_requests(&requests);
     assert!(metrics.len() >= 2, "{} requests: {stderr}", metrics.len());
@@ -220,11 +194,9 @@ fn run_exports_another_nvmls_values_under_real_process_resources() {
     let node = &request["request"]["resourceMetrics"][0];
     let node_metrics = metrics_of(node);
     let device_value = |name: &str, uuid: &str| -> Option<f64> {
-        let metric = node_metrics.iter().find(|m| m["name"] == name)?;
-        points(metric)
-            .into_iter()
-            .find(|p| attr_str(&p["attributes"], "hw.id").as_deref() == Some(uuid))
-            .map(value)
+        points_where(node, name, "hw.id", uuid)
+            .first()
+            .map(|p| value(p))
     };
     assert_eq!(device_value("hw.power", UUID_A), Some(123.456));
     assert_eq!(device_value("hw.temperature", UUID_B), Some(33.0));

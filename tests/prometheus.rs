@@ -18,27 +18,19 @@ use std::time::{Duration, Instant};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::Value;
 
+use crate::common::{h100_scenario, H100_UUID};
 use crate::kernel::ChildGuard;
 use crate::run::{Gpulse, Workloads, DOCKER_ID};
 
-const GPU0: &str = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
+const GPU0: &str = H100_UUID;
 
 /// Constant signals: every value on `/metrics` is known exactly. The test's real processes are
 /// listed on GPU 0 through `GPULSE_TEST_PIDS`; the one in `GPULSE_EXITING_PIDS` leaves NVML's
 /// list after `EXITS_AT_S` simulated seconds (the simulator's clock starts with gpulse), as an
 /// exited process does.
-const SCENARIO: &str = r#"
-[driver]
-version = "550.54.15"
-cuda_version = "12.4"
-
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-pci_bus_id = "00000000:18:00.0"
-memory_total_mib = 81559
-power_limit_w = 700
-
+fn scenario() -> String {
+    h100_scenario(
+        r#"
 [device.signals]
 gpu_util = 62
 mem_util = 31
@@ -73,7 +65,9 @@ power_limit_w = 700
 gpu_util = 5
 temperature_c = 35
 power_w = 90
-"#;
+"#,
+    )
+}
 
 /// Generous: a debug build on a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -89,7 +83,7 @@ fn workloads() -> Workloads {
 fn start_gpulse(pids: &[u32], exiting: &[u32], names: &str) -> (Gpulse, u16) {
     let exiting: Vec<String> = exiting.iter().map(u32::to_string).collect();
     let gpulse = Gpulse::start(
-        SCENARIO,
+        &scenario(),
         pids,
         &[
             "--exporter",

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::h100_scenario;
 use crate::kernel::{require_root, ChildGuard, KillOnDrop};
 use crate::sampling::{gpulse_bin, sim_lib};
 use crate::terminal::Tmux;
@@ -20,18 +21,9 @@ const MIB: u64 = 1024 * 1024;
 
 /// One GPU, constant signals, time frozen; the command's processes (PIDs 2 and 3 of a fresh PID
 /// namespace) and another process (PID 4000, not in the namespace) hold memory on it.
-const SCENARIO: &str = r#"
-[driver]
-version = "550.54.15"
-cuda_version = "12.4"
-
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-pci_bus_id = "00000000:18:00.0"
-memory_total_mib = 81559
-power_limit_w = 700
-
+fn scenario_text() -> String {
+    h100_scenario(
+        r#"
 [device.signals]
 gpu_util = 62
 mem_util = 31
@@ -47,12 +39,14 @@ sm_util = 40
 [[device.process]]
 pid = 4000
 memory_used_mib = 2000
-"#;
+"#,
+    )
+}
 
-/// `gpulse record` against the simulator with `SCENARIO`, in `dir`.
-fn record(dir: &Path, pids: &str, args: &[&str]) -> Command {
+/// `gpulse record` against the simulator with `scenario_text()`, in `dir`.
+pub fn record(dir: &Path, pids: &str, args: &[&str]) -> Command {
     let scenario = dir.join("scenario.toml");
-    std::fs::write(&scenario, SCENARIO).expect("write scenario");
+    std::fs::write(&scenario, scenario_text()).expect("write scenario");
     let mut command = Command::new(gpulse_bin());
     command
         .arg("record")
@@ -68,14 +62,14 @@ fn record(dir: &Path, pids: &str, args: &[&str]) -> Command {
     command
 }
 
-fn output(mut command: Command) -> Output {
+pub fn output(mut command: Command) -> Output {
     command
         .stdin(Stdio::null())
         .output()
         .expect("gpulse record runs")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -159,7 +153,7 @@ fn standard_streams_pass_through_untouched() {
 }
 
 /// Waits for gpulse's exit, SIGKILLing it after `limit`.
-fn wait(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+pub fn wait(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -299,11 +293,11 @@ fn an_unwritable_report_path_fails_before_the_command_starts() {
 }
 
 /// The recording of a command whose processes hold GPU memory. In a fresh PID namespace (with
-/// its own /proc) gpulse is PID 1 and the command PID 2; the command's child gets a PID after
-/// those of gpulse's threads, which take PIDs too and, on a loaded machine, more of them start
-/// before the child does (a full CI run once gave the child a PID above 24). The simulator lists
-/// PIDs 2 to 199 before any exists; gpulse must find the command's among them by its process
-/// tree. PID 4000 is another process.
+/// its own /proc) gpulse is PID 1; its runtime's threads take the next PIDs (before the command
+/// starts: the export's endpoints are checked first), then the command and its child get theirs,
+/// after those of gpulse's other threads on a loaded machine (a full CI run once gave the child
+/// a PID above 24). The simulator lists PIDs 2 to 199 before any exists; gpulse must find the
+/// command's among them by its process tree. PID 4000 is another process.
 fn namespaced_recording(dir: &Path) -> (Output, Value) {
     require_root("create a PID namespace");
     let json = dir.join("summary.json");
@@ -370,9 +364,13 @@ fn the_commands_processes_are_told_from_the_others() {
     };
     let mine = pids("processes");
     assert_eq!(mine.len(), 2, "sh and its sleep: {mine:?}");
-    assert_eq!(mine[0], 2, "the command itself");
+    assert_eq!(summary["processes"][0]["name"], "sh", "the command itself");
     assert!(pids("other_processes").contains(&4000));
-    assert!(!pids("other_processes").contains(&2));
+    let others = pids("other_processes");
+    assert!(
+        mine.iter().all(|pid| !others.contains(pid)),
+        "{mine:?} in {others:?}"
+    );
     let sleep = &summary["processes"][1];
     assert_eq!(sleep["name"], "sleep", "{sleep}");
     assert_eq!(sleep["gpu_memory_peak_bytes"], 10000 * MIB);
@@ -527,7 +525,7 @@ fn chromium_draws_the_reports_charts() {
 fn report_reads_what_run_exports_as_otlp_json() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("scenario.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    std::fs::write(&scenario, scenario_text()).unwrap();
     let sleeper = ChildGuard::spawn(Command::new("sleep").arg("30")).expect("sleep runs");
     let lines = dir.path().join("run.jsonl");
     let mut run = Command::new(gpulse_bin())
@@ -613,17 +611,20 @@ fn report_reads_what_run_exports_as_otlp_json() {
     );
 }
 
-/// `record` as the job's OTLP endpoint: the spans a training loop sends to its receiver appear in
-/// the report's training-steps strip.
-#[test]
-fn the_companions_spans_sent_to_the_receiver_join_the_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A free loopback port (for gpulse's receiver).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let script = format!(
+        .port()
+}
+
+/// A Python companion that sends one trace request to `http://127.0.0.1:PORT/v1/traces` (an
+/// epoch, two steps, two data waits and a `forward` span the report does not show), retrying
+/// until gpulse's receiver answers, then sleeps `linger_s` seconds.
+pub fn companion_sending_spans(port: u16, linger_s: f64) -> String {
+    format!(
         r#"
 import os, time, urllib.request
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -644,8 +645,17 @@ for attempt in range(100):
         time.sleep(0.1)
 else:
     raise SystemExit("the receiver never answered")
+time.sleep({linger_s})
 "#
-    );
+    )
+}
+
+/// `record` as the job's OTLP endpoint: the spans a training loop sends to its receiver appear in
+/// the report's training-steps strip.
+#[test]
+fn the_companions_spans_sent_to_the_receiver_join_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
     let report = dir.path().join("r.html");
     let out = output({
         let mut c = record(
@@ -659,7 +669,7 @@ else:
             .arg("--")
             .arg(crate::common::python())
             .arg("-c")
-            .arg(script);
+            .arg(companion_sending_spans(port, 0.0));
         c
     });
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -668,6 +678,11 @@ else:
         assert!(page.contains(legend), "{legend} missing from the report");
     }
     assert!(!page.contains("No companion spans"));
+    assert!(
+        !text(&out.stderr).contains("\n  export"),
+        "no endpoint set, so nothing exported and no export line: {}",
+        text(&out.stderr)
+    );
 }
 
 /// The command of the Ctrl-C test: Python with SIGINT blocked, so every SIGINT that reaches it

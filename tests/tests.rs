@@ -19,6 +19,7 @@ mod otel_sdk;
 mod other_nvml;
 mod prometheus;
 mod record;
+mod record_export;
 mod reliability;
 mod run;
 mod sampling;

@@ -1,23 +1,29 @@
 //! `gpulse record -- CMD` and `gpulse report`: thin wiring. `record` starts the command, runs
 //! the same sampler, window and [`Analyzer`] as `gpulse run` while it lives, feeds a
-//! [`Recorder`], and when the command exits prints the summary, writes the report and returns
-//! the command's exit status. The recording's stages live in [`crate::record`].
+//! [`Recorder`] and, when an OTLP endpoint was set, the same [`Exporter`] as `run`; when the
+//! command exits it flushes the export for a few seconds at most, prints the summary, writes the
+//! report and returns the command's exit status. The recording's stages live in
+//! [`crate::record`].
 
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::cli::{RecordArgs, ReportArgs};
-use crate::config::Config;
+use crate::config::otlp::ExporterKind;
+use crate::config::{Config, SignalSinks, Sink};
+use crate::export::transport::{SignalTransports, TransportBuildError};
+use crate::export::{ExportOutcome, Exporter};
 use crate::pipeline::Analyzer;
 use crate::pipeline::{SamplerSettings, SamplerThread};
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
-use crate::record::summary::Summary;
+use crate::record::summary::{ExportSummary, Summary};
 use crate::record::{html, otlp_json};
 use crate::sampling::WindowAggregator;
 
@@ -37,6 +43,31 @@ pub enum RecordError {
     Recording(#[from] otlp_json::ReadError),
     #[error("the stdout exporter (--exporter stdout/console, or console in OTEL_METRICS_EXPORTER or OTEL_LOGS_EXPORTER) would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Unset it for this command; the run is kept by --report and --json")]
     StdoutExporter,
+    #[error(transparent)]
+    Transport(#[from] TransportBuildError),
+    #[error("gpulse could not start its runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// How long `record` waits at exit for the backend to take what is still queued: someone is
+/// waiting for their prompt, and a dead endpoint must not hold it for the 10 s `run` allows.
+pub const EXPORT_FLUSH: Duration = Duration::from_secs(3);
+
+/// The configuration the exporter gets: `config` when an OTLP endpoint was set explicitly,
+/// else every sink off, so that recording a job never sends anything to a default
+/// `localhost:4318` nobody asked for (and the receiver forwards nothing).
+fn export_config(config: &Config) -> Config {
+    let mut config = config.clone();
+    if !config.otlp_endpoint_explicit {
+        config.sinks = SignalSinks {
+            metrics: Sink::Off,
+            prometheus: false,
+            logs: Sink::Off,
+            forward: Sink::Off,
+        };
+        config.exporter = ExporterKind::Off;
+    }
+    config
 }
 
 /// The report's and the JSON summary's files, opened before the command starts so a bad path
@@ -107,6 +138,16 @@ pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
     if config.sinks.uses_stdout() {
         return Err(RecordError::StdoutExporter);
     }
+    let export = export_config(config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gpulse-record-rt")
+        .enable_all()
+        .build()
+        .map_err(RecordError::Runtime)?;
+    // A refused endpoint fails now, not after the run (gRPC transports need the runtime).
+    let transports = runtime
+        .block_on(async { SignalTransports::from_exporter(&export.exporter, &export.sinks) })?;
     let started = SystemTime::now();
     let outputs = Outputs::open(args, started)?;
     let command: Vec<String> = args
@@ -128,25 +169,29 @@ pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
         config.proc_root.clone(),
         config.sample_interval,
     );
-    let exit = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("gpulse-record-rt")
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(watch(config, child, &mut recorder)),
-        Err(e) => {
-            recorder.no_gpu(format!("gpulse could not start its runtime: {e}"));
-            child.wait()
-        }
-    };
-    let recording = recorder.finish(SystemTime::now(), Some(exit));
-    write_outputs(&recording, outputs);
-    Ok(exit.exit_code())
+    let watched = runtime.block_on(watch(&export, transports, child, &mut recorder));
+    let recording = recorder.finish(watched.ended, Some(watched.exit));
+    write_outputs(&recording, outputs, watched.export.as_ref());
+    Ok(watched.exit.exit_code())
 }
 
-/// Samples and analyses until the command exits.
-async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) -> CommandExit {
+/// How the watch ended.
+struct Watched {
+    exit: CommandExit,
+    /// When the command exited: the recording's end (the export's flush comes after it).
+    ended: SystemTime,
+    /// `None` when nothing was exported.
+    export: Option<ExportOutcome>,
+}
+
+/// Samples, analyses and exports until the command exits, then flushes the export (when there
+/// is one) for [`EXPORT_FLUSH`] at most.
+async fn watch(
+    config: &Config,
+    transports: SignalTransports,
+    child: RunningCommand,
+    recorder: &mut Recorder,
+) -> Watched {
     let mut exited = child.into_exit_channel();
     let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
         .clamp(4, 4096) as usize
@@ -167,20 +212,31 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
         }
     };
     let Some(sampler) = sampler else {
-        return (&mut exited).await.unwrap_or(CommandExit::Code(1));
+        let exit = (&mut exited).await.unwrap_or(CommandExit::Code(1));
+        return Watched {
+            exit,
+            ended: SystemTime::now(),
+            export: None,
+        };
     };
     let mut analyzer = Analyzer::new(config);
-    let (receivers, spans) = start_receivers(config, &analyzer).await;
+    let mut exporter = Exporter::with_transports(
+        config,
+        transports,
+        Arc::clone(&sampler.health),
+        analyzer.subscribe(),
+    );
+    let (receivers, spans) = start_receivers(config, &analyzer, &exporter).await;
     let mut aggregator = WindowAggregator::new();
     let mut tick = tokio::time::interval_at(
         Instant::now() + config.export_interval,
         config.export_interval,
     );
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let exit = loop {
+    let (exit, ended) = loop {
         tokio::select! {
             biased;
-            exit = &mut exited => break exit.unwrap_or(CommandExit::Code(1)),
+            exit = &mut exited => break (exit.unwrap_or(CommandExit::Code(1)), SystemTime::now()),
             Some(snapshot) = snapshots.recv() => {
                 if let Some(receivers) = &receivers {
                     receivers.intake.history().record(&snapshot);
@@ -189,13 +245,14 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
                 aggregator.add(&snapshot);
             }
             _ = tick.tick() => {
-                if let Some(window) = aggregator.take() {
-                    let analysis = analyzer.analyze(window);
+                let analysis = aggregator.take().map(|window| analyzer.analyze(window));
+                if let Some(analysis) = &analysis {
                     if let Some(receivers) = &receivers {
                         receivers.intake.history().note_window(&analysis.attributed);
                     }
                     recorder.observe_findings(&analysis.events);
                 }
+                exporter.export(analysis.as_ref());
             }
         }
     };
@@ -206,23 +263,33 @@ async fn watch(config: &Config, child: RunningCommand, recorder: &mut Recorder) 
         recorder.add(&snapshot);
         aggregator.add(&snapshot);
     }
-    if let Some(window) = aggregator.take() {
-        recorder.observe_findings(&analyzer.analyze(window).events);
+    let last = aggregator.take().map(|window| analyzer.analyze(window));
+    if let Some(analysis) = &last {
+        recorder.observe_findings(&analysis.events);
     }
+    exporter.export(last.as_ref());
     if let Some(receivers) = &receivers {
         receivers.stop();
     }
     if let Some(spans) = spans {
         spans.try_iter().for_each(|span| recorder.add_span(span));
     }
-    exit
+    let exports = exporter.sends_anything();
+    let outcome = exporter.shutdown(EXPORT_FLUSH).await;
+    Watched {
+        exit,
+        ended,
+        export: exports.then_some(outcome),
+    }
 }
 
 /// The local OTLP receiver, when `--otlp-receiver-grpc/-http` asks for one: the companion's
-/// spans join the report. It cannot start (a port taken): said, and the recording goes on.
+/// spans join the report, and what it accepts is forwarded through the exporter's queue when an
+/// endpoint carries its signal. It cannot start (a port taken): said, and the recording goes on.
 async fn start_receivers(
     config: &Config,
     analyzer: &Analyzer,
+    exporter: &Exporter,
 ) -> (
     Option<crate::enrich::Receivers>,
     Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
@@ -230,32 +297,23 @@ async fn start_receivers(
     if !config.otlp_receiver.enabled() {
         return (None, None);
     }
-    let limits = crate::export::queue::QueueLimits {
-        max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-        max_age: config.queue.max_age,
-    };
-    let (queue, sender) = crate::export::queue::DeliveryQueue::new(
-        limits,
-        crate::export::queue::BackoffPolicy::default(),
-        crate::record::spans::Discard,
-    );
-    tokio::spawn(sender.run());
     let (observer, spans) = crate::record::spans::collector();
     let intake = crate::enrich::Intake::new(
-        queue,
+        exporter.queue().clone(),
         crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval),
         crate::enrich::IntakeSettings {
             proc_root: config.proc_root.clone(),
-            max_queue_bytes: limits.max_bytes,
+            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
             max_wait: config.sample_interval,
         },
     )
     .with_framework(analyzer.framework())
-    .with_span_observer(observer);
+    .with_span_observer(observer)
+    .without_forwarding(exporter.not_forwarded());
     match crate::enrich::Receivers::start(
         config.otlp_receiver.grpc,
         config.otlp_receiver.http,
-        std::sync::Arc::new(intake),
+        Arc::new(intake),
     )
     .await
     {
@@ -270,9 +328,16 @@ async fn start_receivers(
 /// Writes the report, then prints the summary and writes it as JSON (naming the report); a
 /// failure to write one file is said and does not stop the others (the summary on standard
 /// error always comes).
-fn write_outputs(recording: &Recording, outputs: Outputs) {
+fn write_outputs(recording: &Recording, outputs: Outputs, exported: Option<&ExportOutcome>) {
     let mut summary = Summary::of(recording);
+    summary.export = exported.map(ExportSummary::of);
     let mut notes = String::new();
+    if let Some(outcome) = exported {
+        for (n, line) in outcome.describe().lines().enumerate() {
+            let indent = if n == 0 { "  " } else { "    " };
+            notes.push_str(&format!("{indent}{line}\n"));
+        }
+    }
     if let Some((path, mut file)) = outputs.report {
         match file.write_all(html::render(recording).as_bytes()) {
             Ok(()) => {

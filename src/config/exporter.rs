@@ -123,17 +123,27 @@ pub(crate) fn resolve_otlp(
 /// Whether the traces endpoint was set by a flag, variable or file key rather than defaulted:
 /// only then are received spans forwarded when gpulse's own signals use no OTLP.
 pub(crate) fn traces_endpoint_explicit(run: &RunArgs, layers: &Layers<'_>) -> bool {
-    SignalLayers {
-        signal: Signal::Traces,
-        layers,
-    }
-    .pick(
-        Layers::flag("--otlp-endpoint", run.otlp_endpoint.as_deref()),
-        var::ENDPOINT,
-        "endpoint",
-        |f| &f.endpoint,
-    )
-    .is_some()
+    endpoint_explicit(Signal::Traces, run, layers)
+}
+
+/// Whether any signal's endpoint was set by a flag, variable (generic or signal-specific) or file
+/// key rather than defaulted: `gpulse record` exports only then, so that recording a job on a
+/// laptop never sends anything to a `localhost:4318` nobody asked for.
+pub(crate) fn any_endpoint_explicit(run: &RunArgs, layers: &Layers<'_>) -> bool {
+    [Signal::Metrics, Signal::Logs, Signal::Traces]
+        .into_iter()
+        .any(|signal| endpoint_explicit(signal, run, layers))
+}
+
+fn endpoint_explicit(signal: Signal, run: &RunArgs, layers: &Layers<'_>) -> bool {
+    SignalLayers { signal, layers }
+        .pick(
+            Layers::flag("--otlp-endpoint", run.otlp_endpoint.as_deref()),
+            var::ENDPOINT,
+            "endpoint",
+            |f| &f.endpoint,
+        )
+        .is_some()
 }
 
 /// Looks one OTLP setting up in the layers, for one signal.

@@ -122,6 +122,8 @@ pub struct Config {
     pub exporter: ExporterKind,
     /// Where each signal goes (`--metrics-exporter`, `OTEL_LOGS_EXPORTER`, ...).
     pub sinks: SignalSinks,
+    /// An OTLP endpoint was set (flag, variable or file), not defaulted: `record` exports only then.
+    pub otlp_endpoint_explicit: bool,
     pub proc_root: PathBuf,
     pub include_command_line: bool,
     pub read_environ: bool,
@@ -358,6 +360,7 @@ impl Config {
             export_interval,
             exporter,
             sinks,
+            otlp_endpoint_explicit: exporter::any_endpoint_explicit(run, &layers),
             proc_root: common.proc_root,
             include_command_line: common.include_command_line,
             read_environ: common.read_environ,

@@ -160,7 +160,7 @@ impl FindingTracker {
 
 /// Name of the gauge of active findings, with attribute `gpulse.diagnosis.rule`.
 pub const ACTIVE_GAUGE_NAME: &str = "gpulse.diagnosis.active";
-/// Its unit and description, the same in OTLP (`crate::telemetry`) and Prometheus.
+/// Its unit and description, the same in OTLP (`crate::export::telemetry`) and Prometheus.
 pub const ACTIVE_GAUGE_UNIT: &str = "{finding}";
 pub const ACTIVE_GAUGE_DESCRIPTION: &str = "Diagnosis findings active now, by rule.";
 

@@ -1,8 +1,8 @@
 //! The companion's spans while recording: `gpulse record` can be the job's OTLP endpoint (its
 //! `--otlp-receiver-*` flags, as `gpulse run` has them). The receiver's intake hands every trace
 //! request to [`collector`]'s observer, which keeps the `epoch`, `step` and `data_wait` spans for
-//! the report. `record` does not export yet, so what the receiver accepts goes to
-//! [`Discard`] instead of upstream.
+//! the report; the request itself goes on through the exporter's queue, upstream when an
+//! endpoint was set (`commands::record`).
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -12,7 +12,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::model::SpanKind;
 use crate::enrich::SpanObserver;
-use crate::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 
 /// One span of the training loop, in Unix time.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,21 +58,4 @@ pub fn collector() -> (SpanObserver, mpsc::Receiver<ReceivedSpan>) {
         }
     }));
     (observer, rx)
-}
-
-/// A transport that accepts and drops: the receiver's queue needs one while `record` does not
-/// export.
-#[derive(Debug, Clone, Copy)]
-pub struct Discard;
-
-impl Transport for Discard {
-    async fn send(
-        &self,
-        _signal: Signal,
-        _request: &EncodedRequest,
-    ) -> Result<SendOutcome, SendError> {
-        Ok(SendOutcome {
-            partial_success: None,
-        })
-    }
 }

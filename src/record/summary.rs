@@ -40,6 +40,43 @@ pub struct Summary<'a> {
     /// Where the HTML report was written, as an absolute path (to copy it off an SSH box);
     /// `null` with `--report none` or when it could not be written.
     pub report: Option<String>,
+    /// What became of the OTLP export while recording; `null` when nothing was exported (no
+    /// endpoint set, or `gpulse report`).
+    pub export: Option<ExportSummary>,
+}
+
+/// The export's outcome (`--otlp-endpoint` or `OTEL_EXPORTER_OTLP_*ENDPOINT` set).
+#[derive(Debug, Serialize)]
+pub struct ExportSummary {
+    /// The endpoints the signals were sent to.
+    pub destinations: Vec<String>,
+    /// Requests accepted by the backend, and the data points, log records and spans in them.
+    pub delivered_requests: u64,
+    pub delivered_items: u64,
+    /// Requests that never reached it (dropped, or still queued when the flush bound ran out).
+    pub lost_requests: u64,
+    pub lost_items: u64,
+    /// Failed attempts by reason (`connect`, `timeout`, `http_503`, ...), retries included.
+    pub failures: std::collections::BTreeMap<String, u64>,
+}
+
+impl ExportSummary {
+    pub fn of(outcome: &crate::export::ExportOutcome) -> Self {
+        let lost = outcome.lost();
+        Self {
+            destinations: outcome.destinations.clone(),
+            delivered_requests: outcome.stats.delivered.requests,
+            delivered_items: outcome.stats.delivered.points,
+            lost_requests: lost.requests,
+            lost_items: lost.points,
+            failures: outcome
+                .stats
+                .failures
+                .iter()
+                .map(|(reason, n)| (reason.to_string(), *n))
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -187,6 +224,7 @@ impl<'a> Summary<'a> {
             energy_wh: energy.map(|j| j / 3600.0),
             findings: &recording.findings,
             report: None,
+            export: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! (examples/bench_floor.rs runs it as a process, benches/hotpath times one tick of it).
 //!
 //! The scalar fields' calls are not listed here: they come from the schema
-//! ([`field_calls`]), made through the sampler's own [`read_call`], so a field added to the
+//! ([`field_calls`]), made through the sampler's own `read_call`, so a field added to the
 //! schema is in the floor with no change here. Then, as the sampler makes them: throttle
 //! reasons, the row remapper and violation times; GPM, NVLink and MIG through the sampler's own
 //! readers (their bookkeeping, pairing GPM samples and learning link counts and MIG devices,

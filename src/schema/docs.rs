@@ -1,8 +1,14 @@
 //! The generated parts of docs/metrics.md: each metric table rendered from [`METRICS`], written
 //! between `<!-- BEGIN GENERATED: <name> -->` and `<!-- END GENERATED: <name> -->` markers so the
-//! hand-written prose around them stays. `cargo run --example schema_docs` rewrites them; a test
-//! fails when the committed page and the schema disagree.
+//! hand-written prose around them stays; and docs/schema.json, every device and GPM field with
+//! its NVML source, unit, metric and dcgm-exporter name, for tools outside the Rust code (the
+//! device check reads it). `cargo run --example schema_docs` rewrites them; a test fails when a
+//! committed file and the schema disagree.
 
+use serde_json::{json, Value};
+
+use super::device::{FieldMetric, DEVICE_FIELDS};
+use super::gpm::GPM_FIELDS;
 use super::metrics::{MetricSpec, Section, METRICS};
 
 /// The command that regenerates the tables, for error messages.
@@ -92,9 +98,129 @@ pub fn regenerate_metrics_md(doc: &str) -> Result<String, String> {
         })
 }
 
+/// Where docs/schema.json is, from the repository root.
+pub const SCHEMA_JSON: &str = "docs/schema.json";
+
+/// A field's metric, as docs/schema.json writes it.
+fn metric_json(metric: &FieldMetric) -> Value {
+    let spec = metric.id.spec();
+    json!({
+        "name": spec.name,
+        "instrument": spec.instrument.as_str(),
+        "unit": spec.unit,
+        "attribute": metric.attribute.map(|(key, value)| json!({ key: value })),
+        "max": metric.max.map(|m| m.spec().name),
+        "min": metric.min.map(|m| m.spec().name),
+    })
+}
+
+/// docs/schema.json: every device field (key, NVML source, unit, window kind, metric, dcgm
+/// name) and every GPM field, in table order.
+pub fn schema_json() -> String {
+    let device_fields: Vec<Value> = DEVICE_FIELDS
+        .iter()
+        .map(|spec| {
+            let source = spec.source;
+            json!({
+                "key": spec.key,
+                "source": {
+                    "call": format!("{:?}", source.call),
+                    "function": source.call.c_name(),
+                    "arguments": source.call.arguments(),
+                    "member": (!source.member.is_empty()).then_some(source.member),
+                    "scale": source.scale.as_str(),
+                    "factor": source.scale.factor(),
+                },
+                "unit": spec.unit(),
+                "whole": spec.whole,
+                "window": spec.window.as_str(),
+                "metric": metric_json(&spec.metric),
+                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str() })),
+            })
+        })
+        .collect();
+    let gpm_fields: Vec<Value> = GPM_FIELDS
+        .iter()
+        .map(|spec| {
+            json!({
+                "key": spec.key,
+                "source": {
+                    "gpm_metric": format!("{:?}", spec.nvml),
+                    "gpm_metric_id": spec.nvml.as_c(),
+                    "scale": "percent_to_ratio",
+                    "factor": 0.01,
+                },
+                "unit": spec.metric.id.spec().unit,
+                "metric": metric_json(&spec.metric),
+                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str() })),
+            })
+        })
+        .collect();
+    let doc = json!({
+        "about": format!(
+            "gpulse's device fields, generated from src/schema by `{REGENERATE}`; do not edit"
+        ),
+        "device_fields": device_fields,
+        "gpm_fields": gpm_fields,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).expect("the schema is plain JSON");
+    text.push('\n');
+    text
+}
+
+/// docs/schema.json as the schema gives it, whatever the committed file holds (the file is
+/// generated whole).
+///
+/// # Errors
+/// Never; the signature is the one every generated file's shares.
+pub fn regenerate_schema_json(_committed: &str) -> Result<String, String> {
+    Ok(schema_json())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed docs/schema.json is what the schema generates.
+    #[test]
+    fn docs_schema_json_matches_the_schema() {
+        let path = format!("{}/{SCHEMA_JSON}", env!("CARGO_MANIFEST_DIR"));
+        let committed = std::fs::read_to_string(&path).expect("docs/schema.json");
+        assert!(
+            committed == schema_json(),
+            "docs/schema.json is out of date with src/schema: run `{REGENERATE}` and commit \
+             the result"
+        );
+    }
+
+    #[test]
+    fn schema_json_lists_every_field_with_its_source() {
+        let doc: Value = serde_json::from_str(&schema_json()).expect("valid JSON");
+        let fields = doc["device_fields"].as_array().expect("device_fields");
+        assert_eq!(fields.len(), DEVICE_FIELDS.len());
+        let used = fields
+            .iter()
+            .find(|f| f["key"] == "bar1_used_bytes")
+            .expect("BAR1 used");
+        assert_eq!(used["source"]["function"], "nvmlDeviceGetBAR1MemoryInfo");
+        assert_eq!(used["source"]["member"], "bar1Used");
+        assert_eq!(used["unit"], "By");
+        assert_eq!(used["metric"]["name"], "nvidia.gpu.bar1.memory.usage");
+        assert_eq!(used["dcgm"]["name"], "DCGM_FI_DEV_BAR1_USED");
+        let sm = fields
+            .iter()
+            .find(|f| f["key"] == "sm_clock_mhz")
+            .expect("SM clock");
+        assert_eq!(sm["source"]["arguments"], json!(["NVML_CLOCK_SM"]));
+        assert_eq!(
+            sm["metric"]["attribute"],
+            json!({"nvidia.gpu.clock.type": "sm"})
+        );
+        assert_eq!(
+            doc["gpm_fields"].as_array().map(Vec::len),
+            Some(GPM_FIELDS.len())
+        );
+    }
 
     /// The committed docs/metrics.md tables are what the schema generates.
     #[test]

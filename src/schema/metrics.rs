@@ -6,7 +6,7 @@
 //! or follow the conventions' patterns (`process.gpu.*`).
 //!
 //! gpulse's own health metrics (`gpulse.export.*`, `gpulse.sample.*`) are not here: they are
-//! instruments of the OpenTelemetry SDK in `crate::telemetry`.
+//! instruments of the OpenTelemetry SDK in `crate::export::telemetry`.
 
 use opentelemetry_semantic_conventions::metric as semconv;
 

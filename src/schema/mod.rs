@@ -6,11 +6,13 @@
 //! table and its enum are declared by one macro, so counts are derived and a row cannot be out
 //! of place.
 //!
-//! Sampling reads what the tables list, the window aggregates by each row's [`WindowKind`],
-//! the metrics builder and the Prometheus families name by the typed ids, and the generated
-//! parts of docs/metrics.md, docs/prometheus.md and `schema.json` (which the benchmark floor
-//! and the device check read) come from [`docs`]. A new NVML field is one row here plus its read
-//! in `sampling::device`; CONTRIBUTING.md walks through it.
+//! Sampling makes each row's [`Source`] call (the benchmark floor makes the same list), the
+//! window aggregates by each row's [`WindowKind`], the metrics builder and the Prometheus
+//! families name by the typed ids, and the generated parts of docs/metrics.md,
+//! docs/prometheus.md and docs/schema.json (which the device check reads) come from [`docs`]
+//! (the dcgm-exporter and Prometheus name tables from `export::prometheus::docs`). A new NVML
+//! field is one row here, plus its call in `sampling::calls::read_call` when the call is new;
+//! CONTRIBUTING.md walks through it.
 //!
 //! Pure data: depends on nothing else in gpulse.
 

@@ -69,8 +69,8 @@ def compose(stack, workloads):
 
 def test_every_dashboard_query_returns_data(compose, stack):
     # The "Distributed training" row needs ranks that send step spans, which this stack has
-    # none of: its gpulse_training_step_* series are produced by test_ranks_across_nodes, whose
-    # two gpulse instances feed the real Prometheus. Everything else must answer here.
+    # none of: test_ranks_across_nodes runs that row's panel queries against the real Prometheus
+    # fed by two gpulse instances with ranks. Everything else must answer here.
     queries = [(where, grafana(expr), label) for where, expr, label in dashboard_queries()
                if "gpulse_training_step_" not in expr]
     assert len(queries) >= 20, f"the dashboard has fewer queries than expected: {queries}"

@@ -7,8 +7,11 @@ own receiver, which evaluates the PrometheusRule's `gpulse.distributed` group as
 (examples/kubernetes/prometheus-operator/prometheusrule.yaml). Job `slow`: ranks 0 and 1 on node
 A wait in all-reduce for rank 2 on node B, which waits for nobody. Neither gpulse alone can
 compare rank 2 with the others (node B has one rank); Prometheus, from the exported
-gpulse.training.step.* series, names rank 2 on node B, and only it."""
+gpulse.training.step.* series, names rank 2 on node B, and only it. Every panel query of the
+shipped Grafana dashboard's "Distributed training" row runs against that Prometheus and must
+answer for each rank."""
 
+import json
 import os
 import sys
 
@@ -16,6 +19,7 @@ import pytest
 import yaml
 
 from backend_stack import HERE, REPO, free_port, gpulse_paths, promql, start_prometheus
+from test_compose_stack import DASHBOARD, grafana
 
 PROMETHEUS_RULE = REPO / "examples" / "kubernetes" / "prometheus-operator" / "prometheusrule.yaml"
 RANK = HERE / "rank.py"
@@ -58,6 +62,22 @@ def distributed_rules(tmp):
     path = tmp / "distributed-rules.yml"
     path.write_text(yaml.safe_dump({"groups": groups}))
     return path, groups[0]
+
+
+def distributed_row_queries():
+    """(panel title, expr) of every panel in the dashboard's "Distributed training" row: the
+    panels after its row header until the next row, or inside it when the row is collapsed."""
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    out, in_row = [], False
+    for panel in dash["panels"]:
+        if panel["type"] == "row":
+            in_row = panel["title"].startswith("Distributed training")
+            children = panel.get("panels", [])
+        else:
+            children = [panel]
+        if in_row:
+            out += [(p["title"], t["expr"]) for p in children for t in p.get("targets", [])]
+    return out
 
 
 def alert_expr(group, name):
@@ -125,3 +145,30 @@ def test_the_cross_node_rule_names_the_straggler_on_the_other_node(two_nodes, st
     alerts = stack.wait_until("the alert to be pending",
                               lambda: promql(prom, 'ALERTS{alertname="GpulseRankStragglerAcrossNodes"}'))
     assert {(a["metric"]["pytorch_distributed_rank"], a["metric"]["host_name"]) for a in alerts} == {("2", "node-b")}
+
+
+def test_every_panel_of_the_distributed_training_row_answers_for_each_rank(two_nodes, stack):
+    prom, _, _ = two_nodes
+    queries = distributed_row_queries()
+    assert len(queries) >= 3, f"the row has fewer panel queries than expected: {queries}"
+    answers = {}
+
+    def each_rank_answers():
+        for title, expr in queries:
+            answers[title] = {(s["metric"].get("pytorch_distributed_job_id"), s["metric"].get("pytorch_distributed_rank"),
+                               s["metric"].get("host_name")): float(s["value"][1])
+                              for s in promql(prom, grafana(expr))}
+        return all({key[1] for key in a if key[0] == "slow"} == {"0", "1", "2"} for a in answers.values())
+
+    try:
+        stack.wait_until("every panel of the row to answer for ranks 0, 1 and 2", each_rank_answers)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"panels without every rank: {json.dumps({t: str(a) for t, a in answers.items()}, indent=1)}\n{e}")
+    by_title = {title: {key[1:]: value for key, value in a.items() if key[0] == "slow"} for title, a in answers.items()}
+    step = next(a for t, a in by_title.items() if t.startswith("Step time"))
+    assert step == pytest.approx({("0", "node-a"): STEP_S, ("1", "node-a"): STEP_S, ("2", "node-b"): STEP_S}), step
+    share = next(a for t, a in by_title.items() if t.startswith("Collective wait share"))
+    assert share == pytest.approx({("0", "node-a"): 0.6, ("1", "node-a"): 0.6, ("2", "node-b"): 0.0}), share
+    # Busy time over the job's median rank: 0.2 s / 0.08 s for rank 2, 1 for the others.
+    straggler = next(a for t, a in by_title.items() if t.startswith("Straggler"))
+    assert straggler == pytest.approx({("0", "node-a"): 1.0, ("1", "node-a"): 1.0, ("2", "node-b"): 2.5}), straggler

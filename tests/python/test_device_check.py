@@ -1,6 +1,8 @@
 """scripts/device-check, fields only, on a machine without a GPU: gpulse reads the independent
-NVML (tests/fixtures/other-nvml) while NVIDIA's binding and a stand-in nvidia-smi read the same
-library, so every compared value is real; then a mismatch must fail the check."""
+NVML (tests/fixtures/other-nvml), then nvml-sim, while NVIDIA's binding and a stand-in nvidia-smi
+read the same library, so every compared value is real; every field of docs/schema.json must be
+compared through its pynvml reading; then a mismatch, or a schema field the check has no
+pynvml reading for, must fail the check."""
 
 import json
 import os
@@ -57,9 +59,10 @@ def holder():
     p.wait()
 
 
-def _device_check(lib: Path, gpulse_lib: Path, out: Path, pid: int) -> subprocess.CompletedProcess:
+def _device_check(lib: Path, gpulse_lib: Path, out: Path, pid: int, **extra_env) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
+        **extra_env,
         LD_LIBRARY_PATH=str(lib.parent),
         OTHER_NVML_PIDS=f"{pid}:1048576",
         # the stand-in is a Python script that needs this interpreter's pynvml
@@ -139,3 +142,103 @@ def test_activity_must_rise_while_the_matmul_runs():
         report = device_check.Report()
         device_check.activity_checks(report, lines, 25, 55)
         assert [r.ok for r in report.rows] == expected, [r.__dict__ for r in report.rows]
+
+
+# Every device field given (fans, ECC, encoder, PCIe traffic and replays, a P-state, BAR1) and
+# constant, so pynvml's reading a moment after gpulse's must agree; only energy counts on.
+SIM_SCENARIO = """
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-dc000000-1111-4111-8111-111111111111"
+fans = 2
+energy_start_j = 1000
+bar1_used_mib = 300
+[device.signals]
+gpu_util = 62
+mem_util = 31
+encoder_util = 7
+decoder_util = 9
+temperature_c = 58
+power_w = 412.5
+clock_sm_mhz = 1755
+clock_mem_mhz = 2619
+clock_graphics_mhz = 1740
+fan_percent = 44
+pcie_tx_kbps = 123456
+pcie_rx_kbps = 654321
+ecc_corrected = 5
+ecc_uncorrected = 1
+pstate = 2
+pcie_replays = 3
+[device.gpm]
+sm_activity = 0.5
+sm_occupancy = 0.375
+tensor_activity = 0.25
+dram_activity = 0.125
+fp16_activity = 0.0625
+fp32_activity = 0.5
+fp64_activity = 0.25
+integer_activity = 0.125
+graphics_activity = 0.75
+[[device.process]]
+pid_env = "DEVICE_CHECK_PID"
+memory_used_mib = 1024
+"""
+
+
+def _schema() -> dict:
+    return json.loads((REPO / "docs" / "schema.json").read_text())
+
+
+def test_every_schema_field_agrees_with_pynvml_on_nvml_sim(holder, tmp_path):
+    sim = tmp_path / "sim"
+    sim.mkdir()
+    lib = sim / "libnvidia-ml.so.1"
+    shutil.copy(_find_cdylib(), lib)
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SIM_SCENARIO)
+    out = tmp_path / "check"
+    proc = _device_check(lib, lib, out, holder, NVML_SIM_SCENARIO=str(scenario),
+                         DEVICE_CHECK_PID=str(holder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary, rows = _rows(out)
+    gpu = "GPU GPU-dc000000-1111-4111-8111-111111111111"
+    schema = _schema()
+    for field in schema["device_fields"]:
+        row = rows.get((gpu, field["key"], "pynvml"))
+        assert row is not None, f"{field['key']} was not compared with pynvml"
+        # Compared, not "absent on both": the scenario gives every field.
+        assert row["ok"] is True, row
+    for field in schema["gpm_fields"]:
+        assert rows[(gpu, field["key"], "pynvml GPM")]["ok"] is True, field["key"]
+    # Values the scenario sets, through pynvml's member and the schema's factor.
+    assert rows[(gpu, "bar1_used_bytes", "pynvml")]["reference"] == 300 * 1024 * 1024
+    assert rows[(gpu, "fan_speed", "pynvml")]["reference"] == pytest.approx(0.44)
+    assert rows[(gpu, "pcie_tx_bytes_per_second", "pynvml")]["reference"] == 123456 * 1024
+    assert rows[(gpu, "power_watts", "pynvml")]["reference"] == pytest.approx(412.5)
+    assert rows[(gpu, "graphics_activity", "pynvml GPM")]["reference"] == pytest.approx(0.75)
+
+
+def test_a_schema_field_without_a_pynvml_reading_stops_the_check(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import device_check
+
+    # The committed schema: every field has its reading and its tolerance.
+    assert device_check.mapping_problems(_schema()) == []
+    schema = _schema()
+    new = json.loads(json.dumps(schema["device_fields"][0]))
+    new["key"] = "shiny_new_field"
+    new["source"]["call"] = "ShinyNewCall"
+    new["source"]["function"] = "nvmlDeviceGetShinyNew"
+    schema["device_fields"].append(new)
+    problems = device_check.mapping_problems(schema)
+    assert len(problems) == 2 and all("shiny_new_field" in p for p in problems), problems
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts/device_check.py"), "--gpulse", str(_gpulse()),
+         "--schema", str(path), "--no-workload", "--out", str(tmp_path / "check")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no pynvml reading for ShinyNewCall" in proc.stderr, proc.stderr

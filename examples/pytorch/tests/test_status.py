@@ -21,9 +21,23 @@ from otel_torch_train.status import DEFAULT_STATUS_URL, status_url
 
 MiB = 1 << 20
 RECORDED = json.loads((FIXTURES / "gpulse_status.json").read_text())
+# gpulse's field schema (generated from its src/schema): every device field /status reports.
+SCHEMA = json.loads((FIXTURES.parents[3] / "docs" / "schema.json").read_text())
 # The recording's trainer is the process on GPU 0; its neighbour is on GPU 1.
 TRAINER_PID = next(p["pid"] for p in RECORDED["processes"] if p["device_index"] == 0)
 NEIGHBOUR_PID = next(p["pid"] for p in RECORDED["processes"] if p["device_index"] == 1)
+
+
+def test_the_recording_has_every_device_field_of_gpulse_schema():
+    # A field added to gpulse after the recording would be a key the companion never met here.
+    keys = [f["key"] for f in SCHEMA["device_fields"] + SCHEMA["gpm_fields"]]
+    assert len(keys) > 30
+    for device in RECORDED["devices"]:
+        missing = [k for k in keys if k not in device]
+        assert not missing, (
+            f"gpulse_status.json's GPU {device['index']} lacks {missing}: re-record it with "
+            "examples/pytorch/tests/fixtures/record_gpulse_status.sh"
+        )
 
 
 class FakeCuda:

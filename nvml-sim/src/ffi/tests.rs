@@ -447,3 +447,50 @@ fn energy_is_the_integral_of_power() {
     assert_eq!(e, 10_000_000);
     assert_eq!(nvmlShutdown(), SUCCESS);
 }
+
+#[test]
+fn the_call_counter_counts_each_function_by_name() {
+    let _g = with(TWO_GPUS);
+    let count_of = |wanted: &str| -> u64 {
+        let mut index = 0;
+        loop {
+            let mut name = [0 as c_char; 96];
+            let mut count = 0u64;
+            let rc = unsafe {
+                nvmlSimGetCallCount(index, name.as_mut_ptr(), name.len() as c_uint, &mut count)
+            };
+            assert_eq!(rc, SUCCESS, "{wanted} is not listed");
+            let got = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+            if got.to_str() == Ok(wanted) {
+                return count;
+            }
+            index += 1;
+        }
+    };
+    assert_eq!(nvmlInit_v2(), SUCCESS);
+    let before = count_of("nvmlDeviceGetPowerUsage");
+    let other = count_of("nvmlDeviceGetTemperature");
+    let h = handle(0);
+    let mut mw = 0;
+    for _ in 0..3 {
+        assert_eq!(unsafe { nvmlDeviceGetPowerUsage(h, &mut mw) }, SUCCESS);
+    }
+    // A call that fails (NULL output) is counted too: it was made.
+    assert_eq!(
+        unsafe { nvmlDeviceGetPowerUsage(h, null_mut()) },
+        INVALID_ARGUMENT
+    );
+    assert_eq!(count_of("nvmlDeviceGetPowerUsage"), before + 4);
+    assert_eq!(count_of("nvmlDeviceGetTemperature"), other);
+    let (mut name, mut count) = ([0 as c_char; 8], 0u64);
+    // Past the last function; and a name that does not fit.
+    assert_eq!(
+        unsafe { nvmlSimGetCallCount(10_000, name.as_mut_ptr(), 8, &mut count) },
+        NOT_FOUND
+    );
+    assert_eq!(
+        unsafe { nvmlSimGetCallCount(0, name.as_mut_ptr(), 8, &mut count) },
+        INSUFFICIENT_SIZE
+    );
+    assert_eq!(nvmlShutdown(), SUCCESS);
+}

@@ -14,7 +14,6 @@
 
 mod health;
 mod prometheus;
-mod self_health;
 pub mod status;
 
 use std::sync::Arc;
@@ -23,17 +22,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::attribution::AttributedWindow;
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
-use crate::export::logs::{findings_request, log_record_count};
-use crate::export::metrics::{metrics_batch_with_training, MetricsBatch};
-use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueHandle, QueueLimits};
-use crate::export::resource::{host_name, NodeIdentity};
-use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
+use crate::export::transport::TransportBuildError;
+use crate::export::Exporter;
 use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread};
 use crate::sampling::{SessionError, WindowAggregator};
-use crate::telemetry::SelfTelemetry;
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
 #[derive(Debug, thiserror::Error)]
@@ -123,48 +117,22 @@ struct Pipeline {
     sampler: Option<SamplerThread>,
     sampler_health: Arc<SamplerHealth>,
     analyzer: Analyzer,
-    node: NodeIdentity,
-    queue: QueueHandle,
-    sender: tokio::task::JoinHandle<crate::export::queue::FlushReport>,
-    /// gpulse's own health metrics, on the OTel SDK, collected into each window's request.
-    telemetry: SelfTelemetry,
+    /// The node identity, the delivery queue and gpulse's own health metrics.
+    exporter: Exporter,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
     /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
     receivers: Option<crate::enrich::Receivers>,
     /// `/metrics` (`--prometheus-addr`).
     _prometheus: Option<prometheus::MetricsEndpoint>,
-    /// Where gpulse's own metrics and findings go; an `Off` signal is never built nor queued.
-    sinks: crate::config::SignalSinks,
 }
 
 use crate::sampling::Snapshot;
 
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
-        let node = node_identity(config);
-        tracing::info!(
-            nvml_lib = %config.nvml_lib.display(),
-            sample_interval = ?config.sample_interval,
-            export_interval = ?config.export_interval,
-            service.name = %node.service_name,
-            "gpulse {} starting",
-            env!("CARGO_PKG_VERSION")
-        );
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
         let analyzer = Analyzer::new(config);
-        let transports = SignalTransports::from_exporter(&config.exporter, &config.sinks)?;
-        let not_forwarded: Vec<Signal> = [Signal::Metrics, Signal::Logs, Signal::Traces]
-            .into_iter()
-            .filter(|signal| !transports.carries(*signal))
-            .collect();
-        log_sinks(config);
-        let limits = QueueLimits {
-            max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-            max_age: config.queue.max_age,
-        };
-        let (queue, sender) = DeliveryQueue::new(limits, BackoffPolicy::default(), transports);
-        let sender = tokio::spawn(sender.run());
 
         // Enough room for a few export intervals of snapshots; the thread never waits on it.
         let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
@@ -180,6 +148,16 @@ impl Pipeline {
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
+        let exporter = Exporter::start(config, Arc::clone(&sampler_health), analyzer.subscribe())?;
+        tracing::info!(
+            nvml_lib = %config.nvml_lib.display(),
+            sample_interval = ?config.sample_interval,
+            export_interval = ?config.export_interval,
+            service.name = %exporter.node().service_name,
+            "gpulse {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
+        log_sinks(config);
         let health_server = match config.health_addr {
             Some(addr) => Some(
                 health::serve(
@@ -194,64 +172,35 @@ impl Pipeline {
             None => None,
         };
         let receivers = if config.otlp_receiver.enabled() {
-            let history = crate::enrich::HistoryHandle::new(
-                config.otlp_receiver.history,
-                config.sample_interval,
-            );
-            let intake = crate::enrich::Intake::new(
-                queue.clone(),
-                history,
-                crate::enrich::IntakeSettings {
-                    proc_root: config.proc_root.clone(),
-                    max_queue_bytes: limits.max_bytes,
-                    max_wait: config.sample_interval,
-                },
-            )
-            .with_framework(analyzer.framework())
-            .without_forwarding(&not_forwarded);
-            Some(
-                crate::enrich::Receivers::start(
-                    config.otlp_receiver.grpc,
-                    config.otlp_receiver.http,
-                    Arc::new(intake),
-                )
-                .await?,
-            )
+            Some(start_receivers(config, &analyzer, &exporter).await?)
         } else {
             None
         };
         let prometheus = match config.prometheus.addr {
             Some(addr) => Some(
-                prometheus::start(addr, config.prometheus, node.clone(), analyzer.subscribe())
-                    .await
-                    .map_err(|source| RunError::Prometheus { addr, source })?,
+                prometheus::start(
+                    addr,
+                    config.prometheus,
+                    exporter.node().clone(),
+                    analyzer.subscribe(),
+                )
+                .await
+                .map_err(|source| RunError::Prometheus { addr, source })?,
             ),
             None => None,
         };
         warn_if_no_processes_visible(&config.proc_root);
-        let telemetry = SelfTelemetry::start(
-            &node,
-            self_health::reader(
-                queue.clone(),
-                Arc::clone(&sampler_health),
-                analyzer.subscribe(),
-            ),
-        );
         Ok(Self {
             snapshots,
             aggregator: WindowAggregator::new(),
             sampler: Some(sampler),
             sampler_health,
             analyzer,
-            node,
-            queue,
-            sender,
-            telemetry,
+            exporter,
             stall_reported: false,
             _health_server: health_server,
             receivers,
             _prometheus: prometheus,
-            sinks: config.sinks,
         })
     }
 
@@ -283,51 +232,12 @@ impl Pipeline {
             }
             analysis
         });
-        if self.sinks.metrics != Sink::Off {
-            self.export_metrics(analysis.as_ref());
-        }
-        if let Some(analysis) = analysis.filter(|a| !a.events.is_empty()) {
-            // Logged whatever the logs exporter: with `none` (Prometheus-only) this line and the
-            // /metrics findings gauge are what the on-call engineer has.
+        // Logged whatever the logs exporter: with `none` (Prometheus-only) these lines and the
+        // /metrics findings gauge are what the on-call engineer has.
+        if let Some(analysis) = &analysis {
             analysis.events.iter().for_each(log_finding);
-            if self.sinks.logs != Sink::Off {
-                self.export_findings(&analysis.events, &analysis.attributed);
-            }
         }
-    }
-
-    /// Queues the window's metrics request, gpulse's own health included.
-    fn export_metrics(&mut self, analysis: Option<&crate::pipeline::Analysis>) {
-        let batch = match analysis {
-            Some(a) => metrics_batch_with_training(&a.attributed, &a.training, &self.node),
-            None => MetricsBatch::default(),
-        };
-        let points = batch.point_count() as u64;
-        let window = if points > 0 {
-            batch.encode()
-        } else {
-            Vec::new()
-        };
-        // gpulse's own health rides in the window's request (alone when the window had no
-        // sample): one metrics request per export interval.
-        let (body, points) = self.telemetry.add_to_window(window, points);
-        if points > 0 {
-            self.push(Signal::Metrics, EncodedRequest::new(body, points));
-        }
-    }
-
-    fn export_findings(&mut self, events: &[FindingEvent], attributed: &AttributedWindow) {
-        let request = findings_request(&self.node, events, attributed);
-        let records = log_record_count(&request) as u64;
-        self.push(
-            Signal::Logs,
-            EncodedRequest::from_message(&request, records),
-        );
-    }
-
-    /// Queues a request; the queue itself logs (rate-limited) when its bound makes it drop.
-    fn push(&self, signal: Signal, request: EncodedRequest) {
-        self.queue.push(signal, request);
+        self.exporter.export(analysis.as_ref());
     }
 
     async fn shutdown(mut self) {
@@ -343,20 +253,47 @@ impl Pipeline {
             self.aggregator.add(&snapshot);
         }
         self.export_window();
-        self.telemetry.shutdown();
-        let report = self.queue.flush(Instant::now() + SHUTDOWN_FLUSH).await;
-        if report.undelivered.requests > 0 {
+        let outcome = self.exporter.shutdown(SHUTDOWN_FLUSH).await;
+        if outcome.flush.undelivered.requests > 0 {
             tracing::warn!(
                 "stopped with {} request(s) ({} points) not delivered: the backend did not accept \
                  them within {:?}",
-                report.undelivered.requests,
-                report.undelivered.points,
+                outcome.flush.undelivered.requests,
+                outcome.flush.undelivered.points,
                 SHUTDOWN_FLUSH
             );
         }
-        self.sender.abort();
         tracing::info!("gpulse stopped");
     }
+}
+
+/// The local OTLP receiver (`--otlp-receiver-*`): what it accepts is enriched, feeds the
+/// framework evidence, and is forwarded through the exporter's queue when a transport carries
+/// its signal.
+async fn start_receivers(
+    config: &Config,
+    analyzer: &Analyzer,
+    exporter: &Exporter,
+) -> Result<crate::enrich::Receivers, crate::enrich::ReceiverError> {
+    let history =
+        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval);
+    let intake = crate::enrich::Intake::new(
+        exporter.queue().clone(),
+        history,
+        crate::enrich::IntakeSettings {
+            proc_root: config.proc_root.clone(),
+            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
+            max_wait: config.sample_interval,
+        },
+    )
+    .with_framework(analyzer.framework())
+    .without_forwarding(exporter.not_forwarded());
+    crate::enrich::Receivers::start(
+        config.otlp_receiver.grpc,
+        config.otlp_receiver.http,
+        Arc::new(intake),
+    )
+    .await
 }
 
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
@@ -406,17 +343,4 @@ fn log_finding(event: &FindingEvent) {
         event.state.as_str(),
         f.summary
     );
-}
-
-/// The node resource: the resolved service name and resource attributes, this host's name, a
-/// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
-fn node_identity(config: &Config) -> NodeIdentity {
-    let instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    NodeIdentity::resolve(
-        config.service_name.clone(),
-        &config.resource_attributes,
-        host_name(),
-        instance,
-        config.downward.node_name.clone(),
-    )
 }

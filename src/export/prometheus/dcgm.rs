@@ -22,11 +22,19 @@ use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
-use crate::sampling::{DeviceStatus, MigInstanceWindow};
-use crate::schema::DcgmScale;
+use crate::sampling::{DeviceStatus, DeviceWindow, MigInstanceWindow};
+use crate::schema::{DcgmScale, DcgmSeries};
 use crate::schema::{DeviceField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 const MIB: u64 = 1 << 20;
+
+/// The XID series, the one dcgm-exporter series that is not a schema field: it reports events
+/// (the last XID code), not a sampled value.
+pub(super) const XID_ERRORS: DcgmSeries = DcgmSeries {
+    name: "DCGM_FI_DEV_XID_ERRORS",
+    help: "Value of the last XID error encountered (0: none since gpulse started).",
+    scale: DcgmScale::Whole,
+};
 
 /// A dcgm-exporter name: used as is, no unit suffix, no `_total`.
 fn dcgm_name(name: &str) -> PromName {
@@ -144,8 +152,8 @@ pub(super) fn push_devices(
             );
         }
         b.push(
-            &dcgm_name("DCGM_FI_DEV_XID_ERRORS"),
-            "Value of the last XID error encountered (0: none since gpulse started).",
+            &dcgm_name(XID_ERRORS.name),
+            XID_ERRORS.help,
             FamilyKind::Gauge,
             labels.clone(),
             SampleValue::Int(
@@ -154,23 +162,9 @@ pub(super) fn push_devices(
                     .map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
             ),
         );
-        // dcgm-exporter's DCGM_FI_PROF_* fields, 0–1 ratios (the window's mean), from GPM
-        // (Hopper and later). A GPU without GPM has none: a dashboard panel on them shows
-        // "no data", never a made-up 0.
-        for spec in &GPM_FIELDS {
-            let (Some(series), Some(ratio)) = (spec.dcgm, d.gpm.mean(spec.field)) else {
-                continue;
-            };
-            b.push(
-                &dcgm_name(series.name),
-                series.help,
-                FamilyKind::Gauge,
-                labels.clone(),
-                SampleValue::Float(ratio),
-            );
-        }
+        push_profiling(b, &labels, d, None);
         for m in &d.mig_instances {
-            push_mig_instance(b, attributed, &gpu_labels, m);
+            push_mig_instance(b, attributed, &gpu_labels, d, m);
         }
     }
 }
@@ -182,6 +176,7 @@ fn push_mig_instance(
     b: &mut Builder,
     attributed: &AttributedWindow,
     gpu_labels: &[(String, String)],
+    d: &DeviceWindow,
     m: &MigInstanceWindow,
 ) {
     let mut labels = Vec::with_capacity(gpu_labels.len() + 5);
@@ -208,15 +203,28 @@ fn push_mig_instance(
             SampleValue::Int((bytes / MIB) as i64),
         );
     }
+    push_profiling(b, &labels, d, Some(m));
+}
+
+/// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios (the window's mean), from GPM (Hopper and
+/// later): of the GPU `d`, or with `instance` of that MIG instance's GPU instance. Without GPM
+/// there are none: a dashboard panel on them shows "no data", never a made-up 0.
+fn push_profiling(
+    b: &mut Builder,
+    labels: &[(String, String)],
+    d: &DeviceWindow,
+    instance: Option<&MigInstanceWindow>,
+) {
+    let gpm = instance.map_or(&d.gpm, |m| &m.gpm);
     for spec in &GPM_FIELDS {
-        let (Some(series), Some(ratio)) = (spec.dcgm, m.gpm.mean(spec.field)) else {
+        let (Some(series), Some(ratio)) = (spec.dcgm, gpm.mean(spec.field)) else {
             continue;
         };
         b.push(
             &dcgm_name(series.name),
             series.help,
             FamilyKind::Gauge,
-            labels.clone(),
+            labels.to_vec(),
             SampleValue::Float(ratio),
         );
     }

@@ -1,14 +1,18 @@
-//! The generated name table of docs/prometheus.md: every metric of the schema's
+//! The generated tables of docs/prometheus.md: every metric of the schema's
 //! [`METRICS`](crate::schema::METRICS) with the Prometheus name this module's translation
-//! ([`names::metric_name`]) gives it, between `<!-- BEGIN/END GENERATED: prometheus-names -->`
-//! markers. It lives here, not in `schema::docs`, because the translation is the Prometheus
-//! exporter's. `cargo run --example schema_docs` rewrites it; a test fails when it drifts.
-//! gpulse's own health metrics (`src/telemetry`) are not in the schema and keep their
-//! hand-written table below it.
+//! ([`names::metric_name`]) gives it (`prometheus-names`), and every dcgm-exporter series
+//! `--prometheus-names dcgm` serves, from the schema's dcgm names (`dcgm-names`), each between
+//! `<!-- BEGIN/END GENERATED: ... -->` markers. They live here, not in `schema::docs`, because
+//! the translation and the series are the Prometheus exporter's. `cargo run --example
+//! schema_docs` rewrites them; a test fails when they drift. gpulse's own health metrics
+//! (`src/export/telemetry`) are not in the schema and keep their hand-written table below.
 
+use super::dcgm::XID_ERRORS;
 use super::names::{metric_name, OtlpKind};
 use crate::schema::docs::replace_block;
-use crate::schema::{Instrument, METRICS};
+use crate::schema::{
+    DcgmScale, DcgmSeries, FieldMetric, Instrument, WindowKind, DEVICE_FIELDS, GPM_FIELDS, METRICS,
+};
 
 /// The name table, in Markdown: OTLP name, unit, instrument, Prometheus name.
 pub fn names_table() -> String {
@@ -34,12 +38,79 @@ pub fn names_table() -> String {
     out
 }
 
-/// `doc` (docs/prometheus.md) with its generated name table brought up to date.
+/// The unit a dcgm-exporter series is in, for a field whose metric is in `unit`.
+fn dcgm_unit(series: &DcgmSeries, unit: &str) -> String {
+    match (series.scale, unit) {
+        (DcgmScale::Percent, _) => "%".into(),
+        (DcgmScale::Mebibytes, _) => "MiB".into(),
+        (DcgmScale::Millijoules, _) => "mJ".into(),
+        (_, "Cel") => "°C".into(),
+        (_, "1") => "0–1".into(),
+        (_, other) => other.trim_start_matches('{').trim_end_matches('}').into(),
+    }
+}
+
+/// A field's metric with the attribute that tells it apart, in Markdown.
+fn metric_cell(metric: &FieldMetric) -> String {
+    let name = metric.id.spec().name;
+    match metric.attribute {
+        Some((key, value)) => format!("`{name}{{{key}={value}}}`"),
+        None => format!("`{name}`"),
+    }
+}
+
+/// The dcgm-exporter table, in Markdown: every series `--prometheus-names dcgm` serves, its
+/// unit, and the gpulse metric (and what of the window) it comes from.
+pub fn dcgm_table() -> String {
+    let mut out = String::from(
+        "| dcgm-exporter | unit | gpulse source (same window) | description |\n\
+         | --- | --- | --- | --- |\n",
+    );
+    let mut row = |series: &DcgmSeries, unit: String, source: String| {
+        out.push_str(&format!(
+            "| `{}` | {unit} | {source} | {} |\n",
+            series.name,
+            series.help.replace('|', "\\|")
+        ));
+    };
+    for spec in &DEVICE_FIELDS {
+        let Some(series) = &spec.dcgm else { continue };
+        let what = match spec.window {
+            WindowKind::LifetimeCounter | WindowKind::IntegratedRate => {
+                "total since gpulse first saw the GPU"
+            }
+            WindowKind::Gauge | WindowKind::Last => "last sample",
+        };
+        let source = format!("{}, {what}", metric_cell(&spec.metric));
+        row(series, dcgm_unit(series, spec.unit()), source);
+    }
+    row(
+        &XID_ERRORS,
+        "XID code".into(),
+        "the last XID event since gpulse started, 0 if none".into(),
+    );
+    for spec in &GPM_FIELDS {
+        let Some(series) = &spec.dcgm else { continue };
+        let source = format!(
+            "{}, mean; GPM (Hopper and newer), absent without it",
+            metric_cell(&spec.metric)
+        );
+        row(
+            series,
+            dcgm_unit(series, spec.metric.id.spec().unit),
+            source,
+        );
+    }
+    out
+}
+
+/// `doc` (docs/prometheus.md) with its generated tables brought up to date.
 ///
 /// # Errors
 /// A message naming the marker the page lacks.
 pub fn regenerate_prometheus_md(doc: &str) -> Result<String, String> {
-    replace_block(doc, "prometheus-names", &names_table())
+    let doc = replace_block(doc, "prometheus-names", &names_table())?;
+    replace_block(&doc, "dcgm-names", &dcgm_table())
 }
 
 #[cfg(test)]
@@ -47,16 +118,16 @@ mod tests {
     use super::*;
     use crate::schema::docs::REGENERATE;
 
-    /// The committed docs/prometheus.md table is what the schema and the translation give.
+    /// The committed docs/prometheus.md tables are what the schema and the translation give.
     #[test]
-    fn docs_prometheus_md_names_match_the_schema() {
+    fn docs_prometheus_md_tables_match_the_schema() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md");
         let doc = std::fs::read_to_string(path).expect("docs/prometheus.md");
         let fresh =
             regenerate_prometheus_md(&doc).unwrap_or_else(|e| panic!("docs/prometheus.md: {e}"));
         assert!(
             fresh == doc,
-            "docs/prometheus.md's generated name table is out of date with src/schema: run \
+            "docs/prometheus.md's generated tables are out of date with src/schema: run \
              `{REGENERATE}` and commit the result"
         );
     }
@@ -69,5 +140,28 @@ mod tests {
             table.contains("| `hw.gpu.utilization` | `1` | gauge | `hw_gpu_utilization_ratio` |")
         );
         assert_eq!(table.lines().count(), METRICS.len() + 2);
+    }
+
+    /// Every dcgm name of the schema has its row, in the unit dcgm-exporter uses.
+    #[test]
+    fn the_dcgm_table_lists_every_series_of_the_schema() {
+        let table = dcgm_table();
+        let named = DEVICE_FIELDS.iter().filter(|s| s.dcgm.is_some()).count()
+            + GPM_FIELDS.iter().filter(|s| s.dcgm.is_some()).count();
+        assert_eq!(table.lines().count(), 2 + named + 1, "{table}");
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_BAR1_USED` | MiB | `nvidia.gpu.bar1.memory.usage`, last sample |"
+        ));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_GPU_UTIL` | % | `hw.gpu.utilization{hw.gpu.task=general}`, last sample |"
+        ));
+        assert!(table.contains("| `DCGM_FI_DEV_GPU_TEMP` | °C |"));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` | mJ | `hw.energy`, total since gpulse first saw the GPU |"
+        ));
+        assert!(
+            table.contains("| `DCGM_FI_PROF_SM_ACTIVE` | 0–1 | `nvidia.gpu.sm.activity`, mean;")
+        );
+        assert!(table.contains("| `DCGM_FI_DEV_PCIE_LINK_WIDTH` | lane |"));
     }
 }

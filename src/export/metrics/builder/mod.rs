@@ -24,7 +24,7 @@
 //!   `counters_start` (devices) or `first_seen` (processes).
 //!
 //! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
-//! built here: it is the OpenTelemetry SDK's, in `crate::telemetry`.
+//! built here: it is the OpenTelemetry SDK's, in `crate::export::telemetry`.
 
 mod accounting;
 mod device;

@@ -6,7 +6,7 @@
 //! SDK, and no reader thread wakes on a timer of its own.
 //!
 //! This module owns the instrument names, units and attributes of the health metrics and when
-//! they are read; where the numbers come from is the caller's (`commands::run`), given as a
+//! they are read; where the numbers come from is the caller's ([`super::exporter`]), given as a
 //! closure, so this module depends on neither the sampler thread nor the analyzer.
 
 use std::collections::BTreeMap;

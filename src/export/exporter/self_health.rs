@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use crate::diagnosis::RuleId;
 use crate::export::queue::QueueHandle;
+use crate::export::telemetry::{HealthReading, HealthSource};
 use crate::pipeline::SamplerHealth;
 use crate::pipeline::ViewReceiver;
-use crate::telemetry::{HealthReading, HealthSource};
 
 /// The closure `SelfTelemetry` calls once per collection.
 pub(super) fn reader(
