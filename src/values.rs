@@ -117,7 +117,7 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// Parses a boolean the way people write them in environment variables.
-pub fn parse_bool(text: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(text: &str) -> Result<bool, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
@@ -210,7 +210,7 @@ fn is_token_char(c: char) -> bool {
 /// count entries from 1; `index` counts from 0.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
-pub enum ResourceAttributesError {
+pub(crate) enum ResourceAttributesError {
     /// A list member had no `=`.
     #[error("OTEL_RESOURCE_ATTRIBUTES entry {} has no '=' (expected key=value); the whole value is ignored as the OpenTelemetry specification says", .index + 1)]
     MissingEquals { index: usize },
@@ -225,7 +225,7 @@ pub enum ResourceAttributesError {
     NotUtf8 { index: usize },
 }
 
-pub fn parse_resource_attributes(
+pub(crate) fn parse_resource_attributes(
     value: &str,
 ) -> Result<Vec<(String, String)>, ResourceAttributesError> {
     let mut pairs = Vec::new();
@@ -291,7 +291,7 @@ pub struct Prices {
 }
 
 /// Parses a price: a finite, non-negative number without a currency sign.
-pub fn parse_price(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_price(text: &str) -> Result<f64, String> {
     let trimmed = text.trim();
     match trimmed.parse::<f64>() {
         Ok(price) if price.is_finite() && price >= 0.0 => Ok(price),

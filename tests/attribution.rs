@@ -239,7 +239,7 @@ fn environ_gives_service_name_and_keeps_no_secret() {
 }
 
 /// Spawns `sleep 30` with `env` and waits until the kernel shows its new environment.
-fn sleeper_with_env(env: &[(&str, &str)]) -> ChildGuard {
+pub fn sleeper_with_env(env: &[(&str, &str)]) -> ChildGuard {
     let mut command = Command::new("sleep");
     command.arg("30");
     for (key, value) in env {
@@ -941,4 +941,73 @@ fn resolve_works_outside_a_runtime_and_is_not_a_map_of_one() {
     assert!(resolved
         .values()
         .all(|w| w.attributed_by == AttributionMethod::HostPid));
+}
+
+/// gpulse reads `/proc/<pid>/environ` with its own permissions: run as another user (nobody,
+/// no capabilities) it may not read a root process's environment, and that process then shows
+/// no job and no rank (and gpulse carries on: the process is still listed); run as root it
+/// shows both. Through the binary, `gpulse snapshot --format json` against nvml-sim.
+#[test]
+#[ignore = "needs root (runs gpulse as another user against a root process); scripts/test runs it as root and with CI=true, or: cargo test -- --include-ignored"]
+fn an_environ_gpulse_may_not_read_gives_no_job_or_rank() {
+    crate::kernel::require_root("run gpulse as nobody against a root process");
+    let rank = sleeper_with_env(&[
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("TORCHELASTIC_RUN_ID", "run-7"),
+    ]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(
+        &scenario,
+        "[driver]\nversion = \"550.54.15\"\ncuda_version = \"12.4\"\n\n[[device]]\n\
+         name = \"NVIDIA H100 80GB HBM3\"\nmemory_total_mib = 81559\n\n[[device.process]]\n\
+         pid_env = \"RANK_PID\"\nname = \"python3\"\nkind = \"compute\"\nmemory_used_mib = 1024\n",
+    )
+    .expect("write scenario");
+    // The temporary directory is root's 0700: let nobody read the scenario.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&scenario, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let workload_as = |user: Option<&str>| {
+        let mut command = match user {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={uid}"),
+                    &format!("--regid={uid}"),
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                ]);
+                c.arg(crate::sampling::gpulse_bin());
+                c
+            }
+            None => Command::new(crate::sampling::gpulse_bin()),
+        };
+        let out = command
+            .args(["snapshot", "--format", "json", "--nvml-lib"])
+            .arg(crate::sampling::sim_lib())
+            .env("NVML_SIM_SCENARIO", &scenario)
+            .env("RANK_PID", rank.pid().to_string())
+            .env("GPULSE_KUBELET_SOCKET", "none")
+            .env("GPULSE_LOG", "warn")
+            .output()
+            .expect("run gpulse snapshot");
+        assert!(out.status.success(), "{user:?}: {out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let process = json["processes"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["pid"] == rank.pid()))
+            .unwrap_or_else(|| panic!("{user:?}: the rank is listed: {json:#}"))
+            .clone();
+        process["workload"].clone()
+    };
+    let as_root = workload_as(None);
+    assert_eq!(as_root["job_id"], "run-7", "{as_root:#}");
+    assert_eq!(as_root["rank"]["rank"], 1, "{as_root:#}");
+    let as_nobody = workload_as(Some("65534"));
+    assert!(as_nobody["job_id"].is_null(), "{as_nobody:#}");
+    assert!(as_nobody["rank"].is_null(), "{as_nobody:#}");
+    // What nobody may read still comes: the executable's name from /proc/<pid>/stat.
+    assert!(!as_nobody["executable_name"].is_null(), "{as_nobody:#}");
 }

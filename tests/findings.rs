@@ -978,3 +978,70 @@ fn interconnect_bound_stays_quiet_when_the_sms_work() {
         listing(&found)
     );
 }
+
+/// Two ranks of a torchrun job and one process outside any job hold GPUs: `gpulse check` lists
+/// the job with its ranks (from their real environments) in one passing line that says the
+/// ranks were not compared, and the exit status stays 0.
+#[test]
+fn check_lists_the_distributed_jobs_ranks_and_says_it_does_not_compare_them() {
+    let torchrun = |rank: &'static str| {
+        crate::attribution::sleeper_with_env(&[
+            ("TORCHELASTIC_RUN_ID", "run-7"),
+            ("RANK", rank),
+            ("LOCAL_RANK", rank),
+            ("WORLD_SIZE", "2"),
+        ])
+    };
+    let (rank0, rank1) = (torchrun("0"), torchrun("1"));
+    let alone = sleeper();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("scenario.toml");
+    let mut text = String::from("[driver]\nversion = \"550.54.15\"\ncuda_version = \"12.4\"\n");
+    for i in 0..3 {
+        text.push_str(&format!(
+            "\n[[device]]\nname = \"NVIDIA H100 80GB HBM3\"\nmemory_total_mib = 81559\n\
+             memory_reserved_mib = 512\n\n[[device.process]]\npid_env = \"CHECK_PID_{i}\"\n\
+             name = \"python3\"\nkind = \"compute\"\nmemory_used_mib = 1024\n"
+        ));
+    }
+    std::fs::write(&path, text).expect("write scenario");
+    let run = |format: &str| {
+        Command::new(gpulse_bin())
+            .args(["check", "--format", format, "--nvml-lib"])
+            .arg(crate::sampling::sim_lib())
+            .env("NVML_SIM_SCENARIO", &path)
+            .env("CHECK_PID_0", rank1.pid().to_string())
+            .env("CHECK_PID_1", alone.pid().to_string())
+            .env("CHECK_PID_2", rank0.pid().to_string())
+            .env("GPULSE_LOG", "warn")
+            .env("GPULSE_KUBELET_SOCKET", "none")
+            .output()
+            .expect("run gpulse check")
+    };
+    let out = run("json");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(out.status.code(), Some(0), "{json:#}");
+    let lines: Vec<&Value> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"] == "Distributed training")
+        .collect();
+    assert_eq!(lines.len(), 1, "{json:#}");
+    assert_eq!(lines[0]["status"], "pass");
+    let reason = lines[0]["reason"].as_str().unwrap();
+    let expected = format!(
+        "n/a: job run-7 (rank 0 pid {}, rank 1 pid {}) on this node; ranks NOT compared",
+        rank0.pid(),
+        rank1.pid()
+    );
+    assert!(reason.starts_with(&expected), "{reason}");
+    assert!(!reason.contains(&alone.pid().to_string()), "{reason}");
+    let table = String::from_utf8_lossy(&run("table").stdout).into_owned();
+    assert!(
+        table.lines().any(|l| l.starts_with("PASS")
+            && l.contains("Distributed training")
+            && l.contains(&expected)),
+        "{table}"
+    );
+}

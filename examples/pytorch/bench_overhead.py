@@ -16,12 +16,21 @@ all-reduce per step, no other rank to wait for) in both loops, and adds the sett
 ``nocollect`` (the full tree without collective timing): ``full`` minus ``nocollect`` is what
 timing the collectives costs per step (the DDP comm hook, the wrapped torch.distributed calls,
 the step attribute and the histogram point).
+
+With ``--distributed`` the script also times, in one loop of ``--repeat`` rounds, three models side
+by side: plain DDP (no companion), the companion without collective timing (``nocollect``) and
+with it (``full``), the three in a rotating order each round, and reports the per-round paired
+differences (median, and the 25th-75th percentile spread): ``full − nocollect`` is the collective
+timing's cost per step, ``full − plain`` the whole companion's under DDP. Pairing within a round
+lets a shared machine's load (other builds) hit the three alike; the load average before and after
+is printed with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -210,6 +219,85 @@ def measure(torch, args, empty: bool, config: str) -> dict:
     }
 
 
+def _spread(values: list) -> dict:
+    """Median and the 25th/75th percentiles of paired differences, in µs."""
+    q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
+    return {"median_us": statistics.median(values) * 1e6, "p25_us": q[0] * 1e6, "p75_us": q[2] * 1e6}
+
+
+def measure_collective_cost(torch, args) -> dict:
+    """Plain DDP, the companion without and with collective timing, interleaved per round."""
+    def telemetry(collectives: bool):
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(DropExporter(), max_queue_size=65536, max_export_batch_size=2048)
+        )
+        tel = TrainingTelemetry(
+            "bench", tracer_provider=provider, meter_provider=MeterProvider(), cuda=NoCuda(),
+            collectives=collectives,
+        )
+        work, batches = make_work(
+            torch, args.batch_size, False, tel.watch_ddp if collectives else (lambda m: None)
+        )
+        return provider, tel, work, batches
+
+    plain_work, batches = make_work(torch, args.batch_size, False, lambda m: None)
+    loops = {
+        "plain": lambda steps: plain_loop(plain_work, batches, steps, False),
+    }
+    providers = []
+    for name, collectives in (("nocollect", False), ("full", True)):
+        provider, tel, work, _ = telemetry(collectives)
+        providers.append((provider, tel))
+        loops[name] = (lambda tel, work: lambda steps: instrumented_loop(tel, work, batches, steps, False))(tel, work)
+    for run in loops.values():
+        run(args.warmup)
+    load_before = os.getloadavg()
+    rounds = {name: [] for name in loops}
+    names = list(loops)
+    for i in range(args.repeat):
+        for name in names[i % 3:] + names[: i % 3]:
+            rounds[name].append(loops[name](args.steps))
+    load_after = os.getloadavg()
+    for provider, tel in providers:
+        tel.shutdown()
+        provider.shutdown()
+
+    def paired(a: str, b: str, which: int) -> dict:
+        return _spread([x[which] - y[which] for x, y in zip(rounds[a], rounds[b])])
+
+    return {
+        "workload": f"DDP (gloo, 1 rank) MLP 256-256-10, batch {args.batch_size}, CPU",
+        "steps": args.steps,
+        "rounds": args.repeat,
+        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in names},
+        "collective_timing_wall": paired("full", "nocollect", 0),
+        "collective_timing_cpu": paired("full", "nocollect", 1),
+        "companion_wall": paired("full", "plain", 0),
+        "companion_cpu": paired("full", "plain", 1),
+        "load_before": load_before,
+        "load_after": load_after,
+        "cpus": os.cpu_count(),
+    }
+
+
+def print_collective_cost(r: dict) -> None:
+    def fmt(d: dict) -> str:
+        return f"{d['median_us']:7.1f} µs  (p25 {d['p25_us']:6.1f}, p75 {d['p75_us']:6.1f})"
+
+    steps = ", ".join(f"{n} {v:.1f} µs" for n, v in r["step_us"].items())
+    print()
+    print(f"{r['workload']}: {r['rounds']} rounds x {r['steps']} steps, the three interleaved")
+    print(f"  step (median): {steps}")
+    print(f"  collective timing (full - nocollect), wall: {fmt(r['collective_timing_wall'])}")
+    print(f"  collective timing (full - nocollect), CPU:  {fmt(r['collective_timing_cpu'])}")
+    print(f"  whole companion (full - plain), wall:       {fmt(r['companion_wall'])}")
+    print(f"  whole companion (full - plain), CPU:        {fmt(r['companion_cpu'])}")
+    before = " ".join(f"{x:.2f}" for x in r["load_before"])
+    after = " ".join(f"{x:.2f}" for x in r["load_after"])
+    print(f"  load average before: {before}; after: {after}; {r['cpus']} CPUs")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -249,10 +337,11 @@ def main(argv=None) -> int:
     results = [measure(torch, args, False, config) for config in configs]
     if args.empty:
         results += [measure(torch, args, True, config) for config in configs]
+    paired = measure_collective_cost(torch, args) if args.distributed else None
     if args.distributed:
         torch.distributed.destroy_process_group()
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"results": results, "paired": paired} if paired else results, indent=2))
         return 0
     print(
         f"{'workload':30} {'telemetry':28} {'plain µs':>9} {'with µs':>9} {'overhead':>16}"
@@ -272,6 +361,8 @@ def main(argv=None) -> int:
         f"({args.steps} steps x {args.repeat} interleaved repeats, medians; wall time, and the"
         f" training thread's CPU time (time.thread_time); torch threads {args.threads})"
     )
+    if paired:
+        print_collective_cost(paired)
     return 0
 
 

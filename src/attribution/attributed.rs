@@ -71,13 +71,13 @@ impl AttributedWindow {
     }
 
     /// The per-device windows of one process (a process on two GPUs has two).
-    pub fn devices_of(&self, pid: u32) -> impl Iterator<Item = &ProcessWindow> {
+    pub(crate) fn devices_of(&self, pid: u32) -> impl Iterator<Item = &ProcessWindow> {
         self.window.processes.iter().filter(move |p| p.pid == pid)
     }
 
     /// The host PIDs whose `/proc` entries are visible: the only ones whose CPU, memory and
     /// parent `/proc` can tell. Sorted.
-    pub fn visible_pids(&self) -> Vec<u32> {
+    pub(crate) fn visible_pids(&self) -> Vec<u32> {
         visible_pids(&self.workloads)
     }
 }
@@ -85,7 +85,7 @@ impl AttributedWindow {
 /// The host PIDs among `workloads` attributed through their visible `/proc` entry, sorted.
 /// Asking `/proc` about the others would cost a failed lookup each, every window, in a container
 /// without the host's PID namespace.
-pub fn visible_pids(workloads: &HashMap<u32, Workload>) -> Vec<u32> {
+pub(crate) fn visible_pids(workloads: &HashMap<u32, Workload>) -> Vec<u32> {
     let mut pids: Vec<u32> = workloads
         .values()
         .filter(|w| w.attributed_by == AttributionMethod::HostPid)

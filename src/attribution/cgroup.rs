@@ -89,7 +89,7 @@ fn cgroup_path(line: &str) -> Option<&str> {
 }
 
 /// Identity named by one cgroup path (`/kubepods.slice/.../cri-containerd-<id>.scope`).
-pub fn parse_cgroup_path(path: &str) -> CgroupIdentity {
+pub(crate) fn parse_cgroup_path(path: &str) -> CgroupIdentity {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let under_kubepods = segments.iter().any(|s| s.starts_with("kubepods"));
     let mut identity = CgroupIdentity {

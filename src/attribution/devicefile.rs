@@ -14,7 +14,7 @@ use super::procfs::list_pids;
 
 /// `N` when a file-descriptor link points at the GPU device file `/dev/nvidiaN` (not at
 /// `nvidiactl`, `nvidia-uvm` or `nvidia-caps/...`).
-pub fn nvidia_minor_of_link(target: &Path) -> Option<u32> {
+pub(crate) fn nvidia_minor_of_link(target: &Path) -> Option<u32> {
     let digits = target.to_str()?.strip_prefix("/dev/nvidia")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -24,7 +24,7 @@ pub fn nvidia_minor_of_link(target: &Path) -> Option<u32> {
 
 /// What one scan of `<root>/*/fd/*` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeviceHolders {
+pub(crate) struct DeviceHolders {
     /// Minor number → local PIDs holding `/dev/nvidia<minor>` open.
     pub by_minor: BTreeMap<u32, BTreeSet<u32>>,
     /// Local processes whose `fd` directory exists but cannot be read (another uid, and no
@@ -34,7 +34,7 @@ pub struct DeviceHolders {
 
 /// Scans `<root>/*/fd/*` for device-file holders. Processes that are gone, or have no `fd`
 /// directory, are skipped; those whose `fd` is not ours to read are counted in `denied`.
-pub fn scan_device_holders(proc_root: &Path) -> DeviceHolders {
+pub(crate) fn scan_device_holders(proc_root: &Path) -> DeviceHolders {
     let mut found = DeviceHolders::default();
     let Ok(pids) = list_pids(proc_root) else {
         return found;
@@ -65,7 +65,7 @@ pub fn scan_device_holders(proc_root: &Path) -> DeviceHolders {
 ///
 /// `invisible`: minor → NVML PIDs on that device not found under the root. `visible`: PIDs
 /// resolved directly, which cannot be someone else's holder. Returns NVML PID → local PID.
-pub fn match_one_to_one(
+pub(crate) fn match_one_to_one(
     invisible: &HashMap<u32, BTreeSet<u32>>,
     holders: &BTreeMap<u32, BTreeSet<u32>>,
     visible: &HashSet<u32>,

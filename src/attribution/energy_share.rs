@@ -23,7 +23,7 @@ pub enum ActivitySource {
 
 /// What one process's charge rests on, over the stretch of time being charged.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EnergyClaim {
+pub(crate) struct EnergyClaim {
     /// Activity, 0–1; `None` where it is not knowable (then nothing is charged).
     pub activity: Option<f64>,
     /// 1 on a whole GPU, the instance's slice on MIG; `None` where unknown.
@@ -40,7 +40,7 @@ pub struct EnergyClaim {
 ///   processes that ran.
 /// - Else a process alone on the device takes the device's utilisation.
 /// - Else (several processes, no figures) it is not knowable.
-pub fn whole_gpu_activity(
+pub(crate) fn whole_gpu_activity(
     sm_sum: Option<f64>,
     samples: u32,
     per_process: bool,
@@ -63,7 +63,7 @@ pub fn whole_gpu_activity(
 
 /// A MIG instance's share of its GPU: its memory slice over the GPU's memory, the one size NVML
 /// gives every instance; `None` when either is unknown.
-pub fn mig_gpu_share(slice_bytes: Option<u64>, gpu_bytes: Option<f64>) -> Option<f64> {
+pub(crate) fn mig_gpu_share(slice_bytes: Option<u64>, gpu_bytes: Option<f64>) -> Option<f64> {
     match (slice_bytes, gpu_bytes) {
         (Some(slice), Some(all)) if all > 0.0 => Some((slice as f64 / all).min(1.0)),
         _ => None,
@@ -73,7 +73,7 @@ pub fn mig_gpu_share(slice_bytes: Option<u64>, gpu_bytes: Option<f64>) -> Option
 /// The share of the device's energy charged to each claim, in order: activity × GPU share ×
 /// presence, scaled down so that the shares add up to at most 1. `None` where the activity or
 /// the GPU share is unknown.
-pub fn energy_weights(claims: &[EnergyClaim]) -> Vec<Option<f64>> {
+pub(crate) fn energy_weights(claims: &[EnergyClaim]) -> Vec<Option<f64>> {
     let raw: Vec<Option<f64>> = claims
         .iter()
         .map(|c| Some(c.activity? * c.gpu_share? * c.presence))

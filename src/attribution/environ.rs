@@ -45,7 +45,7 @@ pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 pub const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
 /// The resource attribute the PyTorch companion names its job with.
-pub const COMPANION_JOB_ID_ATTRIBUTE: &str = "pytorch.distributed.job.id";
+pub(crate) const COMPANION_JOB_ID_ATTRIBUTE: &str = "pytorch.distributed.job.id";
 /// torchrun's default `--rdzv-id`: not a job's name.
 const TORCHELASTIC_PLACEHOLDER_RUN_ID: &str = "none";
 
@@ -104,7 +104,7 @@ impl OtelEnvironment {
 
 /// Picks the wanted variables out of the bytes of an `environ` file. When a key appears twice
 /// the first one wins, as glibc's `getenv` (and so the SDK in the process) would see it.
-pub fn scan_environ(environ: &[u8]) -> OtelEnvironment {
+pub(crate) fn scan_environ(environ: &[u8]) -> OtelEnvironment {
     let mut found = OtelEnvironment::default();
     let mut missing = WANTED.len();
     for entry in environ.split(|b| *b == 0) {
@@ -185,7 +185,7 @@ pub struct EnvRank {
 /// What the process says about itself, resolved: `service.name`, its other attributes, its
 /// job and its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OtelIdentity {
+pub(crate) struct OtelIdentity {
     /// `OTEL_SERVICE_NAME` when set and not empty, else `service.name` from the attributes.
     pub service_name: Option<String>,
     /// The parsed attributes, in order (including any `service.name`); empty when absent or
@@ -201,7 +201,7 @@ pub struct OtelIdentity {
 
 /// Applies the specification's precedence: `OTEL_SERVICE_NAME` over `service.name` in
 /// `OTEL_RESOURCE_ATTRIBUTES`.
-pub fn resolve_identity(env: &OtelEnvironment) -> OtelIdentity {
+pub(crate) fn resolve_identity(env: &OtelEnvironment) -> OtelIdentity {
     let (resource_attributes, attributes_error) = match env.resource_attributes.as_deref() {
         None => (Vec::new(), None),
         Some(raw) => match parse_resource_attributes(raw) {

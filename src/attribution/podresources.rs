@@ -195,7 +195,7 @@ impl PodResourcesClient {
 
 /// The Kubernetes names of one container.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodContainer {
+pub(crate) struct PodContainer {
     pub namespace: String,
     pub pod_name: String,
     pub container_name: String,
@@ -203,7 +203,7 @@ pub struct PodContainer {
 
 /// The outcome of matching a process's devices against the pod list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceMatch {
+pub(crate) enum DeviceMatch {
     /// No container holds these devices.
     None,
     /// Exactly one container holds all of them.
@@ -246,12 +246,15 @@ impl PodIndex {
     }
 
     /// Containers assigned the device with this UUID.
-    pub fn containers_for(&self, uuid: &str) -> &[Arc<PodContainer>] {
+    pub(crate) fn containers_for(&self, uuid: &str) -> &[Arc<PodContainer>] {
         self.by_device.get(uuid).map_or(&[], Vec::as_slice)
     }
 
     /// The one container holding every device in `uuids` (see the module documentation).
-    pub fn match_devices<'a>(&self, uuids: impl IntoIterator<Item = &'a str>) -> DeviceMatch {
+    pub(crate) fn match_devices<'a>(
+        &self,
+        uuids: impl IntoIterator<Item = &'a str>,
+    ) -> DeviceMatch {
         let mut candidates: Option<BTreeSet<&Arc<PodContainer>>> = None;
         for uuid in uuids {
             let holders: BTreeSet<&Arc<PodContainer>> = self.containers_for(uuid).iter().collect();

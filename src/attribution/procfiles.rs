@@ -62,7 +62,7 @@ impl ProcFiles {
     }
 
     /// Files under `proc_root`, none kept open: every read opens and closes its file.
-    pub fn uncached(proc_root: &Path) -> Self {
+    pub(crate) fn uncached(proc_root: &Path) -> Self {
         Self::with_limit(proc_root, 0)
     }
 
@@ -102,7 +102,7 @@ impl ProcFiles {
     }
 
     /// `<root>/<pid>/task/<pid>/children`: the children of the process's main thread.
-    pub fn main_thread_children(&mut self, pid: u32) -> io::Result<String> {
+    pub(crate) fn main_thread_children(&mut self, pid: u32) -> io::Result<String> {
         self.read(pid, Which::Children)
     }
 

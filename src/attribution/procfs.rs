@@ -36,7 +36,7 @@ pub struct Stat {
 }
 
 /// Parses the text of `/proc/<pid>/stat`. `None` when it is not shaped like one.
-pub fn parse_stat(content: &str) -> Option<Stat> {
+pub(crate) fn parse_stat(content: &str) -> Option<Stat> {
     // `comm` is in parentheses and may itself contain spaces and `)`, so it ends at the last `)`.
     let open = content.find('(')?;
     let close = content.rfind(')')?;
@@ -84,7 +84,7 @@ impl Status {
 }
 
 /// Parses the text of `/proc/<pid>/status`. Lines it does not know or cannot read are skipped.
-pub fn parse_status(content: &str) -> Status {
+pub(crate) fn parse_status(content: &str) -> Status {
     let mut status = Status::default();
     for line in content.lines() {
         let Some((key, value)) = line.split_once(':') else {
@@ -121,7 +121,7 @@ pub fn parse_status(content: &str) -> Status {
 
 /// `/proc/<pid>/cmdline` (NUL-separated arguments) as one space-joined line; `None` when empty
 /// (kernel threads, zombies).
-pub fn parse_cmdline(content: &[u8]) -> Option<String> {
+pub(crate) fn parse_cmdline(content: &[u8]) -> Option<String> {
     let args: Vec<String> = content
         .split(|b| *b == 0)
         .filter(|arg| !arg.is_empty())
@@ -140,7 +140,7 @@ pub fn executable_name(exe_target: &Path) -> Option<String> {
 
 /// uid → user name from the text of a `passwd` file. Malformed lines are skipped; the first
 /// entry for a uid wins, as `getpwuid` does.
-pub fn parse_passwd(content: &str) -> HashMap<u32, String> {
+pub(crate) fn parse_passwd(content: &str) -> HashMap<u32, String> {
     let mut users = HashMap::new();
     for line in content.lines() {
         if line.starts_with('#') {
@@ -164,7 +164,7 @@ pub fn parse_passwd(content: &str) -> HashMap<u32, String> {
 
 /// Paths of one process's files under a procfs root.
 #[derive(Debug, Clone)]
-pub struct ProcDir {
+pub(crate) struct ProcDir {
     dir: PathBuf,
 }
 
@@ -196,7 +196,7 @@ impl ProcDir {
         read(&self.file(name))
     }
 
-    pub fn exe_target(&self) -> io::Result<PathBuf> {
+    pub(crate) fn exe_target(&self) -> io::Result<PathBuf> {
         std::fs::read_link(self.file("exe"))
     }
 }
@@ -225,7 +225,7 @@ pub fn read_to_string(path: &Path) -> io::Result<String> {
 }
 
 /// The PIDs (numeric directory names) under a procfs root.
-pub fn list_pids(proc_root: &Path) -> io::Result<Vec<u32>> {
+pub(crate) fn list_pids(proc_root: &Path) -> io::Result<Vec<u32>> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir(proc_root)? {
         let Ok(entry) = entry else {

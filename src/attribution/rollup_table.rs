@@ -36,11 +36,11 @@ pub const ROLLUP_COLUMNS: [RollupColumn; 8] = [
 ];
 
 /// Index of `ID` in [`ROLLUP_COLUMNS`].
-pub const ID_COLUMN: usize = 1;
+pub(crate) const ID_COLUMN: usize = 1;
 /// Index of `NAME` in [`ROLLUP_COLUMNS`].
-pub const NAME_COLUMN: usize = 2;
+pub(crate) const NAME_COLUMN: usize = 2;
 
-pub fn kind_label(kind: GroupKind) -> &'static str {
+pub(crate) fn kind_label(kind: GroupKind) -> &'static str {
     match kind {
         GroupKind::Job => "job",
         GroupKind::Pod => "pod",
@@ -50,7 +50,7 @@ pub fn kind_label(kind: GroupKind) -> &'static str {
 
 /// `id` shortened for a column of `max` characters: a 64-hex container id to its 12-character
 /// short form, as `docker ps` prints it; anything else cut with an ellipsis.
-pub fn short_id(id: &str, max: usize) -> String {
+pub(crate) fn short_id(id: &str, max: usize) -> String {
     if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) && max >= 12 {
         return id[..12].to_string();
     }
@@ -80,7 +80,7 @@ pub fn rollup_cells(rollup: &Rollup, id_width: usize, name_width: usize) -> [Str
 
 /// Appends the section `snapshot` prints; nothing when there is no roll-up (no process has a
 /// job, pod or container, or a single sample, which has no duration to account).
-pub fn render_rollups(out: &mut String, rollups: &[Rollup], window_seconds: f64) {
+pub(crate) fn render_rollups(out: &mut String, rollups: &[Rollup], window_seconds: f64) {
     if rollups.is_empty() {
         return;
     }

@@ -268,7 +268,7 @@ impl UsageTracker {
     }
 
     /// `sample` over a table already read, at a given moment (tests drive the clock).
-    pub fn sample_table(
+    pub(crate) fn sample_table(
         &mut self,
         pids: &[u32],
         table: &ProcessTable,

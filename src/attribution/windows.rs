@@ -56,7 +56,7 @@ impl WindowAttributor {
     }
 
     /// Figures the roll-ups' cost with these prices.
-    pub fn with_prices(mut self, prices: Prices) -> Self {
+    pub(crate) fn with_prices(mut self, prices: Prices) -> Self {
         self.accountant = GpuAccountant::new(prices);
         self
     }
@@ -69,7 +69,7 @@ impl WindowAttributor {
     /// As [`Self::attribute`], with the job ids the PyTorch companion reported by PID
     /// (`pytorch.distributed.job.id`): a process's own word outranks its environment, and it is
     /// adopted before the accounts are rolled up, so the job's roll-up uses it.
-    pub fn attribute_with_companion_job_ids(
+    pub(crate) fn attribute_with_companion_job_ids(
         &mut self,
         window: Window,
         companion_job_ids: &HashMap<u32, String>,

@@ -21,24 +21,24 @@ pub(crate) fn get(env: EnvLookup<'_>, name: &str) -> Option<String> {
 }
 
 /// Path or name of the NVML library to dlopen (`--nvml-lib`).
-pub const NVML_LIB: &str = "GPULSE_NVML_LIB";
+pub(crate) const NVML_LIB: &str = "GPULSE_NVML_LIB";
 /// Config file (`--config`).
 pub const CONFIG: &str = "GPULSE_CONFIG";
 /// Log filter (`--log-level`): a level or `RUST_LOG` directives.
-pub const LOG: &str = "GPULSE_LOG";
+pub(crate) const LOG: &str = "GPULSE_LOG";
 /// Read when `GPULSE_LOG` is unset, so the usual Rust habit works too.
 pub const RUST_LOG: &str = "RUST_LOG";
 /// `text` or `json` (`--log-format`).
-pub const LOG_FORMAT: &str = "GPULSE_LOG_FORMAT";
+pub(crate) const LOG_FORMAT: &str = "GPULSE_LOG_FORMAT";
 
 /// `--sample-interval`, a duration.
-pub const SAMPLE_INTERVAL: &str = "GPULSE_SAMPLE_INTERVAL";
+pub(crate) const SAMPLE_INTERVAL: &str = "GPULSE_SAMPLE_INTERVAL";
 /// `--export-interval`, a duration. Wins over [`OTEL_METRIC_EXPORT_INTERVAL`].
-pub const EXPORT_INTERVAL: &str = "GPULSE_EXPORT_INTERVAL";
+pub(crate) const EXPORT_INTERVAL: &str = "GPULSE_EXPORT_INTERVAL";
 /// The OTel SDK variable for the export interval, in milliseconds.
 pub const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
 /// `--exporter`, every signal at once: `otlp`, `stdout` (or `console`) or `none`.
-pub const EXPORTER: &str = "GPULSE_EXPORTER";
+pub(crate) const EXPORTER: &str = "GPULSE_EXPORTER";
 /// The SDK's metrics exporter list: `otlp`, `prometheus`, `console`, `none`.
 pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
 /// The SDK's logs exporter (gpulse's findings): `otlp`, `console`, `none`.
@@ -49,41 +49,41 @@ pub const OTEL_EXPORTER_PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
 /// The SDK's Prometheus exporter port (default 9464).
 pub const OTEL_EXPORTER_PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
 /// `--proc-root`. Wins over [`HOST_PROC`].
-pub const PROC_ROOT: &str = "GPULSE_PROC_ROOT";
+pub(crate) const PROC_ROOT: &str = "GPULSE_PROC_ROOT";
 /// The host's proc mount, as gopsutil and the node exporters spell it.
 pub const HOST_PROC: &str = "HOST_PROC";
 /// `--include-command-line`, a boolean.
-pub const INCLUDE_COMMAND_LINE: &str = "GPULSE_INCLUDE_COMMAND_LINE";
+pub(crate) const INCLUDE_COMMAND_LINE: &str = "GPULSE_INCLUDE_COMMAND_LINE";
 /// A boolean; `false` is what `--no-read-environ` says.
-pub const READ_ENVIRON: &str = "GPULSE_READ_ENVIRON";
+pub(crate) const READ_ENVIRON: &str = "GPULSE_READ_ENVIRON";
 /// `--kubelet-socket`: a path, or `none`.
-pub const KUBELET_SOCKET: &str = "GPULSE_KUBELET_SOCKET";
+pub(crate) const KUBELET_SOCKET: &str = "GPULSE_KUBELET_SOCKET";
 /// `--health-addr`.
-pub const HEALTH_ADDR: &str = "GPULSE_HEALTH_ADDR";
+pub(crate) const HEALTH_ADDR: &str = "GPULSE_HEALTH_ADDR";
 /// `--prometheus-addr`: where `/metrics` is served.
-pub const PROMETHEUS_ADDR: &str = "GPULSE_PROMETHEUS_ADDR";
+pub(crate) const PROMETHEUS_ADDR: &str = "GPULSE_PROMETHEUS_ADDR";
 /// `--prometheus-names`: `otel` or `dcgm`.
-pub const PROMETHEUS_NAMES: &str = "GPULSE_PROMETHEUS_NAMES";
+pub(crate) const PROMETHEUS_NAMES: &str = "GPULSE_PROMETHEUS_NAMES";
 /// `--prometheus-max-series`, a count.
-pub const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
+pub(crate) const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
 /// `--cost-per-gpu-hour`.
-pub const COST_PER_GPU_HOUR: &str = "GPULSE_COST_PER_GPU_HOUR";
+pub(crate) const COST_PER_GPU_HOUR: &str = "GPULSE_COST_PER_GPU_HOUR";
 /// `--cost-per-kwh`.
-pub const COST_PER_KWH: &str = "GPULSE_COST_PER_KWH";
+pub(crate) const COST_PER_KWH: &str = "GPULSE_COST_PER_KWH";
 /// `--wait-for-gpu`, a boolean.
-pub const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
+pub(crate) const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
 /// `--queue-max-bytes`, a size.
-pub const QUEUE_MAX_BYTES: &str = "GPULSE_QUEUE_MAX_BYTES";
+pub(crate) const QUEUE_MAX_BYTES: &str = "GPULSE_QUEUE_MAX_BYTES";
 /// `--queue-max-age`, a duration.
-pub const QUEUE_MAX_AGE: &str = "GPULSE_QUEUE_MAX_AGE";
+pub(crate) const QUEUE_MAX_AGE: &str = "GPULSE_QUEUE_MAX_AGE";
 /// `--otlp-receiver-grpc`: the local OTLP/gRPC receiver's address.
-pub const OTLP_RECEIVER_GRPC: &str = "GPULSE_OTLP_RECEIVER_GRPC";
+pub(crate) const OTLP_RECEIVER_GRPC: &str = "GPULSE_OTLP_RECEIVER_GRPC";
 /// `--otlp-receiver-http`: the local OTLP/HTTP receiver's address.
-pub const OTLP_RECEIVER_HTTP: &str = "GPULSE_OTLP_RECEIVER_HTTP";
+pub(crate) const OTLP_RECEIVER_HTTP: &str = "GPULSE_OTLP_RECEIVER_HTTP";
 /// `--enrich-history`, a duration.
-pub const ENRICH_HISTORY: &str = "GPULSE_ENRICH_HISTORY";
+pub(crate) const ENRICH_HISTORY: &str = "GPULSE_ENRICH_HISTORY";
 /// `--service-name`. Wins over [`OTEL_SERVICE_NAME`].
-pub const SERVICE_NAME: &str = "GPULSE_SERVICE_NAME";
+pub(crate) const SERVICE_NAME: &str = "GPULSE_SERVICE_NAME";
 /// The OTel `service.name` of gpulse itself (the node resource).
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// `key=value,...` attributes of the node resource, values percent-encoded.
@@ -103,15 +103,15 @@ pub const K8S_NODE_NAME: &str = "K8S_NODE_NAME";
 /// it (see [`signal_var`]).
 pub mod otlp {
     pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-    pub const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
-    pub const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    pub(crate) const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+    pub(crate) const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
     /// Milliseconds.
-    pub const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-    pub const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+    pub(crate) const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+    pub(crate) const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
     pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
     pub const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
     pub const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
-    pub const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
+    pub(crate) const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
 }
 
 /// The signal-specific form of a generic OTLP variable: `signal_var(otlp::ENDPOINT, "METRICS")`

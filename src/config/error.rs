@@ -82,7 +82,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    pub fn is_env(&self) -> bool {
+    pub(crate) fn is_env(&self) -> bool {
         matches!(self, Origin::Env(_))
     }
 
@@ -97,7 +97,7 @@ impl Origin {
     }
 
     /// Names the setting together with the value it was given.
-    pub fn with_value(&self, text: &str) -> String {
+    pub(crate) fn with_value(&self, text: &str) -> String {
         match self {
             Origin::Flag(flag) => format!("{flag} {text}"),
             Origin::Env(var) => format!("{var}={text:?}"),

@@ -27,11 +27,11 @@ use crate::values::SecretString;
 use crate::values::{self, ListEntryError};
 
 /// Default OTLP/HTTP endpoint (the specification's default protocol for new SDKs).
-pub const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
+pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
 /// Default OTLP/gRPC endpoint.
-pub const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 /// Default per-request timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An OTLP signal gpulse sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl Signal {
     }
 
     /// The path the specification appends to a generic OTLP/HTTP endpoint.
-    pub fn http_path(self) -> &'static str {
+    pub(crate) fn http_path(self) -> &'static str {
         match self {
             Signal::Metrics => "v1/metrics",
             Signal::Logs => "v1/logs",
@@ -70,7 +70,7 @@ impl Signal {
 }
 
 /// Parses an OTLP protocol name.
-pub fn parse_protocol(text: &str) -> Result<Protocol, String> {
+pub(crate) fn parse_protocol(text: &str) -> Result<Protocol, String> {
     match text.trim() {
         "grpc" => Ok(Protocol::Grpc),
         "http/protobuf" => Ok(Protocol::HttpProtobuf),
@@ -82,7 +82,7 @@ pub fn parse_protocol(text: &str) -> Result<Protocol, String> {
 }
 
 /// Parses an OTLP compression name.
-pub fn parse_compression(text: &str) -> Result<Compression, String> {
+pub(crate) fn parse_compression(text: &str) -> Result<Compression, String> {
     match text.trim() {
         "none" => Ok(Compression::None),
         "gzip" => Ok(Compression::Gzip),

@@ -134,7 +134,7 @@ pub struct FileConfig {
 /// `[otlp]`: settings for both signals, overridden per signal by `[otlp.metrics]` and
 /// `[otlp.logs]` (same keys). One struct serves all three so the keys cannot drift apart; a
 /// signal table nested in a signal table is refused when resolving.
-pub type OtlpFile = OtlpSignalFile;
+pub(crate) type OtlpFile = OtlpSignalFile;
 
 /// `[log]`.
 #[derive(Debug, Default, Deserialize)]
@@ -270,7 +270,7 @@ impl LoadedFile {
     }
 
     /// `path:line:column` of a span in this file.
-    pub fn location(&self, span: Range<usize>) -> String {
+    pub(crate) fn location(&self, span: Range<usize>) -> String {
         let (line, column) = line_column(&self.text, span.start);
         format!("{}:{line}:{column}", self.path.display())
     }
@@ -287,7 +287,7 @@ impl LoadedFile {
     }
 
     /// Names a table of the file (no position: tables are checked entry by entry).
-    pub fn table_origin(&self, key: &str) -> Origin {
+    pub(crate) fn table_origin(&self, key: &str) -> Origin {
         Origin::File {
             key: key.to_string(),
             location: self.path.display().to_string(),
@@ -296,7 +296,7 @@ impl LoadedFile {
 }
 
 /// 1-based line and column (in characters) of byte offset `at` in `text`.
-pub fn line_column(text: &str, at: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, at: usize) -> (usize, usize) {
     let mut at = at.min(text.len());
     while !text.is_char_boundary(at) {
         at -= 1;

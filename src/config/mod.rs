@@ -92,18 +92,18 @@ use otlp::ExporterKind;
 /// `libnvidia-ml.so`, is the unversioned name that only the driver's development package
 /// installs; the driver itself ships `libnvidia-ml.so.1`.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
-pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Below this NVML's own counters do not refresh, and the sampler thread would only burn CPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
-pub const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
 pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-pub const DEFAULT_QUEUE_MAX_BYTES: u64 = 64 << 20;
-pub const DEFAULT_QUEUE_MAX_AGE: Duration = Duration::from_secs(300);
-pub const DEFAULT_SERVICE_NAME: &str = "gpulse";
+pub(crate) const DEFAULT_QUEUE_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_QUEUE_MAX_AGE: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "gpulse";
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 /// How far back the span-enrichment history reaches by default (see `enrich::history`).
-pub const DEFAULT_ENRICH_HISTORY: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_ENRICH_HISTORY: Duration = Duration::from_secs(600);
 /// The longest history accepted: a day of 50 ms samples would be ~1.7 M frames.
 pub const MAX_ENRICH_HISTORY: Duration = Duration::from_secs(24 * 3600);
 
@@ -481,7 +481,7 @@ impl InspectConfig {
 /// # Errors
 ///
 /// [`ConfigError::ReadFile`] or [`ConfigError::File`].
-pub fn load_file(
+pub(crate) fn load_file(
     global: &GlobalArgs,
     env: EnvLookup<'_>,
 ) -> Result<Option<LoadedFile>, ConfigError> {
@@ -495,7 +495,7 @@ pub fn load_file(
 
 /// `PORT`, `:PORT` (both 127.0.0.1: a health endpoint is for the local kubelet or a sidecar, not
 /// the network), `localhost:PORT`, or `IP:PORT`.
-pub fn parse_health_addr(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_health_addr(text: &str) -> Result<SocketAddr, String> {
     const EXPECTED: &str =
         "expected PORT, :PORT, IP:PORT or [IPv6]:PORT, e.g. 9464 or 0.0.0.0:9464";
     let text = text.trim();

@@ -13,7 +13,7 @@ use crate::cli::RunArgs;
 /// How many series one scrape may carry by default. Counted from the builders: a device has up
 /// to about 60 series (with the dcgm names), a process on one device up to 13, so 8 GPUs with
 /// 100 processes each make about 11k.
-pub const DEFAULT_PROMETHEUS_MAX_SERIES: usize = 20_000;
+pub(crate) const DEFAULT_PROMETHEUS_MAX_SERIES: usize = 20_000;
 
 /// Which names `/metrics` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,7 +68,7 @@ impl Default for PrometheusSettings {
 }
 
 /// The OpenTelemetry specification's default for `OTEL_EXPORTER_PROMETHEUS_PORT`.
-pub const DEFAULT_OTEL_PROMETHEUS_PORT: u16 = 9464;
+pub(crate) const DEFAULT_OTEL_PROMETHEUS_PORT: u16 = 9464;
 
 /// `wanted`: the metrics exporter list names `prometheus`. The address is then
 /// `--prometheus-addr` (or its variable or key) when given, else

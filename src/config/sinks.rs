@@ -76,7 +76,7 @@ impl SignalSinks {
     }
 
     /// The destination of the queue lane of logs.
-    pub fn logs_lane(&self) -> Sink {
+    pub(crate) fn logs_lane(&self) -> Sink {
         or_forward(self.logs, self.forward)
     }
 
@@ -91,7 +91,7 @@ impl SignalSinks {
     }
 
     /// Whether any lane writes to standard output.
-    pub fn uses_stdout(&self) -> bool {
+    pub(crate) fn uses_stdout(&self) -> bool {
         [self.metrics, self.logs, self.forward].contains(&Sink::Stdout)
     }
 }
@@ -109,7 +109,7 @@ const METRICS_ACCEPTED: &str =
 const LOGS_ACCEPTED: &str = "expected one of otlp, console (or stdout) or none";
 
 /// Parses a metrics exporter list into the queue sink and whether `/metrics` is wanted.
-pub fn parse_metrics(text: &str) -> Result<(Sink, bool), String> {
+pub(crate) fn parse_metrics(text: &str) -> Result<(Sink, bool), String> {
     let mut sink = None;
     let mut prometheus = false;
     let mut none = false;
@@ -150,7 +150,7 @@ pub fn parse_metrics(text: &str) -> Result<(Sink, bool), String> {
 }
 
 /// Parses a logs exporter name.
-pub fn parse_logs(text: &str) -> Result<Sink, String> {
+pub(crate) fn parse_logs(text: &str) -> Result<Sink, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "otlp" => Ok(Sink::Otlp),
         "console" | "stdout" => Ok(Sink::Stdout),
@@ -182,7 +182,7 @@ fn parse_all(text: &str) -> Result<Sink, String> {
 
 /// The flags that choose sinks (kept apart from `RunArgs` so `record` can pass its own).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SinkFlags<'a> {
+pub(crate) struct SinkFlags<'a> {
     pub exporter: Option<&'a str>,
     pub metrics_exporter: Option<&'a str>,
     pub logs_exporter: Option<&'a str>,

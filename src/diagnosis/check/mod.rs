@@ -8,6 +8,7 @@
 
 pub mod collect;
 pub mod facts;
+pub mod ranks;
 
 use std::fmt::Write as _;
 
