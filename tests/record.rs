@@ -299,6 +299,11 @@ fn an_unwritable_report_path_fails_before_the_command_starts() {
 /// a PID above 24). The simulator lists PIDs 2 to 199 before any exists; gpulse must find the
 /// command's among them by its process tree. PID 4000 is another process.
 fn namespaced_recording(dir: &Path) -> (Output, Value) {
+    namespaced_recording_of(dir, &["sh", "-c", "sleep 3 & wait"])
+}
+
+/// [`namespaced_recording`] of `command`.
+fn namespaced_recording_of(dir: &Path, command_line: &[&str]) -> (Output, Value) {
     require_root("create a PID namespace");
     let json = dir.join("summary.json");
     let report = dir.join("report.html");
@@ -320,7 +325,8 @@ fn namespaced_recording(dir: &Path) -> (Output, Value) {
         .arg(&json)
         .arg("--report")
         .arg(&report)
-        .args(["--", "sh", "-c", "sleep 3 & wait"]);
+        .arg("--")
+        .args(command_line);
     for (k, v) in command.get_envs() {
         match v {
             Some(v) => unshare.env(k, v),
@@ -380,6 +386,43 @@ fn the_commands_processes_are_told_from_the_others() {
     );
     assert!(stderr.contains("other process pid 4000"), "{stderr}");
     assert!(stderr.contains("idle 0% of that time"), "{stderr}");
+}
+
+/// The JSON names devices and processes as `snapshot --format json` does: the device's PCI bus
+/// id, and each process's `workload` (host PID, namespaced PID, container, pod, service). The
+/// command puts its `sleep` in a PID namespace of its own, where it is PID 1: gpulse knows it by
+/// the PID of its own namespace and gives the inner one as `vpid`.
+#[test]
+#[ignore = "needs root (creates PID namespaces); scripts/test runs it as root and with CI=true, or: cargo test -- --include-ignored"]
+fn the_json_names_devices_and_processes_as_snapshot_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, summary) =
+        namespaced_recording_of(dir.path(), &["unshare", "--pid", "--fork", "sleep", "3"]);
+    assert_eq!(summary["devices"][0]["pci_bus_id"], "00000000:18:00.0");
+    let sleep = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "sleep")
+        .unwrap_or_else(|| panic!("no sleep among {}", summary["processes"]));
+    let workload = &sleep["workload"];
+    assert_eq!(workload["pid"], sleep["pid"], "{workload}");
+    assert_ne!(sleep["pid"], 1, "PID 1 of gpulse's namespace is gpulse");
+    assert_eq!(
+        workload["vpid"], 1,
+        "PID 1 in its own namespace: {workload}"
+    );
+    assert_eq!(workload["executable_name"], "sleep");
+    assert_eq!(workload["attributed_by"], "host_pid");
+    for key in [
+        "container_id",
+        "pod_uid",
+        "pod_name",
+        "service_name",
+        "job_id",
+    ] {
+        assert!(workload.get(key).is_some(), "{key} missing from {workload}");
+    }
 }
 
 /// Pixels of `colour` (within a small tolerance: anti-aliasing) in rows `rows` of `image`.
@@ -587,6 +630,26 @@ fn report_reads_what_run_exports_as_otlp_json() {
         .find(|p| p["pid"] == sleeper.pid())
         .expect("the listed process");
     assert_eq!(sleeper_row["gpu_memory_peak_bytes"], 10000 * MIB);
+    // Named as `snapshot --format json` names them, from the resources `run` exported.
+    assert_eq!(device["pci_bus_id"], "00000000:18:00.0");
+    let snapshot = Command::new(gpulse_bin())
+        .args(["snapshot", "--format", "json", "--nvml-lib"])
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", &scenario)
+        .env("RECORD_TEST_PIDS", sleeper.pid().to_string())
+        .env("GPULSE_KUBELET_SOCKET", "none")
+        .output()
+        .unwrap();
+    assert!(snapshot.status.success(), "{}", text(&snapshot.stderr));
+    let snapshot: Value = serde_json::from_slice(&snapshot.stdout).unwrap();
+    let snapshot_row = snapshot["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == sleeper.pid())
+        .expect("snapshot lists the process");
+    assert_eq!(sleeper_row["workload"], snapshot_row["workload"]);
+    assert_eq!(device["pci_bus_id"], snapshot["devices"][0]["pci_bus_id"]);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
         page.contains("<svg") && page.contains("polyline"),

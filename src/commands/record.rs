@@ -251,6 +251,7 @@ async fn watch(
                         receivers.intake.history().note_window(&analysis.attributed);
                     }
                     recorder.observe_findings(&analysis.events);
+                    recorder.observe_workloads(&analysis.attributed);
                 }
                 exporter.export(analysis.as_ref());
             }
@@ -266,6 +267,7 @@ async fn watch(
     let last = aggregator.take().map(|window| analyzer.analyze(window));
     if let Some(analysis) = &last {
         recorder.observe_findings(&analysis.events);
+        recorder.observe_workloads(&analysis.attributed);
     }
     exporter.export(last.as_ref());
     if let Some(receivers) = &receivers {

@@ -54,7 +54,7 @@ impl Analyzer {
 
     /// The analyzer of `gpulse top`, which resolves only the attribution and diagnosis settings
     /// (an [`InspectConfig`]): a broken exporter setting must not stop the live view.
-    pub fn for_inspect(config: &InspectConfig) -> Self {
+    pub(crate) fn for_inspect(config: &InspectConfig) -> Self {
         Self::with_settings(
             AttributionSettings {
                 proc_root: config.proc_root.clone(),
@@ -89,7 +89,7 @@ impl Analyzer {
     }
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
-    pub fn analyze(&mut self, window: Window) -> Analysis {
+    pub(crate) fn analyze(&mut self, window: Window) -> Analysis {
         // The companion's job id is adopted before the accounts roll processes up by job.
         let companion_job_ids = self.framework.lock().companion_job_ids();
         let attributed = Arc::new(
@@ -116,7 +116,7 @@ impl Analyzer {
 
     /// Attributes `window` without diagnosing or publishing it, so that the next window has CPU
     /// figures for its processes (`gpulse snapshot --window`'s first sample).
-    pub fn prime(&mut self, window: Window) {
+    pub(crate) fn prime(&mut self, window: Window) {
         self.attribution.attribute(window);
     }
 

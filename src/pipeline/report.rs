@@ -128,7 +128,7 @@ impl<'a> MigInstanceReport<'a> {
     }
 
     /// A window's MIG device (`/status`): last memory values, mean activity.
-    pub fn of_window(m: &'a MigInstanceWindow) -> Self {
+    pub(crate) fn of_window(m: &'a MigInstanceWindow) -> Self {
         Self {
             uuid: &m.info.uuid,
             name: &m.info.name,
@@ -169,7 +169,7 @@ pub struct ProcessReport<'a> {
 impl<'a> SnapshotReport<'a> {
     /// The report of a running pipeline's latest view (`/status`): device and process figures
     /// over its window, each process's CPU use.
-    pub fn of_view(view: &'a View) -> Self {
+    pub(crate) fn of_view(view: &'a View) -> Self {
         let attributed = &view.attributed;
         let window = &attributed.window;
         let mut processes: Vec<&ProcessWindow> = window.processes.iter().collect();
@@ -250,7 +250,7 @@ impl<'a> SnapshotReport<'a> {
 
 impl<'a> DeviceReport<'a> {
     /// A device as one sample saw it (`gpulse snapshot`).
-    pub fn of_sample(d: &'a DeviceSample) -> Self {
+    pub(crate) fn of_sample(d: &'a DeviceSample) -> Self {
         Self {
             fields: FieldReport::of_values(&d.fields),
             throttle_reasons: d.throttle_reasons.map(throttle_reason_names),
@@ -267,7 +267,7 @@ impl<'a> DeviceReport<'a> {
     }
 
     /// A device over one export window (`/status`).
-    pub fn of_window(d: &'a DeviceWindow) -> Self {
+    pub(crate) fn of_window(d: &'a DeviceWindow) -> Self {
         // Reasons active in at least half of the window's samples, as the throttling rule reads
         // them.
         let throttle = d.throttle_active_ratio.as_ref().map(|ratios| {

@@ -54,7 +54,7 @@ impl SamplerHealth {
     }
 
     /// NVML errors by kind since gpulse started.
-    pub fn nvml_errors(&self) -> std::collections::BTreeMap<String, u64> {
+    pub(crate) fn nvml_errors(&self) -> std::collections::BTreeMap<String, u64> {
         let mut total: std::collections::BTreeMap<String, u64> = self
             .nvml_errors
             .lock()
@@ -74,7 +74,7 @@ impl SamplerHealth {
     }
 
     /// How long ago the last tick finished; `None` before the first.
-    pub fn since_last_tick(&self) -> Option<Duration> {
+    pub(crate) fn since_last_tick(&self) -> Option<Duration> {
         let done = self.last_tick_done_ns.load(Ordering::Relaxed);
         let started = self.started?;
         (done > 0).then(|| started.elapsed().saturating_sub(Duration::from_nanos(done)))

@@ -247,6 +247,8 @@ pub struct DeviceTrack {
     pub index: u32,
     pub uuid: String,
     pub name: String,
+    /// `00000000:18:00.0`, as `snapshot` shows it; `None` when the source did not say.
+    pub pci_bus_id: Option<String>,
     pub memory_total_bytes: Option<f64>,
     pub series: Series<DevicePoint>,
     pub totals: DeviceTotals,
@@ -262,6 +264,8 @@ pub struct ProcessTrack {
     pub name: Option<String>,
     /// Whether it is the recorded command or one of its descendants.
     pub in_command: bool,
+    /// Who the process is (namespaced PID, container, pod), as attribution last saw it.
+    pub workload: Option<crate::attribution::Workload>,
     pub series: Series<MemoryPoint>,
     pub memory_peak_bytes: Option<f64>,
     pub first_seen: f64,

@@ -23,6 +23,8 @@ use super::model::{
     DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, SpanKind,
     SpanMark, IDLE_BELOW,
 };
+use crate::attribution::environ::JobIdSource;
+use crate::attribution::{AttributionMethod, Workload};
 use crate::schema::throttle_reasons;
 
 /// Why a recording could not be read.
@@ -146,10 +148,69 @@ fn point_value(point: &Value) -> Option<f64> {
     number(point.get("asDouble")).or_else(|| number(point.get("asInt")))
 }
 
+/// A GPU process's identity read back from the resource `export::resource::process_resource`
+/// wrote: gpulse's own keys into their fields, the rest (the process's own
+/// `OTEL_RESOURCE_ATTRIBUTES`) kept as they are, and a `service.name` gpulse made up
+/// (`unknown_service:…`) left out, as the workload had none.
+fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
+    let get = |key: &str| resource.get(key).cloned();
+    let gpulse_keys = |key: &str| {
+        key == "service.name"
+            || key == "host.name"
+            || ["process.", "container.", "k8s.", "gpulse."]
+                .iter()
+                .any(|prefix| key.starts_with(prefix))
+    };
+    let mut resource_attributes: Vec<(String, String)> = resource
+        .iter()
+        .filter(|(key, _)| !gpulse_keys(key))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    resource_attributes.sort();
+    Workload {
+        pid,
+        vpid: resource.get("process.vpid").and_then(|v| v.parse().ok()),
+        executable_name: get("process.executable.name"),
+        owner: get("process.owner"),
+        command_line: get("process.command_line"),
+        container_id: get("container.id"),
+        container_runtime: get("container.runtime"),
+        pod_uid: get("k8s.pod.uid"),
+        pod_name: get("k8s.pod.name"),
+        namespace_name: get("k8s.namespace.name"),
+        container_name: get("k8s.container.name"),
+        service_name: get("service.name").filter(|name| !name.starts_with("unknown_service")),
+        resource_attributes,
+        job_id: get("gpulse.job.id"),
+        job_id_source: resource.get("gpulse.job.id.source").and_then(|name| {
+            [
+                JobIdSource::Companion,
+                JobIdSource::ResourceAttributes,
+                JobIdSource::TorchElastic,
+                JobIdSource::Slurm,
+                JobIdSource::Master,
+            ]
+            .into_iter()
+            .find(|source| source.as_str() == name)
+        }),
+        // Not on the resource: the rank rides in the training metrics' attributes.
+        rank: None,
+        attributed_by: match resource
+            .get("gpulse.attribution.method")
+            .map(String::as_str)
+        {
+            Some("host_pid") => AttributionMethod::HostPid,
+            Some("device_file") => AttributionMethod::DeviceFile,
+            _ => AttributionMethod::Unresolved,
+        },
+    }
+}
+
 #[derive(Default)]
 struct DeviceAcc {
     index: u32,
     name: Option<String>,
+    pci_bus_id: Option<String>,
     memory_total: Option<f64>,
     /// Window end (ns) → the point of that window.
     points: BTreeMap<u64, DevicePoint>,
@@ -162,6 +223,7 @@ struct DeviceAcc {
 #[derive(Default)]
 struct ProcessAcc {
     name: Option<String>,
+    workload: Option<Workload>,
     device_index: u32,
     points: BTreeMap<u64, f64>,
 }
@@ -226,7 +288,13 @@ impl Builder {
                     .and_then(|i| i.parse().ok())
                     .unwrap_or(0);
                 match pid {
-                    Some(pid) => self.process_point(pid, &exe, uuid, index, name, t, value),
+                    Some(pid) => {
+                        self.process_point(pid, &exe, uuid.clone(), index, name, t, value);
+                        if let Some(p) = self.processes.get_mut(&(pid, uuid)) {
+                            p.workload
+                                .get_or_insert_with(|| workload_of(&resource, pid));
+                        }
+                    }
                     None => self.device_point(uuid, index, &attrs, name, t, value),
                 }
             }
@@ -267,6 +335,9 @@ impl Builder {
         d.index = index;
         if d.name.is_none() {
             d.name = attrs.get("hw.model").cloned();
+        }
+        if d.pci_bus_id.is_none() {
+            d.pci_bus_id = attrs.get("gpu.pci_address").cloned();
         }
         let is = |key: &str, want: &str| attrs.get(key).is_some_and(|v| v == want);
         let mut known = true;
@@ -454,6 +525,7 @@ impl Builder {
                 device_uuid: uuid.clone(),
                 name: p.name.clone(),
                 in_command: true,
+                workload: p.workload.clone(),
                 ..ProcessTrack::default()
             };
             for (&t, &bytes) in &p.points {
@@ -472,6 +544,7 @@ impl Builder {
             let mut track = DeviceTrack {
                 index: d.index,
                 name: d.name.clone().unwrap_or_else(|| format!("GPU {}", d.index)),
+                pci_bus_id: d.pci_bus_id.clone(),
                 uuid: uuid.clone(),
                 memory_total_bytes: d.memory_total,
                 ..DeviceTrack::default()

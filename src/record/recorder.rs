@@ -12,6 +12,7 @@ use super::model::{
 };
 use super::tree::CommandTree;
 use crate::attribution::procfs::ProcDir;
+use crate::attribution::AttributedWindow;
 use crate::diagnosis::tracker::FindingState;
 use crate::diagnosis::{Finding, FindingEvent};
 use crate::sampling::Snapshot;
@@ -129,6 +130,7 @@ impl Recorder {
                         index: d.info.index,
                         uuid: d.info.uuid.clone(),
                         name: d.info.name.clone(),
+                        pci_bus_id: Some(d.info.pci_bus_id.clone()).filter(|id| !id.is_empty()),
                         memory_total_bytes: d
                             .get(DeviceField::MemoryTotal)
                             .or(d.info.memory_total_bytes.map(|b| b as f64)),
@@ -263,6 +265,16 @@ impl Recorder {
             .in_command
             .entry(pid)
             .or_insert_with(|| tree.contains(pid))
+    }
+
+    /// Takes each process's identity from an attributed window (the latest one wins: a
+    /// process's container or pod does not change, but its name may have been unknown before).
+    pub fn observe_workloads(&mut self, attributed: &AttributedWindow) {
+        for track in &mut self.recording.processes {
+            if let Some(workload) = attributed.workloads.get(&track.pid) {
+                track.workload = Some(workload.clone());
+            }
+        }
     }
 
     /// Adds a span of the training loop (received from the companion).

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::model::{FindingMark, Recording};
+use crate::attribution::Workload;
 use crate::diagnosis::findings::human_bytes;
 use crate::schema::throttle_reason_names;
 
@@ -84,6 +85,7 @@ pub struct DeviceSummary<'a> {
     pub index: u32,
     pub uuid: &'a str,
     pub name: &'a str,
+    pub pci_bus_id: Option<&'a str>,
     pub utilization_gpu_mean: Option<f64>,
     pub utilization_gpu_peak: Option<f64>,
     pub sm_activity_mean: Option<f64>,
@@ -114,6 +116,9 @@ pub struct ProcessSummary<'a> {
     /// Seconds since the start of the recording.
     pub first_seen_seconds: f64,
     pub last_seen_seconds: f64,
+    /// Who the process is (namespaced PID, container, pod, service name), as `run` exports it
+    /// and as `snapshot --format json` shows it (the same object); `null` when unknown.
+    pub workload: Option<&'a Workload>,
 }
 
 fn unix(t: std::time::SystemTime) -> f64 {
@@ -138,6 +143,7 @@ impl<'a> Summary<'a> {
                     index: d.index,
                     uuid: &d.uuid,
                     name: &d.name,
+                    pci_bus_id: d.pci_bus_id.as_deref(),
                     utilization_gpu_mean: t.utilization.mean(),
                     utilization_gpu_peak: t.utilization.peak(),
                     sm_activity_mean: t.sm_activity.mean(),
@@ -188,6 +194,7 @@ impl<'a> Summary<'a> {
             gpu_memory_peak_bytes: p.memory_peak_bytes.map(|b| b as u64),
             first_seen_seconds: p.first_seen,
             last_seen_seconds: p.last_seen,
+            workload: p.workload.as_ref(),
         };
         let (exit_code, exit_signal) = match recording.exit {
             Some(super::child::CommandExit::Code(c)) => (Some(c), None),
