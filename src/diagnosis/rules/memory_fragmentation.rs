@@ -2,7 +2,8 @@
 //! need (reserved − allocated at least `unused_reserved_ratio_at_least` of reserved and
 //! `unused_reserved_bytes_at_least`) in every allocator reading over `min_duration`, while the
 //! device is under memory pressure (used at least `device_used_at_least` of its total in this
-//! window). The cached blocks are split into pieces too small for the next large allocation, so
+//! window; on a GPU in MIG mode, the process's MIG instance: its slice is all it can allocate
+//! from). The cached blocks are split into pieces too small for the next large allocation, so
 //! it can fail with out-of-memory although the process holds plenty in total. Needs the
 //! framework's allocator gauges; without them the rule says nothing.
 
@@ -11,9 +12,8 @@ use crate::diagnosis::findings::{
 };
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::thresholds::MemoryFragmentation;
-use crate::schema::DeviceField;
 
-use super::{process_device_ref, Inputs};
+use super::{memory_room, process_device_ref_in, Inputs};
 
 const ADVICE: &str = "The caching allocator's reserve is fragmented: start the job with \
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of leaving \
@@ -39,21 +39,16 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
         else {
             continue;
         };
-        let Some(device) = inputs.device(&p.device_uuid) else {
+        let Some(room) = memory_room(inputs, p) else {
             continue;
         };
-        let (Some(used), Some(total)) = (
-            device.last_u64(DeviceField::MemoryUsed),
-            device
-                .last_u64(DeviceField::MemoryTotal)
-                .or(device.info.memory_total_bytes),
-        ) else {
+        let (Some(used), Some(total)) = (room.used, room.total) else {
             continue;
         };
         if total == 0 {
             continue;
         }
-        let used = used + device.last_u64(DeviceField::MemoryReserved).unwrap_or(0);
+        let used = used + room.reserved.unwrap_or(0);
         let used_ratio = used as f64 / total as f64;
         if used_ratio < t.device_used_at_least {
             continue;
@@ -84,13 +79,14 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
             .duration_since(run[0].at)
             .unwrap_or_default()
             .as_secs_f64();
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let summary = format!(
-            "{subject}: PyTorch reserves {} but its tensors use {} ({} of the reserve unused) for {}, while the GPU is {} full",
+            "{subject}: PyTorch reserves {} but its tensors use {} ({} of the reserve unused) for {}, while the {} is {} full",
             human_bytes(reserved as f64),
             human_bytes(allocated as f64),
             pct(unused as f64 / reserved as f64),
             human_duration(observed),
+            if room.instance { "MIG instance" } else { "GPU" },
             pct(used_ratio),
         );
         out.push(Finding {

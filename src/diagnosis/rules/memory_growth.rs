@@ -11,7 +11,8 @@
 //! process (`pytorch.cuda.memory.*` through gpulse's receiver), those decide instead: live
 //! tensors (`allocated`) growing, or each epoch's peak (`max_allocated`, reset per epoch) rising
 //! epoch after epoch, is a leak (warning, error when the device fills within
-//! `urgent_time_to_full`); only the reserve (or NVML's figure) growing while `allocated` stays
+//! `urgent_time_to_full`; on a GPU in MIG mode, when its MIG instance fills: a process cannot
+//! grow beyond its slice); only the reserve (or NVML's figure) growing while `allocated` stays
 //! flat is the caching allocator at work, reported as info and never as a warning.
 
 use std::time::SystemTime;
@@ -23,9 +24,8 @@ use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::Series;
 use crate::diagnosis::thresholds::MemoryGrowth;
 use crate::sampling::ProcessWindow;
-use crate::schema::DeviceField;
 
-use super::{process_device_ref, Inputs};
+use super::{memory_room, process_device_ref_in, Inputs};
 
 const ADVICE: &str = "GPU memory keeps growing: look for tensors kept alive across steps \
 (appending loss instead of loss.item() to a list, caches keyed by input shape, autograd graphs \
@@ -94,9 +94,10 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         if trend.slope < t.min_rate_bytes_per_second {
             continue;
         }
-        let free = inputs
-            .device(&p.device_uuid)
-            .and_then(|d| d.last_u64(DeviceField::MemoryFree));
+        // On MIG, its instance's free memory: the only memory it can grow into.
+        let room = memory_room(inputs, p);
+        let free = room.and_then(|r| r.free);
+        let place = room.map_or("device", |r| r.place());
         let time_to_full = free.map(|f| f as f64 / trend.slope);
         let severity = match time_to_full {
             Some(s) if s < t.urgent_time_to_full.as_secs_f64() => Severity::Error,
@@ -106,10 +107,10 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
             .latest()
             .and_then(|s| s.gpu_memory_last_bytes)
             .unwrap_or(0);
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let full = match time_to_full {
-            Some(s) => format!("device full in about {}", human_duration(s)),
-            None => "device free memory unknown".to_string(),
+            Some(s) => format!("{place} full in about {}", human_duration(s)),
+            None => format!("{place} free memory unknown"),
         };
         let summary = format!(
             "{subject} GPU memory grows {}/min over the last {} (now {}): {full}",
@@ -275,10 +276,11 @@ fn with_allocator(
     t: &MemoryGrowth,
 ) -> Option<Finding> {
     let latest = points.last()?;
-    let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
-    let free = inputs
-        .device(&p.device_uuid)
-        .and_then(|d| d.last_u64(DeviceField::MemoryFree));
+    let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
+    // On MIG, its instance's free memory: the only memory it can grow into.
+    let room = memory_room(inputs, p);
+    let free = room.and_then(|r| r.free);
+    let place = room.map_or("device", |r| r.place());
     let mut values: Vec<(String, Value)> = Vec::new();
     if let Some(a) = latest.allocated_bytes {
         values.push(("allocated_bytes".into(), Value::from(a)));
@@ -296,8 +298,8 @@ fn with_allocator(
             _ => Severity::Warning,
         };
         let full = match time_to_full {
-            Some(s) => format!("device full in about {}", human_duration(s)),
-            None => "device free memory unknown".to_string(),
+            Some(s) => format!("{place} full in about {}", human_duration(s)),
+            None => format!("{place} free memory unknown"),
         };
         let what = match signal {
             "allocated" => "live tensors (PyTorch allocated memory) grow",

@@ -1,5 +1,7 @@
 //! `memory_pressure`: the device is (nearly) out of memory, or a process holds nearly all the
-//! memory it could get, so its next allocation is likely to fail with out-of-memory.
+//! memory it could get, so its next allocation is likely to fail with out-of-memory. On a GPU in
+//! MIG mode each MIG instance is judged on its own slice, and a process on its instance's: a
+//! full 3g.40gb slice runs out of memory however empty the rest of the GPU is.
 
 use crate::diagnosis::findings::{
     human_bytes, pct, Finding, Layer, RuleId, Severity, Subject, Value,
@@ -7,7 +9,8 @@ use crate::diagnosis::findings::{
 use crate::diagnosis::thresholds::MemoryPressure;
 use crate::schema::DeviceField;
 
-use super::{device_ref, process_device_ref, Inputs};
+use super::{device_ref, memory_room, process_device_ref_in, Inputs};
+use crate::diagnosis::findings::MigRef;
 
 const ADVICE: &str = "Lower the peak memory of a step: a smaller batch size with gradient \
 accumulation to keep the effective batch, mixed precision (torch.autocast with bf16/fp16), \
@@ -20,49 +23,27 @@ on the same GPU (nvidia-smi) that should not be there.";
 pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in &inputs.window.devices {
-        let Some(total) = d.last_u64(DeviceField::MemoryTotal).filter(|&t| t > 0) else {
-            continue;
-        };
-        // Driver-reserved memory is not available to applications either: count it as taken.
-        let taken = match (
-            d.last_u64(DeviceField::MemoryFree),
-            d.last_u64(DeviceField::MemoryUsed),
-        ) {
-            (Some(free), _) => total.saturating_sub(free),
-            (None, Some(used)) => used,
-            (None, None) => continue,
-        };
-        let ratio = taken as f64 / total as f64;
-        if ratio <= t.device_used_above {
-            continue;
+        let free = d.last_u64(DeviceField::MemoryFree);
+        let used = d.last_u64(DeviceField::MemoryUsed);
+        let total = d.last_u64(DeviceField::MemoryTotal);
+        out.extend(judge_room(inputs, t, device_ref(d), total, free, used));
+        for m in &d.mig_instances {
+            let mut subject = device_ref(d);
+            subject.mig = Some(MigRef {
+                uuid: m.info.uuid.clone(),
+                gpu_instance_id: m.info.gpu_instance_id,
+                compute_instance_id: m.info.compute_instance_id,
+                profile: m.info.profile().to_string(),
+            });
+            out.extend(judge_room(
+                inputs,
+                t,
+                subject,
+                m.memory_total_bytes,
+                m.memory_free_bytes,
+                m.memory_used_bytes,
+            ));
         }
-        let severity = if ratio > t.device_used_error_above {
-            Severity::Error
-        } else {
-            Severity::Warning
-        };
-        let subject = Subject::Device(device_ref(d));
-        let summary = format!(
-            "{subject} memory is {} full: {} of {} taken, {} free",
-            pct(ratio),
-            human_bytes(taken as f64),
-            human_bytes(total as f64),
-            human_bytes(total.saturating_sub(taken) as f64),
-        );
-        out.push(Finding {
-            rule: RuleId::MemoryPressure,
-            severity,
-            subject,
-            summary,
-            advice: ADVICE.to_string(),
-            values: vec![
-                ("device_used_ratio".into(), Value::from(ratio)),
-                ("memory_taken_bytes".into(), Value::from(taken)),
-                ("memory_total_bytes".into(), Value::from(total)),
-            ],
-            since: inputs.window.start,
-            evidence: vec![Layer::Nvml],
-        });
     }
     for p in &inputs.window.processes {
         let Some(held) = p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64) else {
@@ -71,10 +52,11 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
         if held < t.min_process_bytes {
             continue;
         }
-        let Some(free) = inputs
-            .device(&p.device_uuid)
-            .and_then(|d| d.last_u64(DeviceField::MemoryFree))
-        else {
+        // On MIG, the free memory of its instance: the only memory it can allocate from.
+        let Some(room) = memory_room(inputs, p) else {
+            continue;
+        };
+        let Some(free) = room.free else {
             continue;
         };
         let reachable = free.saturating_add(held);
@@ -82,7 +64,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
         if share < t.process_share_at_least {
             continue;
         }
-        let subject = inputs.workload_subject(p.pid, Some(process_device_ref(p)));
+        let subject = inputs.workload_subject(p.pid, Some(process_device_ref_in(inputs.window, p)));
         let summary = format!(
             "{subject} holds {} of the {} it could have ({}): {} left before out-of-memory",
             human_bytes(held as f64),
@@ -99,6 +81,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
             values: vec![
                 ("process_share_ratio".into(), Value::from(share)),
                 ("gpu_memory_bytes".into(), Value::from(held)),
+                // On MIG, the instance's free memory (the subject names the instance).
                 ("device_free_bytes".into(), Value::from(free)),
             ],
             since: inputs.window.start,
@@ -106,6 +89,55 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// The finding of one device or MIG instance (`subject`) whose memory is nearly all taken.
+fn judge_room(
+    inputs: &Inputs<'_>,
+    t: &MemoryPressure,
+    subject: crate::diagnosis::findings::DeviceRef,
+    total: Option<u64>,
+    free: Option<u64>,
+    used: Option<u64>,
+) -> Option<Finding> {
+    let total = total.filter(|&t| t > 0)?;
+    // Driver-reserved memory is not available to applications either: count it as taken.
+    let taken = match (free, used) {
+        (Some(free), _) => total.saturating_sub(free),
+        (None, Some(used)) => used,
+        (None, None) => return None,
+    };
+    let ratio = taken as f64 / total as f64;
+    if ratio <= t.device_used_above {
+        return None;
+    }
+    let severity = if ratio > t.device_used_error_above {
+        Severity::Error
+    } else {
+        Severity::Warning
+    };
+    let subject = Subject::Device(subject);
+    let summary = format!(
+        "{subject} memory is {} full: {} of {} taken, {} free",
+        pct(ratio),
+        human_bytes(taken as f64),
+        human_bytes(total as f64),
+        human_bytes(total.saturating_sub(taken) as f64),
+    );
+    Some(Finding {
+        rule: RuleId::MemoryPressure,
+        severity,
+        subject,
+        summary,
+        advice: ADVICE.to_string(),
+        values: vec![
+            ("device_used_ratio".into(), Value::from(ratio)),
+            ("memory_taken_bytes".into(), Value::from(taken)),
+            ("memory_total_bytes".into(), Value::from(total)),
+        ],
+        since: inputs.window.start,
+        evidence: vec![Layer::Nvml],
+    })
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 
 use crate::attribution::{ProcessUsage, Workload};
 use crate::sampling::{DeviceWindow, GpmWindow, MigInstanceWindow, ProcessWindow, Window};
+use crate::schema::DeviceField;
 
 use super::findings::{DeviceRef, Finding, MigRef, Subject};
 use super::framework::FrameworkEvidence;
@@ -117,6 +118,53 @@ pub(crate) fn process_device_ref(p: &ProcessWindow) -> DeviceRef {
         index: p.device_index,
         mig: None,
     }
+}
+
+/// The memory a process can allocate from, as the window's last readings give it: on a GPU in
+/// MIG mode its MIG instance's slice (a process cannot allocate outside its instance, so the
+/// whole GPU's free memory says nothing about its next allocation), else its GPU's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemoryRoom {
+    pub used: Option<u64>,
+    pub free: Option<u64>,
+    pub total: Option<u64>,
+    /// Driver-reserved memory (the whole GPU's; NVML gives a MIG instance none).
+    pub reserved: Option<u64>,
+    /// The room is a MIG instance's slice.
+    pub instance: bool,
+}
+
+impl MemoryRoom {
+    /// `MIG instance` or `device`, for summaries.
+    pub fn place(&self) -> &'static str {
+        if self.instance {
+            "MIG instance"
+        } else {
+            "device"
+        }
+    }
+}
+
+pub(crate) fn memory_room(inputs: &Inputs<'_>, p: &ProcessWindow) -> Option<MemoryRoom> {
+    if let Some(m) = inputs.window.mig_instance_of(p.pid, &p.device_uuid) {
+        return Some(MemoryRoom {
+            used: m.memory_used_bytes,
+            free: m.memory_free_bytes,
+            total: m.memory_total_bytes,
+            reserved: None,
+            instance: true,
+        });
+    }
+    let d = inputs.device(&p.device_uuid)?;
+    Some(MemoryRoom {
+        used: d.last_u64(DeviceField::MemoryUsed),
+        free: d.last_u64(DeviceField::MemoryFree),
+        total: d
+            .last_u64(DeviceField::MemoryTotal)
+            .or(d.info.memory_total_bytes),
+        reserved: d.last_u64(DeviceField::MemoryReserved),
+        instance: false,
+    })
 }
 
 /// For each device (each MIG instance, on a GPU in MIG mode), the process holding the most GPU
