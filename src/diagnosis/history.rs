@@ -83,6 +83,9 @@ impl InterconnectTraffic {
 pub struct Series {
     pub device_index: u32,
     summaries: VecDeque<WindowSummary>,
+    /// The last recording (`History::recordings`) whose window listed this process on this
+    /// device.
+    listed_in: u64,
 }
 
 impl Series {
@@ -117,9 +120,13 @@ pub struct DeviceCounters {
 #[derive(Debug, Clone)]
 pub struct History {
     limits: HistoryLimits,
-    series: HashMap<(u32, String), Series>,
+    /// By PID, then device UUID: a process nearly always holds one device, so a series is found
+    /// by hashing the PID and comparing one UUID, with no `(pid, uuid)` key to build.
+    series: HashMap<u32, Vec<(String, Series)>>,
     devices: HashMap<String, DeviceCounters>,
     last_recorded_end: Option<SystemTime>,
+    /// Windows recorded so far.
+    recordings: u64,
 }
 
 impl History {
@@ -129,6 +136,7 @@ impl History {
             series: HashMap::new(),
             devices: HashMap::new(),
             last_recorded_end: None,
+            recordings: 0,
         }
     }
 
@@ -139,6 +147,8 @@ impl History {
             return;
         }
         self.last_recorded_end = Some(window.end);
+        self.recordings += 1;
+        let recording = self.recordings;
 
         let device_util: HashMap<&str, Option<f64>> = window
             .devices
@@ -169,9 +179,7 @@ impl History {
             .map(|d| (d.info.uuid.as_str(), InterconnectTraffic::of(d)))
             .collect();
 
-        let mut present: HashSet<(u32, &str)> = HashSet::new();
         for p in &window.processes {
-            present.insert((p.pid, p.device_uuid.as_str()));
             let mut summary = WindowSummary {
                 start: window.start,
                 end: window.end,
@@ -197,22 +205,32 @@ impl History {
                 summary.device_tensor_activity_mean = m.gpm.mean(GpmField::TensorActivity);
                 summary.on_mig_instance = true;
             }
-            let series = self
-                .series
-                .entry((p.pid, p.device_uuid.clone()))
-                .or_insert_with(|| Series {
-                    device_index: p.device_index,
-                    summaries: VecDeque::new(),
-                });
+            let rows = self.series.entry(p.pid).or_default();
+            let at = match rows.iter().position(|(uuid, _)| *uuid == p.device_uuid) {
+                Some(at) => at,
+                None => {
+                    rows.push((
+                        p.device_uuid.clone(),
+                        Series {
+                            device_index: p.device_index,
+                            summaries: VecDeque::new(),
+                            listed_in: recording,
+                        },
+                    ));
+                    rows.len() - 1
+                }
+            };
+            let series = &mut rows[at].1;
             series.device_index = p.device_index;
+            series.listed_in = recording;
             series.summaries.push_back(summary);
         }
 
-        self.series
-            .retain(|(pid, uuid), _| present.contains(&(*pid, uuid.as_str())));
+        // Series of processes the window did not list are dropped.
+        self.retain_series(|series| series.listed_in == recording);
 
         let oldest_kept = window.end.checked_sub(self.limits.max_age);
-        for series in self.series.values_mut() {
+        for series in self.series.values_mut().flatten().map(|(_, series)| series) {
             while series.summaries.len() > self.limits.max_windows {
                 series.summaries.pop_front();
             }
@@ -222,24 +240,31 @@ impl History {
                 }
             }
         }
-        self.series.retain(|_, s| !s.summaries.is_empty());
+        self.retain_series(|series| !series.summaries.is_empty());
 
-        if self.series.len() > self.limits.max_series {
+        if self.series_count() > self.limits.max_series {
             // Keep the longest-running series: they carry the trends; a burst of short-lived
             // processes should not evict a training job's history.
             let mut keys: Vec<((u32, String), SystemTime)> = self
                 .series
                 .iter()
-                .map(|(k, s)| {
-                    (
-                        k.clone(),
-                        s.summaries.front().map_or(window.end, |f| f.start),
-                    )
+                .flat_map(|(&pid, rows)| {
+                    rows.iter().map(move |(uuid, s)| {
+                        (
+                            (pid, uuid.clone()),
+                            s.summaries.front().map_or(window.end, |f| f.start),
+                        )
+                    })
                 })
                 .collect();
             keys.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-            for (key, _) in keys.into_iter().skip(self.limits.max_series) {
-                self.series.remove(&key);
+            for ((pid, uuid), _) in keys.into_iter().skip(self.limits.max_series) {
+                if let Some(rows) = self.series.get_mut(&pid) {
+                    rows.retain(|(u, _)| *u != uuid);
+                    if rows.is_empty() {
+                        self.series.remove(&pid);
+                    }
+                }
             }
         }
 
@@ -265,7 +290,19 @@ impl History {
 
     /// The series of one process on one device.
     pub fn series(&self, pid: u32, device_uuid: &str) -> Option<&Series> {
-        self.series.get(&(pid, device_uuid.to_string()))
+        self.series
+            .get(&pid)?
+            .iter()
+            .find(|(uuid, _)| uuid == device_uuid)
+            .map(|(_, series)| series)
+    }
+
+    /// Keeps the series `keep` says yes to, and the PIDs that still have one.
+    fn retain_series(&mut self, mut keep: impl FnMut(&Series) -> bool) {
+        self.series.retain(|_, rows| {
+            rows.retain(|(_, series)| keep(series));
+            !rows.is_empty()
+        });
     }
 
     /// The counters of one device.
@@ -275,12 +312,16 @@ impl History {
 
     /// Number of (pid, device) series held.
     pub fn series_count(&self) -> usize {
-        self.series.len()
+        self.series.values().map(Vec::len).sum()
     }
 
     /// Number of summaries held over all series.
     pub fn summary_count(&self) -> usize {
-        self.series.values().map(|s| s.summaries.len()).sum()
+        self.series
+            .values()
+            .flatten()
+            .map(|(_, s)| s.summaries.len())
+            .sum()
     }
 
     pub fn limits(&self) -> &HistoryLimits {

@@ -387,10 +387,22 @@ pub struct WindowAggregator {
     cuda_driver_version: Option<String>,
     /// Open window, by device UUID, in the order devices were first seen in it.
     devices: Vec<(String, DeviceAcc)>,
-    processes: HashMap<(u32, String), ProcessAcc>,
+    /// Every (PID, device) row of the open window and of the window before, by PID: a process
+    /// nearly always holds one device, so a row is found by hashing the PID and comparing one
+    /// UUID, with no key to build (a `(pid, uuid)` key cost two UUID copies and two hashes of
+    /// the UUID per process per sample).
+    processes: HashMap<u32, Vec<ProcessRow>>,
     xid_events: Vec<XidEvent>,
     counters: HashMap<String, DeviceCounters>,
-    first_seen: HashMap<(u32, String), SystemTime>,
+}
+
+/// One process on one device: when it was first seen (kept while it stays in consecutive
+/// windows) and what the open window holds of it (`None`: not seen in it yet).
+#[derive(Debug)]
+struct ProcessRow {
+    device_uuid: String,
+    first_seen: SystemTime,
+    acc: Option<ProcessAcc>,
 }
 
 impl WindowAggregator {
@@ -447,9 +459,19 @@ impl WindowAggregator {
                     instance.pids.insert(p.pid);
                 }
             }
-            let key = (p.pid, p.device_uuid.clone());
-            self.first_seen.entry(key.clone()).or_insert(at);
-            let acc = self.processes.entry(key).or_insert_with(|| ProcessAcc {
+            let rows = self.processes.entry(p.pid).or_default();
+            let row = match rows.iter().position(|r| r.device_uuid == p.device_uuid) {
+                Some(i) => &mut rows[i],
+                None => {
+                    rows.push(ProcessRow {
+                        device_uuid: p.device_uuid.clone(),
+                        first_seen: at,
+                        acc: None,
+                    });
+                    rows.last_mut().expect("just pushed")
+                }
+            };
+            let acc = row.acc.get_or_insert(ProcessAcc {
                 device_index: p.device_index,
                 kind: p.kind,
                 samples: 0,
@@ -494,25 +516,30 @@ impl WindowAggregator {
                 acc.finish(counters)
             })
             .collect();
-        let processes_acc = std::mem::take(&mut self.processes);
-        self.first_seen
-            .retain(|key, _| processes_acc.contains_key(key));
-        let mut processes: Vec<ProcessWindow> = processes_acc
-            .into_iter()
-            .map(|((pid, device_uuid), acc)| ProcessWindow {
-                first_seen: self.first_seen[&(pid, device_uuid.clone())],
-                pid,
-                device_index: acc.device_index,
-                device_uuid,
-                kind: acc.kind,
-                samples: acc.samples,
-                gpu_memory_bytes: GaugeAcc::finish(acc.gpu_memory_bytes),
-                sm_utilization: GaugeAcc::finish(acc.sm_utilization),
-                memory_utilization: GaugeAcc::finish(acc.memory_utilization),
-                encoder_utilization: GaugeAcc::finish(acc.encoder_utilization),
-                decoder_utilization: GaugeAcc::finish(acc.decoder_utilization),
-            })
-            .collect();
+        // Rows not seen in the closed window are forgotten, with their first_seen.
+        let mut processes: Vec<ProcessWindow> = Vec::new();
+        self.processes.retain(|&pid, rows| {
+            rows.retain_mut(|row| {
+                let Some(acc) = row.acc.take() else {
+                    return false;
+                };
+                processes.push(ProcessWindow {
+                    first_seen: row.first_seen,
+                    pid,
+                    device_index: acc.device_index,
+                    device_uuid: row.device_uuid.clone(),
+                    kind: acc.kind,
+                    samples: acc.samples,
+                    gpu_memory_bytes: GaugeAcc::finish(acc.gpu_memory_bytes),
+                    sm_utilization: GaugeAcc::finish(acc.sm_utilization),
+                    memory_utilization: GaugeAcc::finish(acc.memory_utilization),
+                    encoder_utilization: GaugeAcc::finish(acc.encoder_utilization),
+                    decoder_utilization: GaugeAcc::finish(acc.decoder_utilization),
+                });
+                true
+            });
+            !rows.is_empty()
+        });
         processes.sort_by_key(|p| (p.device_index, p.pid));
         Some(Window {
             start,

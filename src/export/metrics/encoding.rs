@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, message, WireType};
 
 use crate::export::resource::{gpulse_scope, kv_str};
-use crate::schema::{Instrument, MetricId, METRICS};
+use crate::schema::{Instrument, MetricId, METRICS, METRIC_COUNT};
 
 /// Index of a shared attribute list in its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +145,9 @@ impl MetricsBatch {
     }
 
     /// The protobuf encoding of [`MetricsBatch::into_request`], written in two passes: sizes
-    /// bottom-up once, then bytes.
+    /// bottom-up once, then bytes. Each resource is encoded once, in the first pass (prost would
+    /// otherwise size its nested attributes again while writing them), and each point's length
+    /// is kept for the second. The buffer has [`SPLICE_ROOM`] spare bytes at its end.
     pub fn encode(&self) -> Vec<u8> {
         let sets: Vec<Vec<u8>> = self
             .attribute_sets
@@ -155,37 +157,47 @@ impl MetricsBatch {
         let mut scope = Vec::new();
         message::encode(1, &gpulse_scope(), &mut scope);
 
-        // Pass 1: per resource its body length, its scope-metrics body length, then for each
-        // metric its body and data lengths, in the order pass 2 writes the prefixes. A point's
-        // own length is a few additions, so pass 2 works it out again instead of storing it.
+        // Pass 1: per resource its encoded `Resource` (field 1, into `resources`), its body
+        // length and its scope-metrics body length; for each metric its body and data lengths;
+        // each point's length; all in the order pass 2 writes them.
+        let point_count = self.point_count();
         let mut sizes: Vec<usize> = Vec::with_capacity(self.resources.len() * 24);
+        let mut point_lens: Vec<usize> = Vec::with_capacity(point_count);
+        let mut resources: Vec<u8> = Vec::new();
+        let mut resource_ends: Vec<usize> = Vec::with_capacity(self.resources.len());
         let mut total = 0;
         for r in &self.resources {
             let slot = sizes.len();
             sizes.extend([0, 0]);
             let mut scope_len = scope.len();
             for run in metric_runs(&r.points) {
-                let (metric_len, data_len) = metric_lens(run, &sets);
+                let (metric_len, data_len) = metric_lens(run, &sets, &mut point_lens);
                 sizes.extend([metric_len, data_len]);
                 scope_len += delimited_len(2, metric_len);
             }
-            let rm_len = message::encoded_len(1, &r.resource) + delimited_len(2, scope_len);
+            let resource_start = resources.len();
+            message::encode(1, &r.resource, &mut resources);
+            resource_ends.push(resources.len());
+            let rm_len = (resources.len() - resource_start) + delimited_len(2, scope_len);
             sizes[slot] = rm_len;
             sizes[slot + 1] = scope_len;
             total += delimited_len(1, rm_len);
         }
 
         // Pass 2.
-        let mut out = Vec::with_capacity(total);
+        let mut out = Vec::with_capacity(total + SPLICE_ROOM);
         let mut sizes = sizes.into_iter();
         let mut next = || {
             sizes
                 .next()
                 .expect("pass 1 sized every message pass 2 writes")
         };
-        for r in &self.resources {
+        let mut point_lens = point_lens.into_iter();
+        let mut resource_start = 0;
+        for (r, resource_end) in self.resources.iter().zip(resource_ends) {
             delimited_prefix(1, next(), &mut out);
-            message::encode(1, &r.resource, &mut out);
+            out.extend_from_slice(&resources[resource_start..resource_end]);
+            resource_start = resource_end;
             delimited_prefix(2, next(), &mut out);
             out.extend_from_slice(&scope);
             for run in metric_runs(&r.points) {
@@ -202,7 +214,10 @@ impl MetricsBatch {
                     }
                 }
                 for p in run {
-                    write_point(p, &sets, &mut out);
+                    let len = point_lens
+                        .next()
+                        .expect("pass 1 sized every point pass 2 writes");
+                    write_point(p, len, &sets, &mut out);
                 }
                 if spec.instrument != Instrument::Gauge {
                     varint_field(2, AggregationTemporality::Cumulative as u64, &mut out);
@@ -218,6 +233,13 @@ impl MetricsBatch {
         out
     }
 }
+
+/// Spare capacity at the end of an encoded window request. gpulse's own health metrics are
+/// spliced into its first resource afterwards (`telemetry::splice`), which grows the buffer by
+/// about 1.5–4 KB; with room to spare the splice moves bytes within the buffer instead of
+/// reallocating and copying the whole request (about 400 KB at 8 GPUs × 64 processes) at every
+/// export. More health than this still works: the buffer then grows as before.
+pub(crate) const SPLICE_ROOM: usize = 8 * 1024;
 
 /// The number of data points in a request: what the export queue counts when it drops one.
 pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
@@ -237,9 +259,42 @@ pub fn data_point_count(request: &ExportMetricsServiceRequest) -> usize {
         .sum()
 }
 
-/// Stable, so points of one metric keep the order they were pushed in.
+/// Stable, so points of one metric keep the order they were pushed in. A counting sort for the
+/// node resource (hundreds of points, a few dozen metrics): each point moves once, where a
+/// comparison sort moves the ~90-byte points many times through a scratch buffer.
 fn sort_by_metric(points: &mut [BatchPoint]) {
-    points.sort_by_key(|p| p.metric as usize);
+    const SMALL: usize = 32;
+    if points.len() <= SMALL {
+        points.sort_by_key(|p| p.metric as usize);
+        return;
+    }
+    // Where each metric's points start in the sorted order, then each point's destination.
+    let mut next = [0usize; METRIC_COUNT];
+    for p in points.iter() {
+        next[p.metric as usize] += 1;
+    }
+    let mut start = 0;
+    for slot in &mut next {
+        let count = *slot;
+        *slot = start;
+        start += count;
+    }
+    let mut destination: Vec<usize> = points
+        .iter()
+        .map(|p| {
+            let slot = &mut next[p.metric as usize];
+            *slot += 1;
+            *slot - 1
+        })
+        .collect();
+    // Apply the permutation in place, one cycle at a time.
+    for i in 0..points.len() {
+        while destination[i] != i {
+            let j = destination[i];
+            points.swap(i, j);
+            destination.swap(i, j);
+        }
+    }
 }
 
 /// The points of each metric in turn (each slice non-empty, one metric).
@@ -297,8 +352,30 @@ fn delimited_len(tag: u32, body: usize) -> usize {
 }
 
 fn delimited_prefix(tag: u32, body: usize, out: &mut Vec<u8>) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(body as u64, out);
+    put_key(tag, WireType::LengthDelimited, out);
+    put_varint(body as u64, out);
+}
+
+/// A field key; every tag this encoder writes is under 16, so one byte.
+#[inline]
+fn put_key(tag: u32, wire_type: WireType, out: &mut Vec<u8>) {
+    if tag < 16 {
+        out.push((tag << 3) as u8 | wire_type as u8);
+    } else {
+        encode_key(tag, wire_type, out);
+    }
+}
+
+/// A varint, with the one- and two-byte cases (nearly every length here) written inline.
+#[inline]
+fn put_varint(v: u64, out: &mut Vec<u8>) {
+    if v < 0x80 {
+        out.push(v as u8);
+    } else if v < 0x4000 {
+        out.extend_from_slice(&[v as u8 | 0x80, (v >> 7) as u8]);
+    } else {
+        encode_varint(v, out);
+    }
 }
 
 /// A proto3 `string` field: omitted when empty.
@@ -319,14 +396,9 @@ fn string_field(tag: u32, s: &str, out: &mut Vec<u8>) {
 
 fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
     if v != 0 {
-        encode_key(tag, WireType::Varint, out);
-        encode_varint(v, out);
+        put_key(tag, WireType::Varint, out);
+        put_varint(v, out);
     }
-}
-
-fn fixed64_field(tag: u32, bytes: [u8; 8], out: &mut Vec<u8>) {
-    encode_key(tag, WireType::SixtyFourBit, out);
-    out.extend_from_slice(&bytes);
 }
 
 /// Each attribute as a `NumberDataPoint.attributes` (field 7) entry, ready to copy.
@@ -355,13 +427,20 @@ fn point_len(p: &BatchPoint, sets: &[Vec<u8>]) -> usize {
     len
 }
 
-/// (metric body, gauge/sum body) lengths of one metric's points.
-fn metric_lens(run: &[BatchPoint], sets: &[Vec<u8>]) -> (usize, usize) {
+/// (metric body, gauge/sum body) lengths of one metric's points; each point's own length is
+/// appended to `point_lens`.
+fn metric_lens(
+    run: &[BatchPoint],
+    sets: &[Vec<u8>],
+    point_lens: &mut Vec<usize>,
+) -> (usize, usize) {
     let spec = &METRICS[run[0].metric as usize];
-    let mut data_len: usize = run
-        .iter()
-        .map(|p| delimited_len(1, point_len(p, sets)))
-        .sum();
+    let mut data_len: usize = 0;
+    for p in run {
+        let len = point_len(p, sets);
+        point_lens.push(len);
+        data_len += delimited_len(1, len);
+    }
     let data_tag = match spec.instrument {
         Instrument::Gauge => 5,
         Instrument::Counter => {
@@ -380,18 +459,50 @@ fn metric_lens(run: &[BatchPoint], sets: &[Vec<u8>]) -> (usize, usize) {
     (metric_len, data_len)
 }
 
-fn write_point(p: &BatchPoint, sets: &[Vec<u8>], out: &mut Vec<u8>) {
-    delimited_prefix(1, point_len(p, sets), out);
+/// A point whose body is `len` bytes (from [`point_len`]). The key, length and the three
+/// fixed64 fields go out as one copy: keys of fields 1 to 7 are single bytes.
+fn write_point(p: &BatchPoint, len: usize, sets: &[Vec<u8>], out: &mut Vec<u8>) {
+    const POINT: u8 = 1 << 3 | WireType::LengthDelimited as u8;
+    const START: u8 = 2 << 3 | WireType::SixtyFourBit as u8;
+    const END: u8 = 3 << 3 | WireType::SixtyFourBit as u8;
+    const AS_DOUBLE: u8 = 4 << 3 | WireType::SixtyFourBit as u8;
+    const AS_INT: u8 = 6 << 3 | WireType::SixtyFourBit as u8;
+    let mut head = [0u8; 1 + 10 + 3 * 9];
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        head[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    };
+    put(&[POINT]);
+    let mut varint = [0u8; 10];
+    let mut n = 0;
+    let mut v = len as u64;
+    while v >= 0x80 {
+        varint[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    varint[n] = v as u8;
+    put(&varint[..=n]);
     if p.start != 0 {
-        fixed64_field(2, p.start.to_le_bytes(), out);
+        put(&[START]);
+        put(&p.start.to_le_bytes());
     }
     if p.end != 0 {
-        fixed64_field(3, p.end.to_le_bytes(), out);
+        put(&[END]);
+        put(&p.end.to_le_bytes());
     }
     match p.value {
-        number_data_point::Value::AsDouble(v) => fixed64_field(4, v.to_le_bytes(), out),
-        number_data_point::Value::AsInt(v) => fixed64_field(6, v.to_le_bytes(), out),
+        number_data_point::Value::AsDouble(v) => {
+            put(&[AS_DOUBLE]);
+            put(&v.to_le_bytes());
+        }
+        number_data_point::Value::AsInt(v) => {
+            put(&[AS_INT]);
+            put(&v.to_le_bytes());
+        }
     }
+    out.extend_from_slice(&head[..at]);
     if let Some(id) = p.attributes.set {
         out.extend_from_slice(&sets[id.0 as usize]);
     }
@@ -511,6 +622,43 @@ mod tests {
             let back = ExportMetricsServiceRequest::decode(bytes.as_slice()).expect("decodes");
             assert_eq!(back, request);
         }
+    }
+
+    /// A node-sized resource (over the counting sort's threshold, with a scope body over 16 KiB
+    /// so three-byte lengths are written too): the same bytes as prost, and each metric's points
+    /// in push order.
+    #[test]
+    fn a_large_resource_is_sorted_stably_and_encoded_as_prost_does() {
+        let metrics = [
+            MetricId::Status,
+            MetricId::GpuUtilization,
+            MetricId::Energy,
+            MetricId::Throttle,
+            MetricId::ProcessGpuMemoryUsage,
+            MetricId::Errors,
+        ];
+        let mut batch = MetricsBatch::default();
+        let set = batch.add_attribute_set(vec![kv_str("hw.id", "GPU-0"), kv_int("gpu.index", 0)]);
+        let points: Vec<BatchPoint> = (0..600u32)
+            .map(|i| {
+                let metric = metrics[(i as usize * 7 + i as usize / 5) % metrics.len()];
+                point(
+                    metric,
+                    PointAttributes::of(set),
+                    u64::from(i) + 1,
+                    f64::from(i),
+                )
+            })
+            .collect();
+        let mut expected = points.clone();
+        expected.sort_by_key(|p| p.metric as usize);
+        batch.push_resource(Resource::default(), points);
+        assert_eq!(batch.resources[0].points, expected);
+
+        let bytes = batch.encode();
+        assert!(bytes.len() > 16 * 1024, "{} bytes", bytes.len());
+        assert_eq!(bytes, batch.clone().into_request().encode_to_vec());
+        assert!(bytes.capacity() >= bytes.len() + SPLICE_ROOM);
     }
 
     #[test]
