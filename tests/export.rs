@@ -318,7 +318,7 @@ mod request {
 
     /// (name, instrument, unit) of each row of docs/metrics.md's metric tables (the rows whose
     /// second cell names an instrument) but those of its "Health metrics" section: gpulse's own
-    /// health is the OpenTelemetry SDK's (src/telemetry, which checks that section itself).
+    /// health is the OpenTelemetry SDK's (src/export/telemetry, which checks that section itself).
     fn documented_metrics() -> BTreeMap<String, (String, String)> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
         let doc = std::fs::read_to_string(path).expect("docs/metrics.md must exist");

@@ -171,7 +171,7 @@ fn is_health_metric(name: &str) -> bool {
     HEALTH.iter().any(|h| name.starts_with(h))
 }
 
-/// Whether a request carries gpulse's own health (`src/telemetry`: on the node resource of each
+/// Whether a request carries gpulse's own health (`src/export/telemetry`: on the node resource of each
 /// export window's request, or alone when a window had no sample).
 pub fn is_health_request(request: &Value) -> bool {
     metric_names(request).into_iter().any(is_health_metric)
