@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::device::{FieldMetric, DEVICE_FIELDS};
 use super::gpm::GPM_FIELDS;
 use super::metrics::{MetricSpec, Section, METRICS};
+use super::source::{Scale, Source};
 
 /// The command that regenerates the tables, for error messages.
 pub const REGENERATE: &str = "cargo run --example schema_docs";
@@ -27,10 +28,14 @@ pub fn metric_table(section: Section) -> String {
             ("", _) => "—".to_string(),
             (text, _) => cell(text),
         };
-        let source = match (spec.source, base) {
-            ("", Some(_)) => "same".to_string(),
-            ("", None) => "—".to_string(),
-            (text, _) => cell(text),
+        let mut sources = field_sources(spec);
+        if !spec.source.is_empty() {
+            sources.push(cell(spec.source));
+        }
+        let source = match (sources.is_empty(), base) {
+            (true, Some(_)) => "same".to_string(),
+            (true, None) => "—".to_string(),
+            (false, _) => sources.join(", "),
         };
         let notes = match spec.notes {
             "" => String::new(),
@@ -44,6 +49,40 @@ pub fn metric_table(section: Section) -> String {
         ));
     }
     out
+}
+
+/// The NVML calls of the device fields `spec` carries, as the reference writes them, from each
+/// field's typed [`Source`]: the docs name exactly the call sampling makes and the benchmark
+/// floor and device check repeat, so they cannot drift apart. Empty for a metric no device field
+/// feeds (families, GPM, /proc, spans), whose `source` text says it all.
+pub fn field_sources(spec: &MetricSpec) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
+        let text = source_text(field.source, spec.unit);
+        if !out.contains(&text) {
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// `nvmlDeviceGetMemoryInfo_v2().used`, `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`,
+/// `nvmlDeviceGetPowerUsage` (mW → W).
+fn source_text(source: Source, unit: &str) -> String {
+    let call = match source.member {
+        "" => format!("`{}`", source.call),
+        member => format!(
+            "`{}({}).{member}`",
+            source.call.c_name(),
+            source.call.arguments().join(", ")
+        ),
+    };
+    match source.scale {
+        Scale::One => call,
+        Scale::PercentToRatio => format!("{call} (% → ratio)"),
+        Scale::Milli => format!("{call} (m{unit} → {unit})"),
+        Scale::Kibi => format!("{call} (KiB → bytes)"),
+    }
 }
 
 /// The metric a `.max`/`.min` companion accompanies.
@@ -244,6 +283,42 @@ mod tests {
         );
         let err = replace_block(doc, "missing", "x").unwrap_err();
         assert!(err.contains("BEGIN GENERATED: missing"), "{err}");
+    }
+
+    /// A device field's metric names its call from the field's typed source: every call of a
+    /// shared metric, with its arguments, and the scale to the metric's unit.
+    #[test]
+    fn field_metrics_name_their_calls_from_the_schema() {
+        let table = metric_table(Section::Device);
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|line| line.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("no row for {name}"))
+                .to_string()
+        };
+        let clock = row("nvidia.gpu.clock");
+        for argument in ["NVML_CLOCK_SM", "NVML_CLOCK_MEM", "NVML_CLOCK_GRAPHICS"] {
+            assert!(
+                clock.contains(&format!("`nvmlDeviceGetClockInfo({argument})`")),
+                "{clock}"
+            );
+        }
+        assert!(
+            row("hw.gpu.memory.usage").contains("`nvmlDeviceGetMemoryInfo_v2().used`"),
+            "{table}"
+        );
+        assert!(row("hw.power").contains("`nvmlDeviceGetPowerUsage` (mW → W)"));
+        assert!(row("hw.energy").contains("`nvmlDeviceGetTotalEnergyConsumption` (mJ → J)"));
+        // A metric fed by fields and by families: the fields' calls, then the rest as written.
+        let errors = row("hw.errors");
+        assert!(
+            errors.contains("`nvmlDeviceGetPcieReplayCounter`"),
+            "{errors}"
+        );
+        assert!(errors.contains("XID events"), "{errors}");
+        // A metric no field feeds keeps its text.
+        assert!(row("nvidia.gpu.nvlink.state").contains("`nvmlDeviceGetNvLinkState`"));
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct MetricSpec {
     /// docs/metrics.md's columns (Markdown; empty where there is nothing to say: a `.max`/`.min`
     /// companion's attributes and source are those of the metric it accompanies).
     pub attributes: &'static str,
+    /// Where the value comes from, beyond the typed sources of the device fields the metric
+    /// carries (the docs name those from [`DEVICE_FIELDS`](super::DEVICE_FIELDS) first): family
+    /// calls, GPM, `/proc`, spans. Empty when the fields say it all.
     pub source: &'static str,
     pub notes: &'static str,
 }
@@ -104,7 +107,7 @@ metric_table! {
     GpuUtilization: semconv::HW_GPU_UTILIZATION, Gauge, "1", Device,
         "Mean ratio of the window the GPU task was busy.",
         attributes "`hw.gpu.task` = `general` | `encoder` | `decoder`",
-        source "`nvmlDeviceGetUtilizationRates().gpu`, `nvmlDeviceGetEncoderUtilization`, `nvmlDeviceGetDecoderUtilization`",
+        source "",
         notes "window mean, ratio 0–1";
     GpuUtilizationMax: "hw.gpu.utilization.max", Gauge, "1", Device,
         "Highest sampled hw.gpu.utilization in the window.",
@@ -119,7 +122,7 @@ metric_table! {
     GpuMemoryUtilization: semconv::HW_GPU_MEMORY_UTILIZATION, Gauge, "1", Device,
         "Mean ratio of the window device memory was read or written.",
         attributes "",
-        source "`nvmlDeviceGetUtilizationRates().memory`",
+        source "",
         notes "share of time memory was read or written (not capacity)";
     GpuMemoryUtilizationMax: "hw.gpu.memory.utilization.max", Gauge, "1", Device,
         "Highest sampled hw.gpu.memory.utilization in the window.",
@@ -134,42 +137,42 @@ metric_table! {
     GpuMemoryUsage: semconv::HW_GPU_MEMORY_USAGE, UpDownCounter, "By", Device,
         "Device memory in use.",
         attributes "",
-        source "`nvmlDeviceGetMemoryInfo_v2().used`",
+        source "",
         notes "last value";
     GpuMemoryLimit: semconv::HW_GPU_MEMORY_LIMIT, UpDownCounter, "By", Device,
         "Total device memory.",
         attributes "",
-        source "`nvmlDeviceGetMemoryInfo_v2().total`",
+        source "",
         notes "last value";
     GpuMemoryFree: "hw.gpu.memory.free", UpDownCounter, "By", Device,
         "Device memory free.",
         attributes "",
-        source "`nvmlDeviceGetMemoryInfo_v2().free`",
+        source "",
         notes "last value; not in the semantic conventions";
     GpuMemoryReserved: "hw.gpu.memory.reserved", UpDownCounter, "By", Device,
         "Device memory the driver reserves.",
         attributes "",
-        source "`nvmlDeviceGetMemoryInfo_v2().reserved`",
+        source "",
         notes "last value; driver-reserved; not in the semantic conventions";
     Bar1MemoryUsage: "nvidia.gpu.bar1.memory.usage", UpDownCounter, "By", Device,
         "BAR1 memory mapped (the aperture through which the CPU and peers reach device memory).",
         attributes "",
-        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Used`",
+        source "",
         notes "last value; BAR1 full makes RDMA/GPUDirect and pinned mappings fail while device memory is free. DCGM's `DCGM_FI_DEV_BAR1_USED`";
     Bar1MemoryLimit: "nvidia.gpu.bar1.memory.limit", UpDownCounter, "By", Device,
         "Size of the BAR1 aperture.",
         attributes "",
-        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Total`",
+        source "",
         notes "last value; DCGM's `DCGM_FI_DEV_BAR1_TOTAL`";
     Bar1MemoryFree: "nvidia.gpu.bar1.memory.free", UpDownCounter, "By", Device,
         "BAR1 memory not mapped.",
         attributes "",
-        source "`nvmlDeviceGetBAR1MemoryInfo().bar1Free`",
+        source "",
         notes "last value; DCGM's `DCGM_FI_DEV_BAR1_FREE`";
     Temperature: semconv::HW_TEMPERATURE, Gauge, "Cel", Device,
         "Mean GPU temperature over the window.",
         attributes "`hw.type` = `gpu`",
-        source "`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`",
+        source "",
         notes "window mean";
     TemperatureMax: "hw.temperature.max", Gauge, "Cel", Device,
         "Highest sampled GPU temperature in the window.",
@@ -179,7 +182,7 @@ metric_table! {
     Power: semconv::HW_POWER, Gauge, "W", Device,
         "Mean power draw over the window.",
         attributes "",
-        source "`nvmlDeviceGetPowerUsage` (mW → W)",
+        source "",
         notes "window mean";
     PowerMax: "hw.power.max", Gauge, "W", Device,
         "Highest sampled power draw in the window.",
@@ -189,27 +192,27 @@ metric_table! {
     PowerLimit: "nvidia.gpu.power.limit", Gauge, "W", Device,
         "Enforced power limit.",
         attributes "",
-        source "`nvmlDeviceGetEnforcedPowerLimit` (mW → W)",
+        source "",
         notes "last value";
     Energy: semconv::HW_ENERGY, Counter, "J", Device,
         "Energy used since the start time.",
         attributes "",
-        source "`nvmlDeviceGetTotalEnergyConsumption` (mJ → J)",
+        source "",
         notes "since `counters_start`";
     Clock: "nvidia.gpu.clock", Gauge, "MHz", Device,
         "Mean clock frequency over the window.",
         attributes "`nvidia.gpu.clock.type` = `sm` | `memory` | `graphics`",
-        source "`nvmlDeviceGetClockInfo`",
+        source "",
         notes "window mean";
     FanSpeed: "nvidia.gpu.fan.speed", Gauge, "1", Device,
         "Mean fan speed, ratio of the maximum.",
         attributes "",
-        source "`nvmlDeviceGetFanSpeed` (% → ratio, mean over fans)",
-        notes "window mean; absent on passively cooled boards";
+        source "",
+        notes "window mean of the mean over fans; absent on passively cooled boards";
     GpuIo: semconv::HW_GPU_IO, Counter, "By", Device,
         "PCIe bytes transferred since the start time.",
         attributes "`network.io.direction` = `transmit` | `receive`",
-        source "`nvmlDeviceGetPcieThroughput`",
+        source "",
         notes "PCIe bytes since `counters_start`, integrated from the sampled throughput (NVML samples a 20 ms window: an estimate)";
     Throttle: "nvidia.gpu.throttle", Gauge, "1", Device,
         "Ratio of the window the clock throttle reason was active.",
@@ -219,7 +222,7 @@ metric_table! {
     Errors: semconv::HW_ERRORS, Counter, "{error}", Device,
         "Errors since the start time.",
         attributes "`error.type` = `corrected` | `uncorrected` | `xid` | `pcie_replay` | `nvlink_crc` | `nvlink_replay` | `nvlink_recovery`; `nvidia.gpu.xid` (int, the XID code) on `xid` points; `nvidia.gpu.nvlink.link` (int) on `nvlink_*` points",
-        source "`nvmlDeviceGetTotalEccErrors` (aggregate), XID events (`nvmlEventSetWait`), `nvmlDeviceGetPcieReplayCounter`, NVLink field values (below)",
+        source "XID events (`nvmlEventSetWait`), NVLink field values (below)",
         notes "since `counters_start` (`pcie_replay` and `nvlink_*`: the driver's totals since it loaded); ECC points only where ECC is supported and enabled; `xid`: one series per XID code seen since `counters_start`, and while none has been seen one point of `0` without `nvidia.gpu.xid`; `nvlink_crc` = flit CRC (`NVML_FI_DEV_NVLINK_ERROR_DL_CRC`, scopeId = link) + data CRC (`NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_Ln`, links 0–11, pre-Hopper), `nvlink_replay` / `nvlink_recovery` = `NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY` / `_RECOVERY` (scopeId = link)";
     Status: semconv::HW_STATUS, UpDownCounter, "1", Device,
         "1 for the device's current state, 0 for the other.",
@@ -229,17 +232,17 @@ metric_table! {
     PerformanceState: "nvidia.gpu.performance_state", Gauge, "1", Device,
         "Performance state, 0 (max) to 15 (min).",
         attributes "",
-        source "`nvmlDeviceGetPerformanceState`",
+        source "",
         notes "last value, 0 (max performance) to 15 (min)";
     PcieLinkGeneration: "nvidia.gpu.pcie.link.generation", Gauge, "{generation}", Device,
         "PCIe generation the link runs at now.",
         attributes "",
-        source "`nvmlDeviceGetCurrPcieLinkGeneration`",
+        source "",
         notes "last value; a link below its maximum at load (after a bad riser, a BIOS setting) cuts host↔GPU bandwidth; it may drop at idle to save power. DCGM's `DCGM_FI_DEV_PCIE_LINK_GEN`";
     PcieLinkWidth: "nvidia.gpu.pcie.link.width", Gauge, "{lane}", Device,
         "PCIe lanes the link runs with now.",
         attributes "",
-        source "`nvmlDeviceGetCurrPcieLinkWidth`",
+        source "",
         notes "last value (e.g. 16); DCGM's `DCGM_FI_DEV_PCIE_LINK_WIDTH`";
     SmActivity: "nvidia.gpu.sm.activity", Gauge, "1", Device,
         "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE).",
@@ -481,6 +484,7 @@ metric_table! {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{docs::field_sources, DEVICE_FIELDS};
     use super::*;
 
     #[test]
@@ -521,10 +525,28 @@ mod tests {
             assert!(spec.description.ends_with('.'), "{}", spec.name);
             let companion = spec.name.ends_with(".max") || spec.name.ends_with(".min");
             assert!(
-                companion || !spec.source.is_empty(),
+                companion || !spec.source.is_empty() || !field_sources(spec).is_empty(),
                 "{} has no source",
                 spec.name
             );
+        }
+    }
+
+    /// A metric's hand-written source never repeats a call its device fields already name: the
+    /// typed source is the one description, so the two cannot disagree.
+    #[test]
+    fn no_source_text_repeats_a_fields_call() {
+        for spec in &METRICS {
+            for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
+                let call = field.source.call.c_name();
+                assert!(
+                    !spec.source.contains(call),
+                    "{}'s source text names {call}, which its field `{}` already gives: \
+                     leave it to the schema",
+                    spec.name,
+                    field.key
+                );
+            }
         }
     }
 }
