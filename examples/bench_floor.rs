@@ -12,9 +12,13 @@
 //! Per sample, every NVML call `Sampler::sample` makes, made by `gpulse::sampling::floor::Floor`:
 //! the schema's field calls (derived from `src/schema`, so a new field is in the floor with no
 //! change here), throttle, remapper, violations, GPM, NVLink, MIG and the process lists; a call
-//! that once answered NOT_SUPPORTED is not made again, as in gpulse. Not the XID event wait of
-//! gpulse's event thread (it blocks in the driver). tests/floor.rs counts the calls of the floor
-//! and of the sampler per NVML function in nvml-sim and fails when they differ. Per export
+//! that once answered NOT_SUPPORTED is not made again, as in gpulse. Beside them, gpulse's own
+//! XID event thread (`gpulse::sampling::events::XidWatcher`: the same event set and the same
+//! timed `nvmlEventSetWait`): on a real driver the wait sleeps in the kernel, but on nvml-sim each
+//! wake-up polls the scenario inside the library, about as much CPU as a tick's calls, and that
+//! is NVML's cost, which gpulse pays and so must the floor. tests/floor.rs counts the per-tick
+//! calls of the floor and of the sampler per NVML function in nvml-sim and fails when they
+//! differ. Per export
 //! window: the GPU PIDs of the last sample, and for each of them the files gpulse's attribution
 //! reads for a process it has seen before, through gpulse's own reader (`stat` for its
 //! identity, CPU ticks and RSS, the `children` files that find its descendants, whose CPU is
@@ -30,6 +34,7 @@ use nvml_wrapper::Nvml;
 
 use gpulse::attribution::procfiles::ProcFiles;
 use gpulse::attribution::usage::ProcessTable;
+use gpulse::sampling::events::XidWatcher;
 use gpulse::sampling::floor::Floor;
 
 struct Args {
@@ -107,7 +112,9 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let mut floor = Floor::new(Arc::new(nvml));
+    let nvml = Arc::new(nvml);
+    let xid = XidWatcher::start(Arc::clone(&nvml));
+    let mut floor = Floor::new(nvml);
     let mut pids = BTreeSet::new();
     let mut checksum = 0u64;
     let mut files = ProcFiles::for_root(&args.proc_root);
@@ -118,6 +125,7 @@ fn main() {
         let now = Instant::now();
         if now >= next_sample {
             checksum = checksum.wrapping_add(floor.tick());
+            checksum = checksum.wrapping_add(xid.drain().len() as u64);
             pids.clear();
             pids.extend(floor.pids());
             next_sample += args.sample_interval;
