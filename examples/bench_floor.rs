@@ -18,12 +18,11 @@
 //! wake-up polls the scenario inside the library, about as much CPU as a tick's calls, and that
 //! is NVML's cost, which gpulse pays and so must the floor. tests/floor.rs counts the per-tick
 //! calls of the floor and of the sampler per NVML function in nvml-sim and fails when they
-//! differ. Per export
-//! window: the GPU PIDs of the last sample, and for each of them the files gpulse's attribution
-//! reads for a process it has seen before, through gpulse's own reader (`stat` for its
-//! identity, CPU ticks and RSS, the `children` files that find its descendants, whose CPU is
-//! counted in the process tree's, their `stat`, and its parent's), the files kept open between
-//! windows as gpulse keeps them. Runs until killed (SIGTERM).
+//! differ. Per export window: the GPU PIDs of the last sample, and for each of them the files
+//! gpulse's attribution reads for a process it has seen before, through gpulse's own reader
+//! (`stat` for its identity, CPU ticks and RSS, the `children` files that find its descendants,
+//! whose CPU is counted in the process tree's, their `stat`, and its parent's), the files kept
+//! open between windows as gpulse keeps them. Runs until killed (SIGTERM).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
