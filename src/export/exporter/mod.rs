@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::config::otlp::ExporterKind;
 use crate::config::{Config, SignalSinks, Sink};
 use crate::export::logs::{findings_request, log_record_count};
-use crate::export::metrics::{metrics_batch_with_training, MetricsBatch};
+use crate::export::metrics::{metrics_batch_cached, MetricsBatch, ProcessResources};
 use crate::export::queue::{
     BackoffPolicy, Count, DeliveryQueue, FlushReport, QueueHandle, QueueLimits, QueueStats,
 };
@@ -33,6 +33,8 @@ pub struct Exporter {
     sender: tokio::task::JoinHandle<FlushReport>,
     /// gpulse's own health metrics, on the OTel SDK, collected into each window's request.
     telemetry: SelfTelemetry,
+    /// The process resources of the last window, encoded: reused while a process stays.
+    resources: ProcessResources,
     /// Where gpulse's own metrics and findings go; an `Off` signal is never built nor queued.
     sinks: SignalSinks,
     /// The signals no transport carries: the receivers' intake must not queue them.
@@ -96,6 +98,7 @@ impl Exporter {
             queue,
             sender,
             telemetry,
+            resources: ProcessResources::new(),
             sinks: config.sinks,
             not_forwarded,
             destinations,
@@ -143,7 +146,9 @@ impl Exporter {
 
     fn export_metrics(&mut self, analysis: Option<&Analysis>) {
         let batch = match analysis {
-            Some(a) => metrics_batch_with_training(&a.attributed, &a.training, &self.node),
+            Some(a) => {
+                metrics_batch_cached(&a.attributed, &a.training, &self.node, &mut self.resources)
+            }
             None => MetricsBatch::default(),
         };
         let points = batch.point_count() as u64;

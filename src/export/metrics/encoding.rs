@@ -10,6 +10,8 @@
 //! [`MetricsBatch::into_request`] (fields in tag order, proto3 defaults omitted); tests hold the
 //! two equal, so the prost form stays the reference for tests and the OTLP/JSON path.
 
+use std::sync::Arc;
+
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -80,9 +82,45 @@ pub(crate) struct BatchPoint {
     pub value: number_data_point::Value,
 }
 
+/// A resource with its protobuf encoding as the `resource` field (field 1) of a
+/// `ResourceMetrics`, ready to copy: what the builder's `ProcessResources` keeps between windows
+/// so a process that stays is neither rebuilt nor encoded again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EncodedResource {
+    resource: Resource,
+    bytes: Box<[u8]>,
+}
+
+impl EncodedResource {
+    pub(crate) fn new(resource: Resource) -> Self {
+        let mut bytes = Vec::new();
+        message::encode(1, &resource, &mut bytes);
+        Self {
+            resource,
+            bytes: bytes.into_boxed_slice(),
+        }
+    }
+}
+
+/// A resource of the batch: built for this window, or kept encoded from an earlier one.
+#[derive(Debug, Clone, PartialEq)]
+enum ResourceBody {
+    Built(Resource),
+    Encoded(Arc<EncodedResource>),
+}
+
+impl ResourceBody {
+    fn into_resource(self) -> Resource {
+        match self {
+            ResourceBody::Built(r) => r,
+            ResourceBody::Encoded(e) => e.resource.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct BatchResource {
-    resource: Resource,
+    resource: ResourceBody,
     /// Grouped by metric, in [`METRICS`] order; within a metric, in the order pushed.
     points: Vec<BatchPoint>,
 }
@@ -112,7 +150,24 @@ impl MetricsBatch {
     /// Appends a resource; `points` are sorted into metric order here.
     pub(crate) fn push_resource(&mut self, resource: Resource, mut points: Vec<BatchPoint>) {
         sort_by_metric(&mut points);
-        self.resources.push(BatchResource { resource, points });
+        self.resources.push(BatchResource {
+            resource: ResourceBody::Built(resource),
+            points,
+        });
+    }
+
+    /// [`MetricsBatch::push_resource`] for a resource encoded earlier: its bytes are copied, not
+    /// encoded again.
+    pub(crate) fn push_encoded_resource(
+        &mut self,
+        resource: Arc<EncodedResource>,
+        mut points: Vec<BatchPoint>,
+    ) {
+        sort_by_metric(&mut points);
+        self.resources.push(BatchResource {
+            resource: ResourceBody::Encoded(resource),
+            points,
+        });
     }
 
     /// Whether the batch has no resource yet.
@@ -132,7 +187,7 @@ impl MetricsBatch {
             .resources
             .into_iter()
             .map(|r| ResourceMetrics {
-                resource: Some(r.resource),
+                resource: Some(r.resource.into_resource()),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(gpulse_scope()),
                     metrics: to_metrics(&r.points, sets),
@@ -157,7 +212,8 @@ impl MetricsBatch {
         let mut scope = Vec::new();
         message::encode(1, &gpulse_scope(), &mut scope);
 
-        // Pass 1: per resource its encoded `Resource` (field 1, into `resources`), its body
+        // Pass 1: per resource its encoded `Resource` (field 1, into `resources`, unless it was
+        // kept encoded from an earlier window), its body
         // length and its scope-metrics body length; for each metric its body and data lengths;
         // each point's length; all in the order pass 2 writes them.
         let point_count = self.point_count();
@@ -175,10 +231,16 @@ impl MetricsBatch {
                 sizes.extend([metric_len, data_len]);
                 scope_len += delimited_len(2, metric_len);
             }
-            let resource_start = resources.len();
-            message::encode(1, &r.resource, &mut resources);
+            let resource_len = match &r.resource {
+                ResourceBody::Built(resource) => {
+                    let resource_start = resources.len();
+                    message::encode(1, resource, &mut resources);
+                    resources.len() - resource_start
+                }
+                ResourceBody::Encoded(e) => e.bytes.len(),
+            };
             resource_ends.push(resources.len());
-            let rm_len = (resources.len() - resource_start) + delimited_len(2, scope_len);
+            let rm_len = resource_len + delimited_len(2, scope_len);
             sizes[slot] = rm_len;
             sizes[slot + 1] = scope_len;
             total += delimited_len(1, rm_len);
@@ -196,7 +258,12 @@ impl MetricsBatch {
         let mut resource_start = 0;
         for (r, resource_end) in self.resources.iter().zip(resource_ends) {
             delimited_prefix(1, next(), &mut out);
-            out.extend_from_slice(&resources[resource_start..resource_end]);
+            match &r.resource {
+                ResourceBody::Built(_) => {
+                    out.extend_from_slice(&resources[resource_start..resource_end])
+                }
+                ResourceBody::Encoded(e) => out.extend_from_slice(&e.bytes),
+            }
             resource_start = resource_end;
             delimited_prefix(2, next(), &mut out);
             out.extend_from_slice(&scope);

@@ -9,6 +9,7 @@ pub mod builder;
 pub mod encoding;
 
 pub use builder::{
-    metrics_batch, metrics_batch_with_training, metrics_request, metrics_request_with_training,
+    metrics_batch, metrics_batch_cached, metrics_batch_with_training, metrics_request,
+    metrics_request_with_training, ProcessResources,
 };
 pub use encoding::{data_point_count, MetricsBatch};

@@ -29,11 +29,14 @@
 mod accounting;
 mod device;
 mod process;
+mod resources;
 #[cfg(test)]
 mod tests;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
+pub use resources::ProcessResources;
 
 use super::encoding::{AttributeSetId, BatchPoint, ExtraValue, MetricsBatch, PointAttributes};
 use crate::attribution::{AttributedWindow, Workload};
@@ -154,6 +157,30 @@ pub fn metrics_batch_with_training(
     training: &TrainingWindow,
     node: &NodeIdentity,
 ) -> MetricsBatch {
+    build(attributed, training, node, None)
+}
+
+/// [`metrics_batch_with_training`], taking each process's resource from `resources` (kept from
+/// the windows before while the process and its workload stay) and keeping this window's there:
+/// what `gpulse run` exports each window. The request's bytes are the same.
+pub fn metrics_batch_cached(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+    resources: &mut ProcessResources,
+) -> MetricsBatch {
+    resources.begin(node);
+    let batch = build(attributed, training, node, Some(&mut *resources));
+    resources.end();
+    batch
+}
+
+fn build(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+    mut resources: Option<&mut ProcessResources>,
+) -> MetricsBatch {
     let window = &attributed.window;
     let gauge_span = Span {
         start: to_nanos(window.start),
@@ -223,11 +250,18 @@ pub fn metrics_batch_with_training(
             process::push_training(&mut b, &mut batch, t, gauge_span);
         }
         // Attribution lists every process of its window; one it missed is known by its PID.
-        let resource = match process {
-            Some(p) => process_resource(p.workload, node),
-            None => process_resource(&Workload::unresolved(pid), node),
+        let unresolved;
+        let workload = match process {
+            Some(p) => p.workload,
+            None => {
+                unresolved = Workload::unresolved(pid);
+                &unresolved
+            }
         };
-        batch.push_resource(resource, b.points);
+        match resources.as_deref_mut() {
+            Some(kept) => batch.push_encoded_resource(kept.resource(workload, node), b.points),
+            None => batch.push_resource(process_resource(workload, node), b.points),
+        }
     }
     batch
 }

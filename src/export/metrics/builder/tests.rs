@@ -846,3 +846,110 @@ fn training_figures_are_points_of_the_process_with_its_rank() {
     let plain = build(&window(vec![bare_device(0)], vec![process(42, 0)]));
     assert!(metric(&plain.resource_metrics[1], "gpulse.training.step.duration").is_none());
 }
+
+/// The cached build of `attributed` (through `kept`) against a fresh build: the same bytes, and
+/// the same request.
+fn assert_cached_equals_fresh(attributed: &AttributedWindow, kept: &mut ProcessResources) {
+    let training = TrainingWindow::default();
+    let cached = metrics_batch_cached(attributed, &training, &node(), kept);
+    let fresh = metrics_batch_with_training(attributed, &training, &node());
+    assert_eq!(cached.encode(), fresh.encode());
+    assert_eq!(cached.into_request(), fresh.into_request());
+}
+
+fn named(pid: u32, service: Option<&str>) -> Workload {
+    Workload {
+        executable_name: Some("python3".into()),
+        service_name: service.map(str::to_string),
+        attributed_by: AttributionMethod::HostPid,
+        ..Workload::unresolved(pid)
+    }
+}
+
+fn attributed_of(devices: u32, workloads: &[Workload]) -> AttributedWindow {
+    let processes = workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| process(w.pid, i as u32 % devices))
+        .collect();
+    AttributedWindow {
+        window: window((0..devices).map(bare_device).collect(), processes),
+        workloads: workloads.iter().map(|w| (w.pid, w.clone())).collect(),
+        usage: HashMap::new(),
+        parent_alive: HashMap::new(),
+        accounts: Default::default(),
+    }
+}
+
+#[test]
+fn kept_process_resources_give_the_bytes_of_a_fresh_build_window_after_window() {
+    let mut kept = ProcessResources::new();
+    let a = named(10, Some("trainer"));
+    let b = named(20, None);
+    let c = named(30, Some("eval"));
+
+    // Two windows with the same processes: the second reuses both resources.
+    let first = attributed_of(2, &[a.clone(), b.clone()]);
+    assert_cached_equals_fresh(&first, &mut kept);
+    assert_eq!(kept.len(), 2);
+    assert_cached_equals_fresh(&first, &mut kept);
+    assert_eq!(kept.len(), 2);
+
+    // A process whose service.name is learned later: its resource says the new name.
+    let b_named = named(20, Some("learned"));
+    let learned = attributed_of(2, &[a.clone(), b_named.clone()]);
+    assert_cached_equals_fresh(&learned, &mut kept);
+    let request = metrics_batch_cached(&learned, &TrainingWindow::default(), &node(), &mut kept)
+        .into_request();
+    let resource = process_resource_of(&request, 20).resource.as_ref().unwrap();
+    let service = resource
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(service, Some(s("learned")));
+
+    // A process that leaves is forgotten; a new one (on a new GPU) is added.
+    let changed = attributed_of(3, &[b_named.clone(), c.clone(), named(40, None)]);
+    assert_cached_equals_fresh(&changed, &mut kept);
+    assert_eq!(kept.len(), 3, "pid 10 left, 30 and 40 came");
+
+    // A PID reused by another process (another executable) is a new resource.
+    let reused = Workload {
+        executable_name: Some("other".into()),
+        ..c
+    };
+    assert_cached_equals_fresh(&attributed_of(3, &[reused, named(40, None)]), &mut kept);
+    assert_eq!(kept.len(), 2);
+
+    // A process nobody attributed (no workload) is known by its PID, kept like the others.
+    let mut unattributed = attributed_of(1, &[a, b_named]);
+    unattributed.workloads.remove(&20);
+    assert_cached_equals_fresh(&unattributed, &mut kept);
+    assert_cached_equals_fresh(&unattributed, &mut kept);
+}
+
+#[test]
+fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
+    let mut kept = ProcessResources::new();
+    let attributed = attributed_of(1, &[named(10, Some("trainer"))]);
+    assert_cached_equals_fresh(&attributed, &mut kept);
+    let renamed = NodeIdentity {
+        host_name: "node-b".into(),
+        ..node()
+    };
+    let training = TrainingWindow::default();
+    let cached = metrics_batch_cached(&attributed, &training, &renamed, &mut kept);
+    let fresh = metrics_batch_with_training(&attributed, &training, &renamed);
+    assert_eq!(cached.encode(), fresh.encode());
+    let request = cached.into_request();
+    let host = process_resource_of(&request, 10)
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "host.name")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(host, Some(s("node-b")));
+}
