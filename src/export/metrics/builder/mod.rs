@@ -220,6 +220,7 @@ fn build(
     }
     batch.push_resource(node_resource(node), node_builder.points);
 
+    let mut device_sets = process::DeviceSets::default();
     for rows in by_pid {
         let pid = rows[0].pid;
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
@@ -232,7 +233,14 @@ fn build(
                         .mig_instance_held_alone(p.pid, &p.device_uuid)
                         .is_some(),
                 });
-            let base = process::push_process_device(&mut b, &mut batch, p, mig, gauge_span);
+            let base = process::push_process_device(
+                &mut b,
+                &mut batch,
+                &mut device_sets,
+                p,
+                mig,
+                gauge_span,
+            );
             if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
                 accounting::push_process_accounting(&mut b, base, account, gauge_span.end);
             }

@@ -15,6 +15,33 @@ use crate::schema::{GpmField, MetricId};
 
 use MetricId as M;
 
+/// The attribute set (`hw.id`, `gpu.index`) of each whole GPU that processes of one batch ran
+/// on, registered once per GPU and shared by the points of every process on it (64 processes on
+/// a GPU: one set, not 64 equal ones). Lives for one batch: the ids are that batch's.
+#[derive(Default)]
+pub(super) struct DeviceSets<'w> {
+    by_device: Vec<(&'w str, u32, AttributeSetId)>,
+}
+
+impl<'w> DeviceSets<'w> {
+    fn of(&mut self, batch: &mut MetricsBatch, p: &'w ProcessWindow) -> AttributeSetId {
+        let uuid = p.device_uuid.as_str();
+        if let Some((_, _, id)) = self
+            .by_device
+            .iter()
+            .find(|(u, index, _)| *u == uuid && *index == p.device_index)
+        {
+            return *id;
+        }
+        let id = batch.add_attribute_set(vec![
+            kv_str("hw.id", uuid),
+            kv_int("gpu.index", i64::from(p.device_index)),
+        ]);
+        self.by_device.push((uuid, p.device_index, id));
+        id
+    }
+}
+
 /// The MIG device a process ran in, and whether it was alone in its GPU instance (then the
 /// instance's GPM activity is its own).
 #[derive(Clone, Copy)]
@@ -26,20 +53,18 @@ pub(super) struct ProcessMigDevice<'a> {
 /// The points of one process on one device; `mig` is the MIG device it ran in, whose `hw.id`
 /// the points then carry (with the GPU as `hw.parent`). Returns the attribute set the points
 /// share, for the families other modules add.
-pub(super) fn push_process_device(
+pub(super) fn push_process_device<'w>(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
-    p: &ProcessWindow,
+    device_sets: &mut DeviceSets<'w>,
+    p: &'w ProcessWindow,
     mig: Option<ProcessMigDevice<'_>>,
     gauge_span: Span,
 ) -> AttributeSetId {
     let alone_on = mig.filter(|m| m.alone).map(|m| m.instance);
     let mig = mig.map(|m| m.instance);
-    let attributes = match mig {
-        None => vec![
-            kv_str("hw.id", p.device_uuid.as_str()),
-            kv_int("gpu.index", i64::from(p.device_index)),
-        ],
+    let base = match mig {
+        None => device_sets.of(batch, p),
         Some(m) => {
             let mut attrs = vec![
                 kv_str("hw.id", m.info.uuid.as_str()),
@@ -47,10 +72,9 @@ pub(super) fn push_process_device(
                 kv_int("gpu.index", i64::from(p.device_index)),
             ];
             attrs.extend(mig_instance_ids(m));
-            attrs
+            batch.add_attribute_set(attrs)
         }
     };
-    let base = batch.add_attribute_set(attributes);
     if let Some(g) = &p.gpu_memory_bytes {
         let span = Span {
             start: to_nanos(p.first_seen),
