@@ -293,8 +293,10 @@ impl FieldReader<'_> {
             let call = Call::FieldId(id);
             match value {
                 Ok(v) => s.set(read.field, Some(v * read.factor)),
+                // A value's own "not supported" is the driver's ordinary answer for a field
+                // the board lacks (no HBM temperature on a GDDR board), as NVLink is on a PCIe
+                // board: not an NVML failure, so not counted in gpulse.nvml.errors.
                 Err(e) if is_absent(&e) => {
-                    self.devices.count_error(error_kind(&e));
                     self.devices.unsupported.insert((index, call));
                     tracing::info!(
                         gpu.index = index,
