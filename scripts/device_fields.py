@@ -1,8 +1,10 @@
 """How NVIDIA's Python binding (pynvml) reads each field of gpulse's schema, for
 scripts/device_check.py: ``docs/schema.json`` (generated from gpulse's src/schema) names each
-device field's NVML call, the member of its answer and the factor to its unit; ``PYNVML_CALLS``
-says how pynvml makes each call, and ``TOLERANCES`` how far gpulse's reading and pynvml's, a
-moment apart, may differ. ``mapping_problems`` names any schema field without either, and the
+device field's NVML call, the member of its answer and the factor to its unit, or its NVML field
+id (``source.kind`` = ``field_id``); ``PYNVML_CALLS`` says how pynvml makes each call (field ids
+need nothing: they are read together through ``nvmlDeviceGetFieldValues``, by pynvml's constant
+of the same name), and ``TOLERANCES`` how far gpulse's reading and pynvml's, a moment apart, may
+differ. ``mapping_problems`` names any schema field without either, and the
 device check refuses to run until it has them, so a new field cannot go unchecked.
 """
 
@@ -103,6 +105,7 @@ TOLERANCES: dict[str, tuple[str, Callable[[Any, Any], bool]]] = {
     "pcie_replays_total": ("exact", exact),
     "pcie_link_generation": ("±3 (an idle link trains down)", within(3)),
     "pcie_link_width": ("exact", exact),
+    "memory_temperature_celsius": ("±3 °C", within(3)),
 }
 
 GPM_TOLERANCE = ("±0.10 (different sample pairs)", within(0.10))
@@ -118,7 +121,15 @@ def mapping_problems(schema: dict) -> list[str]:
     or a field without a tolerance."""
     problems = []
     for row in schema["device_fields"]:
-        call = row["source"]["call"]
+        source = row["source"]
+        if source.get("kind") == "field_id":
+            name = source["field_id"]["name"]
+            if not name.startswith("NVML_FI_"):
+                problems.append(f"{row['key']}: {name} is not an NVML field id")
+            if row["key"] not in TOLERANCES:
+                problems.append(f"{row['key']}: no tolerance; add it to TOLERANCES")
+            continue
+        call = source["call"]
         if call not in PYNVML_CALLS:
             problems.append(f"{row['key']}: no pynvml reading for {call} ({row['source']['function']}); add it to PYNVML_CALLS")
         if row["key"] not in TOLERANCES:
@@ -126,13 +137,55 @@ def mapping_problems(schema: dict) -> list[str]:
     return problems
 
 
+def _field_id_values(nv, h, rows: list) -> dict:
+    """The field-id rows, read together in one nvmlDeviceGetFieldValues call as gpulse reads
+    them: each value scaled by its factor, or {"error": ...} for the call's error or the value's
+    own nvmlReturn (NOT_SUPPORTED where the device lacks the field)."""
+    if not rows:
+        return {}
+    ids = []
+    for row in rows:
+        fid = row["source"]["field_id"]
+        ours = getattr(nv, fid["name"], None)
+        if ours != fid["id"]:
+            raise ValueError(f"{row['key']}: pynvml's {fid['name']} is {ours}, the schema's {fid['id']}")
+        ids.append(ours)
+    try:
+        values = nv.nvmlDeviceGetFieldValues(h, ids)
+    except nv.NVMLError as e:
+        return {row["key"]: {"error": str(e)} for row in rows}
+    out: dict[str, Any] = {}
+    for row, v in zip(rows, values):
+        if v.nvmlReturn != nv.NVML_SUCCESS:
+            out[row["key"]] = {"error": str(nv.NVMLError(v.nvmlReturn))}
+            continue
+        member = {
+            nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+            getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", 5): "siVal",
+            getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
+        }.get(v.valueType)
+        if member is None:
+            out[row["key"]] = {"error": f"value type {v.valueType}"}
+            continue
+        out[row["key"]] = getattr(v.value, member) * row["source"]["factor"]
+    return out
+
+
 def schema_fields(nv, h, schema: dict) -> dict:
     """Every device field of the schema as pynvml reads it: each call made once, each row's
-    member scaled by its factor; an error as {"error": ...}."""
+    member scaled by its factor, the field-id rows in one nvmlDeviceGetFieldValues call; an
+    error as {"error": ...}."""
     answers: dict[str, Any] = {}
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = _field_id_values(
+        nv, h, [r for r in schema["device_fields"] if r["source"].get("kind") == "field_id"])
     for row in schema["device_fields"]:
         source = row["source"]
+        if source.get("kind") == "field_id":
+            continue
         call = source["call"]
         if call not in answers:
             try:

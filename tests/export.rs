@@ -127,6 +127,7 @@ mod request {
             (F::MemoryClock, 2619.0),
             (F::GraphicsClock, 1755.0),
             (F::FanSpeed, 0.45),
+            (F::MemoryTemperature, 71.0),
         ] {
             d.fields.set_gauge(field, Some(g(value)));
         }

@@ -4,8 +4,9 @@
 //! process against one nvml-sim instance, a tick each in turn, and the simulator's own counter
 //! (`nvmlSimGetCallCount`) says what each asked. The scenario has what changes the calls: fans
 //! (one call per fan), a GPU without ECC and without GPM (calls it says "not supported" to,
-//! which neither asks again), GPM, NVLink, MIG instances with their processes, and compute and
-//! graphics processes (per-process utilisation is asked only when some process runs).
+//! which neither asks again), a field id one GPU gives and two answer "not supported" for, GPM,
+//! NVLink, MIG instances with their processes, and compute and graphics processes (per-process
+//! utilisation is asked only when some process runs).
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
@@ -27,6 +28,7 @@ fans = 2
 [device.signals]
 gpu_util = 70
 power_w = 400
+memory_temperature_c = 64
 [device.gpm]
 sm_activity = 0.5
 [device.nvlink]
@@ -174,7 +176,10 @@ fn the_floor_makes_exactly_the_samplers_nvml_calls() {
         // GPU 0, the MIG GPU and its GPU instance; nothing on the A10.
         ("nvmlGpmMetricsGet", 3),
         ("nvmlGpmMigSampleGet", 1),
-        ("nvmlDeviceGetFieldValues", 1),
+        // GPU 0's NVLink counters and its field-id rows (the HBM temperature) in one call
+        // each; the other two GPUs said their memory temperature is not supported on the first
+        // tick, which leaves their batches empty: no call.
+        ("nvmlDeviceGetFieldValues", 2),
         ("nvmlDeviceGetMigDeviceHandleByIndex", 7),
         // Asked only of the GPUs running a process (not of the A10).
         ("nvmlDeviceGetProcessUtilization", 2),

@@ -87,6 +87,8 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
         "graphics_clock_mhz": 1410, "sm_clock_mhz": 1395, "memory_clock_mhz": 1593,
         "bar1_total_bytes": 268435456u64, "bar1_used_bytes": 12582912u64,
         "bar1_free_bytes": 255852544u64,
+        // By field id (NVML_FI_DEV_MEMORY_TEMP), in the one nvmlDeviceGetFieldValues call.
+        "memory_temperature_celsius": 68.0,
     });
     for (key, want) in expected_a.as_object().expect("object") {
         assert_eq!(&a[key], want, "GPU 0 {key}: {a}");
@@ -132,6 +134,11 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
     assert_eq!(b["utilization_gpu"], 0.0, "a real zero stays zero");
     assert_eq!(b["memory_used_bytes"], 0);
     assert_eq!(b["power_watts"], 61.0);
+    assert_eq!(
+        b["memory_temperature_celsius"],
+        Value::Null,
+        "GPU 1 answers its memory temperature's own nvmlReturn NOT_SUPPORTED: {b}"
+    );
     for key in ["bar1_total_bytes", "bar1_used_bytes", "bar1_free_bytes"] {
         assert_eq!(
             b[key],

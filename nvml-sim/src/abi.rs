@@ -32,8 +32,17 @@ const _: () = assert!(size_of::<nvmlGpmSupport_t>() == 8);
 const _: () = assert!(size_of::<nvmlGpmMetric_t>() == 40);
 // nvmlGpmMetricsGet_t: version, numMetrics, two sample handles, NVML_GPM_METRIC_MAX metrics.
 const _: () = assert!(size_of::<nvmlGpmMetricsGet_t>() == 8 + 16 + 210 * 40);
-const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, value) == 32);
+// nvmlFieldValue_t, every member (nvml.h 13.3.29, as go-nvml vendors it): fieldId, scopeId,
+// timestamp, latencyUsec, valueType, nvmlReturn, then the 8-byte nvmlValue_t union.
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, fieldId) == 0);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, scopeId) == 4);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, timestamp) == 8);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, latencyUsec) == 16);
 const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, valueType) == 24);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, nvmlReturn) == 28);
+const _: () = assert!(std::mem::offset_of!(nvmlFieldValue_t, value) == 32);
+const _: () = assert!(size_of::<nvmlValue_t>() == 8);
+const _: () = assert!(field_id::NVML_FI_DEV_MEMORY_TEMP == 82);
 const _: () = assert!(std::mem::offset_of!(nvmlGpmMetric_t, value) == 8);
 
 /// `NVML_STRUCT_VERSION(Memory, 2)`: `sizeof(nvmlMemory_v2_t) | 2 << 24`.

@@ -188,6 +188,9 @@ pub struct DeviceSignals {
     /// `None`: the sum of the active processes' memory.
     pub memory_used_mib: Option<Signal>,
     pub temperature_c: Signal,
+    /// HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`); `None`: the board does not report it
+    /// (the field answers `NVML_ERROR_NOT_SUPPORTED`, as on GDDR boards).
+    pub memory_temperature_c: Option<Signal>,
     pub power_w: Signal,
     /// Graphics, SM, memory, video (the order of `nvmlClockType_t`).
     pub clocks_mhz: [Signal; 4],

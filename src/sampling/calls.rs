@@ -8,10 +8,12 @@
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
 };
+use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use crate::schema::NvmlCall;
+use crate::schema::{NvmlCall, NvmlFieldId};
 
 /// One NVML call gpulse makes per device per tick, for remembering which ones a device does not
 /// give (and warning once per call).
@@ -19,6 +21,10 @@ use crate::schema::NvmlCall;
 pub(crate) enum Call {
     /// A call of the schema's device field table.
     Field(NvmlCall),
+    /// The one `nvmlDeviceGetFieldValues` call reading a device's field-id rows.
+    FieldValues,
+    /// One field id of that call (a device may not give one and give the others).
+    FieldId(NvmlFieldId),
     Throttle,
     ComputeProcesses,
     GraphicsProcesses,
@@ -31,6 +37,8 @@ impl std::fmt::Display for Call {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Call::Field(call) => write!(f, "{call}"),
+            Call::FieldValues => f.write_str("nvmlDeviceGetFieldValues"),
+            Call::FieldId(id) => write!(f, "{id}"),
             other => write!(f, "{other:?}"),
         }
     }
@@ -136,6 +144,38 @@ pub(crate) fn read_call(
         NvmlCall::CurrPcieLinkGeneration => u32_one(device.current_pcie_link_gen()),
         NvmlCall::CurrPcieLinkWidth => u32_one(device.current_pcie_link_width()),
     }
+}
+
+/// The field ids of `ids` a device has not said it does not give (`absent`): what one tick asks
+/// in its `nvmlDeviceGetFieldValues` call, none when the list is empty.
+pub(crate) fn field_id_batch(
+    ids: impl IntoIterator<Item = NvmlFieldId>,
+    absent: impl Fn(NvmlFieldId) -> bool,
+) -> Vec<NvmlFieldId> {
+    ids.into_iter().filter(|id| !absent(*id)).collect()
+}
+
+/// Reads `ids` in one `nvmlDeviceGetFieldValues` call (`scopeId` 0, through nvml-wrapper's
+/// `nvmlFieldValue_t`): the call's own error, else each value in `ids` order, or the error of
+/// that value's own `nvmlReturn` (`NVML_ERROR_NOT_SUPPORTED` for a field the device lacks),
+/// which leaves only that field absent.
+pub(crate) fn read_field_values(
+    device: &Device,
+    ids: &[NvmlFieldId],
+) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
+    let request: Vec<FieldId> = ids.iter().map(|id| FieldId(id.id())).collect();
+    let samples = device.field_values_for(&request)?;
+    Ok(samples
+        .into_iter()
+        .map(|sample| {
+            sample.and_then(|s| s.value).map(|value| match value {
+                SampleValue::F64(v) => v,
+                SampleValue::U32(v) => f64::from(v),
+                SampleValue::U64(v) => v as f64,
+                SampleValue::I64(v) => v as f64,
+            })
+        })
+        .collect())
 }
 
 /// Device memory, as `nvmlDeviceGetMemoryInfo_v2` gives it (with the driver's reserved share), or

@@ -13,12 +13,14 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::calls::{applies, error_kind, is_absent, percent, read_call, Call};
+use super::calls::{
+    applies, error_kind, field_id_batch, is_absent, percent, read_call, read_field_values, Call,
+};
 use super::gpm::GpmReader;
 use super::mig::{MigReader, MigReading};
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 use super::nvlink::NvLinkReader;
-use crate::schema::{field_calls, FieldRead, NvmlCall};
+use crate::schema::{field_calls, field_id_reads, FieldRead, NvmlCall, NvmlFieldId};
 
 /// What the session has learnt about its devices, and the readers of their families.
 pub(super) struct DeviceReader {
@@ -42,6 +44,8 @@ pub(super) struct DeviceReader {
     mig: MigReader,
     /// The schema's device field calls, each with the fields it fills.
     field_calls: Vec<(NvmlCall, Vec<FieldRead>)>,
+    /// The schema's field-id rows, read in one `nvmlDeviceGetFieldValues` call per device.
+    field_ids: Vec<(NvmlFieldId, FieldRead)>,
 }
 
 impl DeviceReader {
@@ -57,6 +61,7 @@ impl DeviceReader {
             error_counts: BTreeMap::new(),
             warned: HashSet::new(),
             field_calls: field_calls(),
+            field_ids: field_id_reads(),
         }
     }
 
@@ -257,6 +262,53 @@ impl FieldReader<'_> {
             }
         }
         self.devices.field_calls = calls;
+        self.field_ids(device, s);
+    }
+
+    /// The field-id rows: the ids this device has not said it lacks, in one
+    /// `nvmlDeviceGetFieldValues` call. A value whose own `nvmlReturn` says the device does not
+    /// give it leaves that field absent (and out of later calls); the others are read.
+    fn field_ids(&mut self, device: &Device, s: &mut DeviceSample) {
+        let index = self.index;
+        let unsupported = &self.devices.unsupported;
+        let ids = self.devices.field_ids.iter().map(|(id, _)| *id);
+        let batch = field_id_batch(ids, |id| unsupported.contains(&(index, Call::FieldId(id))));
+        if batch.is_empty() {
+            return;
+        }
+        let Some(values) = self.read(Call::FieldValues, || read_field_values(device, &batch))
+        else {
+            return;
+        };
+        for (id, value) in batch.into_iter().zip(values) {
+            let Some(read) = self
+                .devices
+                .field_ids
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map(|(_, r)| *r)
+            else {
+                continue;
+            };
+            let call = Call::FieldId(id);
+            match value {
+                Ok(v) => s.set(read.field, Some(v * read.factor)),
+                // A value's own "not supported" is the driver's ordinary answer for a field
+                // the board lacks (no HBM temperature on a GDDR board), as NVLink is on a PCIe
+                // board: not an NVML failure, so not counted in gpulse.nvml.errors.
+                Err(e) if is_absent(&e) => {
+                    self.devices.unsupported.insert((index, call));
+                    tracing::info!(
+                        gpu.index = index,
+                        "GPU {index} does not give {call} ({e}); it is left out of the metrics"
+                    );
+                }
+                Err(e) => {
+                    self.devices.count_error(error_kind(&e));
+                    self.devices.warn_once(index, call, "read a field", &e);
+                }
+            }
+        }
     }
 
     /// Throttle reasons, the row remapper and violation times.

@@ -3,9 +3,11 @@
 //! (examples/bench_floor.rs runs it as a process, benches/hotpath times one tick of it).
 //!
 //! The scalar fields' calls are not listed here: they come from the schema
-//! ([`field_calls`]), made through the sampler's own `read_call`, so a field added to the
-//! schema is in the floor with no change here. Then, as the sampler makes them: throttle
-//! reasons, the row remapper and violation times; GPM, NVLink and MIG through the sampler's own
+//! ([`field_calls`]), made through the sampler's own `read_call`, and the field-id rows
+//! ([`field_id_reads`]) in one `nvmlDeviceGetFieldValues` call through its `read_field_values`,
+//! leaving out ids the device said it lacks, so a field added to the schema is in the floor
+//! with no change here. Then, as the sampler makes them: throttle reasons, the row remapper and
+//! violation times; GPM, NVLink and MIG through the sampler's own
 //! readers (their bookkeeping, pairing GPM samples and learning link counts and MIG devices,
 //! decides which calls are made); the compute and graphics process lists and, when a process
 //! runs, the per-process utilisation. A call that once said the device does not give it is not
@@ -21,19 +23,20 @@ use std::time::Instant;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::calls::{applies, is_absent, read_call, Call};
+use super::calls::{applies, field_id_batch, is_absent, read_call, read_field_values, Call};
 use super::device::read_device_info;
 use super::gpm::GpmReader;
 use super::health::{remapped_rows, violation_times};
 use super::mig::MigReader;
 use super::model::DeviceInfo;
 use super::nvlink::NvLinkReader;
-use crate::schema::{field_calls, NvmlCall};
+use crate::schema::{field_calls, field_id_reads, NvmlCall, NvmlFieldId};
 
 /// The floor's state between ticks: what each device does not give, and the family readers'.
 pub struct Floor {
     nvml: Arc<Nvml>,
     field_calls: Vec<NvmlCall>,
+    field_ids: Vec<NvmlFieldId>,
     absent: HashSet<(u32, Call)>,
     /// Static facts per device (its fan count, and its identity for MIG), read on its first
     /// tick as the sampler reads them.
@@ -59,6 +62,7 @@ impl Floor {
             gpm: GpmReader::new(Arc::clone(&nvml)),
             nvml,
             field_calls: field_calls().into_iter().map(|(call, _)| call).collect(),
+            field_ids: field_id_reads().into_iter().map(|(id, _)| id).collect(),
             absent: HashSet::new(),
             infos: HashMap::new(),
             process_util_seen: HashMap::new(),
@@ -105,6 +109,24 @@ impl Floor {
                     read_call(&nvml, device, call, fans)
                 });
                 sum += answer.into_iter().flatten().flatten().sum::<f64>();
+            }
+        }
+        let absent = &self.absent;
+        let batch = field_id_batch(self.field_ids.iter().copied(), |id| {
+            absent.contains(&(index, Call::FieldId(id)))
+        });
+        if !batch.is_empty() {
+            let values = self.call(index, Call::FieldValues, || {
+                read_field_values(device, &batch)
+            });
+            for (id, value) in batch.into_iter().zip(values.into_iter().flatten()) {
+                match value {
+                    Ok(v) => sum += v,
+                    Err(e) if is_absent(&e) => {
+                        self.absent.insert((index, Call::FieldId(id)));
+                    }
+                    Err(_) => {}
+                }
             }
         }
         let throttle = self.call(index, Call::Throttle, || device.current_throttle_reasons());

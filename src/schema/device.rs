@@ -13,7 +13,7 @@
 //! own types and builders.
 
 use super::metrics::MetricId;
-use super::source::{NvmlCall, Scale, Source};
+use super::source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
 
 /// What an export window keeps of a field, and so what `/status`, the metrics and the DCGM
 /// families report of it. Every field's sampled values are also summarised as a gauge (mean,
@@ -342,7 +342,10 @@ device_fields! {
     PcieLinkWidth => row("pcie_link_width", WHOLE, Last,
         metric(M::PcieLinkWidth),
         dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", Whole),
-        of(CurrPcieLinkWidth)),
+        of(CurrPcieLinkWidth)),    MemoryTemperature => row("memory_temperature_celsius", FRACTION, Gauge,
+        metric(M::MemoryTemperature).extremes(M::MemoryTemperatureMax, None),
+        dcgm("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", Whole),
+        Source::field_id(NvmlFieldId::MemoryTemp)),
 }
 
 /// A field filled by a call: the field, the index of its member in the call's answer, and
@@ -356,28 +359,55 @@ pub struct FieldRead {
 
 /// Every distinct call of [`DEVICE_FIELDS`], in the order of its first row, with the fields it
 /// fills: what sampling asks of a device each tick for its scalar fields, and so what the
-/// benchmark floor asks too.
+/// benchmark floor asks too. Field-id rows are not here: see [`field_id_reads`].
 pub fn field_calls() -> Vec<(NvmlCall, Vec<FieldRead>)> {
     let mut calls: Vec<(NvmlCall, Vec<FieldRead>)> = Vec::new();
     for spec in &DEVICE_FIELDS {
         let source = spec.source;
-        let member = source.call.member_index(source.member).unwrap_or_else(|| {
-            panic!(
-                "{}: {} has no member {:?}",
-                spec.key, source.call, source.member
-            )
-        });
+        let SourceKind::Call(call) = source.kind else {
+            continue;
+        };
+        let member = call
+            .member_index(source.member)
+            .unwrap_or_else(|| panic!("{}: {} has no member {:?}", spec.key, call, source.member));
         let read = FieldRead {
             field: spec.field,
             member,
             factor: source.scale.factor(),
         };
-        match calls.iter_mut().find(|(call, _)| *call == source.call) {
+        match calls.iter_mut().find(|(c, _)| *c == call) {
             Some((_, reads)) => reads.push(read),
-            None => calls.push((source.call, vec![read])),
+            None => calls.push((call, vec![read])),
         }
     }
     calls
+}
+
+/// Every field-id row of [`DEVICE_FIELDS`], in table order, with the field it fills (member 0):
+/// sampling reads them together, one `nvmlDeviceGetFieldValues` call per device per tick, and
+/// the benchmark floor makes the same call.
+pub fn field_id_reads() -> Vec<(NvmlFieldId, FieldRead)> {
+    DEVICE_FIELDS
+        .iter()
+        .filter_map(|spec| match spec.source.kind {
+            SourceKind::FieldId(id) => {
+                assert!(
+                    spec.source.member.is_empty(),
+                    "{}: a field id's value has no members",
+                    spec.key
+                );
+                Some((
+                    id,
+                    FieldRead {
+                        field: spec.field,
+                        member: 0,
+                        factor: spec.source.scale.factor(),
+                    },
+                ))
+            }
+            SourceKind::Call(_) => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -400,6 +430,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every field id is read by exactly one row (a batch asks each id once).
+    #[test]
+    fn every_field_id_is_read_once() {
+        let reads = field_id_reads();
+        for id in NvmlFieldId::ALL {
+            assert_eq!(
+                reads.iter().filter(|(i, _)| i == id).count(),
+                1,
+                "{}",
+                id.c_name()
+            );
+        }
+        let (_, temp) = reads
+            .iter()
+            .find(|(id, _)| *id == NvmlFieldId::MemoryTemp)
+            .expect("memory temperature");
+        assert_eq!(temp.field, DeviceField::MemoryTemperature);
+        assert!(field_calls()
+            .iter()
+            .all(|(_, reads)| reads.iter().all(|r| r.field != temp.field)));
     }
 
     use crate::schema::Instrument;

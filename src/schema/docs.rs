@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::device::{FieldMetric, DEVICE_FIELDS};
 use super::gpm::GPM_FIELDS;
 use super::metrics::{MetricSpec, Section, METRICS};
-use super::source::{Scale, Source};
+use super::source::{Scale, Source, SourceKind};
 
 /// The command that regenerates the tables, for error messages.
 pub const REGENERATE: &str = "cargo run --example schema_docs";
@@ -70,11 +70,11 @@ pub fn field_sources(spec: &MetricSpec) -> Vec<String> {
 /// `nvmlDeviceGetPowerUsage` (mW → W).
 fn source_text(source: Source, unit: &str) -> String {
     let call = match source.member {
-        "" => format!("`{}`", source.call),
+        "" => format!("`{}`", source.kind),
         member => format!(
             "`{}({}).{member}`",
-            source.call.c_name(),
-            source.call.arguments().join(", ")
+            source.kind.c_name(),
+            source.kind.arguments().join(", ")
         ),
     };
     match source.scale {
@@ -163,9 +163,20 @@ pub fn schema_json() -> String {
             json!({
                 "key": spec.key,
                 "source": {
-                    "call": format!("{:?}", source.call),
-                    "function": source.call.c_name(),
-                    "arguments": source.call.arguments(),
+                    "kind": match source.kind {
+                        SourceKind::Call(_) => "call",
+                        SourceKind::FieldId(_) => "field_id",
+                    },
+                    "call": match source.kind {
+                        SourceKind::Call(call) => Some(format!("{call:?}")),
+                        SourceKind::FieldId(_) => None,
+                    },
+                    "field_id": match source.kind {
+                        SourceKind::FieldId(id) => Some(json!({ "name": id.c_name(), "id": id.id() })),
+                        SourceKind::Call(_) => None,
+                    },
+                    "function": source.kind.c_name(),
+                    "arguments": source.kind.arguments(),
                     "member": (!source.member.is_empty()).then_some(source.member),
                     "scale": source.scale.as_str(),
                     "factor": source.scale.factor(),
@@ -255,6 +266,22 @@ mod tests {
             sm["metric"]["attribute"],
             json!({"nvidia.gpu.clock.type": "sm"})
         );
+        assert_eq!(sm["source"]["kind"], "call");
+        let memory_temp = fields
+            .iter()
+            .find(|f| f["key"] == "memory_temperature_celsius")
+            .expect("memory temperature");
+        assert_eq!(memory_temp["source"]["kind"], "field_id");
+        assert_eq!(
+            memory_temp["source"]["field_id"],
+            json!({"name": "NVML_FI_DEV_MEMORY_TEMP", "id": 82})
+        );
+        assert_eq!(
+            memory_temp["source"]["function"],
+            "nvmlDeviceGetFieldValues"
+        );
+        assert_eq!(memory_temp["source"]["call"], Value::Null);
+        assert_eq!(memory_temp["dcgm"]["name"], "DCGM_FI_DEV_MEMORY_TEMP");
         assert_eq!(
             doc["gpm_fields"].as_array().map(Vec::len),
             Some(GPM_FIELDS.len())
@@ -309,6 +336,8 @@ mod tests {
             "{table}"
         );
         assert!(row("hw.power").contains("`nvmlDeviceGetPowerUsage` (mW → W)"));
+        assert!(row("nvidia.gpu.memory.temperature")
+            .contains("`nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)`"));
         assert!(row("hw.energy").contains("`nvmlDeviceGetTotalEnergyConsumption` (mJ → J)"));
         // A metric fed by fields and by families: the fields' calls, then the rest as written.
         let errors = row("hw.errors");

@@ -179,6 +179,16 @@ metric_table! {
         attributes "`hw.type` = `gpu`",
         source "",
         notes "hottest sample in the window";
+    MemoryTemperature: "nvidia.gpu.memory.temperature", Gauge, "Cel", Device,
+        "Mean device memory (HBM) temperature over the window.",
+        attributes "",
+        source "",
+        notes "window mean; only on boards whose memory reports it (HBM), absent elsewhere; DCGM's `DCGM_FI_DEV_MEMORY_TEMP`";
+    MemoryTemperatureMax: "nvidia.gpu.memory.temperature.max", Gauge, "Cel", Device,
+        "Highest sampled device memory temperature in the window.",
+        attributes "",
+        source "",
+        notes "hottest sample in the window";
     Power: semconv::HW_POWER, Gauge, "W", Device,
         "Mean power draw over the window.",
         attributes "",
@@ -538,7 +548,7 @@ mod tests {
     fn no_source_text_repeats_a_fields_call() {
         for spec in &METRICS {
             for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
-                let call = field.source.call.c_name();
+                let call = field.source.kind.c_name();
                 assert!(
                     !spec.source.contains(call),
                     "{}'s source text names {call}, which its field `{}` already gives: \

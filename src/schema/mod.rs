@@ -11,7 +11,8 @@
 //! families name by the typed ids, and the generated parts of docs/metrics.md,
 //! docs/prometheus.md and docs/schema.json (which the device check reads) come from [`docs`]
 //! (the dcgm-exporter and Prometheus name tables from `export::prometheus::docs`). A new NVML
-//! field is one row here, plus its call in `sampling::calls::read_call` when the call is new;
+//! field is one row here, plus its call in `sampling::calls::read_call` when the call is new
+//! (or its `NVML_FI_*` id in [`NvmlFieldId`] when NVML gives it only by field id);
 //! CONTRIBUTING.md walks through it.
 //!
 //! Pure data: depends on nothing else in gpulse.
@@ -25,11 +26,11 @@ pub mod throttle;
 pub mod values;
 
 pub use device::{
-    field_calls, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead, FieldSpec, WindowKind,
-    DEVICE_FIELDS, FIELD_COUNT,
+    field_calls, field_id_reads, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead,
+    FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
 };
 pub use gpm::{GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT};
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
-pub use source::{NvmlCall, Scale, Source};
+pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
 pub use throttle::{throttle_reason_names, throttle_reasons};
 pub use values::{serialize_keyed, FieldReport, FieldValues, ReportValue};

@@ -1,6 +1,7 @@
 //! Where each device field comes from: the NVML call ([`NvmlCall`], one function with its
-//! arguments), the member of its answer, and the factor that turns NVML's integer into the
-//! field's unit ([`Scale`]). Typed so that sampling, the benchmark floor (which must make exactly
+//! arguments) or the NVML field id ([`NvmlFieldId`], one `NVML_FI_*` value of
+//! `nvmlDeviceGetFieldValues`), the member of its answer, and the factor that turns NVML's
+//! number into the field's unit ([`Scale`]). Typed so that sampling, the benchmark floor (which must make exactly
 //! the sampler's calls) and the device check (which reads every field again through NVIDIA's own
 //! binding) all walk the same list: [`field_calls`](super::field_calls) gives each distinct
 //! call once, with the fields it fills. Depends on nothing else in the schema.
@@ -97,6 +98,96 @@ impl std::fmt::Display for NvmlCall {
     }
 }
 
+/// Declares [`NvmlFieldId`] with each id's `nvml.h` name and number, from one list.
+macro_rules! nvml_field_ids {
+    ($( $(#[$doc:meta])* $id:ident => $c_name:literal = $value:literal, )*) => {
+        /// One NVML field id (`NVML_FI_*` of `nvml.h`) a device field is read from. A device's
+        /// field-id rows are read together, in one `nvmlDeviceGetFieldValues` call per tick,
+        /// each an `nvmlFieldValue_t` with `scopeId` 0; a value whose own `nvmlReturn` is not
+        /// `NVML_SUCCESS` leaves only its field absent.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum NvmlFieldId {
+            $( $(#[$doc])* $id, )*
+        }
+
+        impl NvmlFieldId {
+            /// Every field id, in declaration order.
+            pub const ALL: &'static [NvmlFieldId] = &[$( NvmlFieldId::$id, )*];
+
+            /// The constant `nvml.h` defines (`NVML_FI_DEV_MEMORY_TEMP`).
+            pub const fn c_name(self) -> &'static str {
+                match self { $( NvmlFieldId::$id => $c_name, )* }
+            }
+
+            /// Its number (`fieldId` of `nvmlFieldValue_t`).
+            pub const fn id(self) -> u32 {
+                match self { $( NvmlFieldId::$id => $value, )* }
+            }
+        }
+    };
+}
+
+nvml_field_ids! {
+    /// HBM memory temperature, °C (dcgm-exporter's `DCGM_FI_DEV_MEMORY_TEMP`); boards without
+    /// HBM answer `NVML_ERROR_NOT_SUPPORTED` for it.
+    MemoryTemp => "NVML_FI_DEV_MEMORY_TEMP" = 82,
+}
+
+/// The function every [`NvmlFieldId`] is read through.
+pub const FIELD_VALUES_FUNCTION: &str = "nvmlDeviceGetFieldValues";
+
+impl std::fmt::Display for NvmlFieldId {
+    /// As docs write it: `nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{FIELD_VALUES_FUNCTION}({})", self.c_name())
+    }
+}
+
+/// Which NVML interface a field is read through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// A call of its own (shared by the fields reading members of its answer).
+    Call(NvmlCall),
+    /// A field id, batched with the device's other field-id rows into one
+    /// `nvmlDeviceGetFieldValues` call.
+    FieldId(NvmlFieldId),
+}
+
+impl SourceKind {
+    /// The C function `nvml.h` declares.
+    pub const fn c_name(self) -> &'static str {
+        match self {
+            SourceKind::Call(call) => call.c_name(),
+            SourceKind::FieldId(_) => FIELD_VALUES_FUNCTION,
+        }
+    }
+
+    /// The arguments after the device handle, as `nvml.h` names them (for a field id, the id).
+    pub fn arguments(self) -> Vec<&'static str> {
+        match self {
+            SourceKind::Call(call) => call.arguments().to_vec(),
+            SourceKind::FieldId(id) => vec![id.c_name()],
+        }
+    }
+
+    /// The members of the answer fields read (none for a field id: its value is one number).
+    pub const fn members(self) -> &'static [&'static str] {
+        match self {
+            SourceKind::Call(call) => call.members(),
+            SourceKind::FieldId(_) => &[],
+        }
+    }
+}
+
+impl std::fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceKind::Call(call) => call.fmt(f),
+            SourceKind::FieldId(id) => id.fmt(f),
+        }
+    }
+}
+
 /// What NVML's number is multiplied by to give the field in its unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
@@ -131,11 +222,11 @@ impl Scale {
     }
 }
 
-/// A field's NVML source: the call, the member of its answer, and the scale.
+/// A field's NVML source: the call or field id, the member of its answer, and the scale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Source {
-    pub call: NvmlCall,
-    /// One of [`NvmlCall::members`], or empty when the answer is one number.
+    pub kind: SourceKind,
+    /// One of [`SourceKind::members`], or empty when the answer is one number.
     pub member: &'static str,
     pub scale: Scale,
 }
@@ -144,7 +235,16 @@ impl Source {
     /// The whole answer of `call`, as it is.
     pub const fn of(call: NvmlCall) -> Self {
         Self {
-            call,
+            kind: SourceKind::Call(call),
+            member: "",
+            scale: Scale::One,
+        }
+    }
+
+    /// The value of field id `id`, as it is.
+    pub const fn field_id(id: NvmlFieldId) -> Self {
+        Self {
+            kind: SourceKind::FieldId(id),
             member: "",
             scale: Scale::One,
         }
@@ -178,5 +278,22 @@ mod tests {
             "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"
         );
         assert_eq!(NvmlCall::PowerUsage.to_string(), "nvmlDeviceGetPowerUsage");
+        assert_eq!(
+            SourceKind::FieldId(NvmlFieldId::MemoryTemp).to_string(),
+            "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)"
+        );
+    }
+
+    /// Each field id's number is the one `nvml.h` gives its name (nvml-wrapper-sys's bindings
+    /// are generated from the header).
+    #[test]
+    fn field_ids_are_nvml_h_numbers() {
+        use nvml_wrapper::sys_exports::field_id::*;
+        for id in NvmlFieldId::ALL {
+            let header = match id {
+                NvmlFieldId::MemoryTemp => NVML_FI_DEV_MEMORY_TEMP,
+            };
+            assert_eq!(id.id(), header, "{}", id.c_name());
+        }
     }
 }

@@ -93,6 +93,10 @@ def test_fields_agree_on_the_independent_nvml(other_nvml, holder, tmp_path):
     assert rows[(gpu0, "sm_activity", "pynvml GPM")]["ok"] is True
     assert rows[(gpu0, "tensor_activity", "pynvml GPM")]["reference"] == pytest.approx(0.125)
     assert rows[(gpu0, "temperature_celsius", "nvidia-smi")]["ok"] is True
+    # The field-id row: GPU 0's HBM temperature on both sides; GPU 1 answers NOT_SUPPORTED for
+    # that value alone, so neither side has it and its other fields are still compared.
+    assert rows[(gpu0, "memory_temperature_celsius", "pynvml")]["gpulse"] == 68
+    assert rows[(gpu0, "memory_temperature_celsius", "pynvml")]["ok"] is True
     assert rows[(gpu0, "compute PIDs", "pynvml")]["gpulse"] == [holder]
     compared = sum(1 for r in summary["rows"] if r["ok"] is True)
     assert compared >= 60, f"only {compared} values compared"
@@ -159,6 +163,7 @@ mem_util = 31
 encoder_util = 7
 decoder_util = 9
 temperature_c = 58
+memory_temperature_c = 66
 power_w = 412.5
 clock_sm_mhz = 1755
 clock_mem_mhz = 2619
@@ -216,6 +221,8 @@ def test_every_schema_field_agrees_with_pynvml_on_nvml_sim(holder, tmp_path):
     assert rows[(gpu, "fan_speed", "pynvml")]["reference"] == pytest.approx(0.44)
     assert rows[(gpu, "pcie_tx_bytes_per_second", "pynvml")]["reference"] == 123456 * 1024
     assert rows[(gpu, "power_watts", "pynvml")]["reference"] == pytest.approx(412.5)
+    # A field-id row: read by pynvml through nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP).
+    assert rows[(gpu, "memory_temperature_celsius", "pynvml")]["reference"] == 66
     assert rows[(gpu, "graphics_activity", "pynvml GPM")]["reference"] == pytest.approx(0.75)
 
 

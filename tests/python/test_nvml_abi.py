@@ -429,6 +429,7 @@ remapped_rows = { corrected = 2, uncorrected = 1, pending = true }
 [device.signals]
 pcie_tx_kbps = 3072
 pcie_replays = 12
+memory_temperature_c = 71
 
 [device.violation]
 power = 0.1
@@ -562,6 +563,13 @@ result["fields"] = [
     for v in vals
 ]
 result["field_stamp"] = vals[0].timestamp
+# The HBM temperature by field id, beside a field the library does not give: each value has its
+# own nvmlReturn, and the one the device lacks does not stop the other.
+result["memory_temp"] = [
+    [[v.nvmlReturn, v.valueType, v.value.uiVal if v.nvmlReturn == 0 else None]
+     for v in nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_ENERGY])]
+    for h in (gpu, other)
+]
 
 result["remapped"] = [list(nvmlDeviceGetRemappedRows(h)) for h in (gpu, other)]
 result["pcie_replays"] = [nvmlDeviceGetPcieReplayCounter(h) for h in (gpu, other)]
@@ -634,6 +642,8 @@ def test_nvml_sim_gpm_mig_nvlink_and_health_through_pynvml(pynvml_run):
     assert f[24][:3] == [OK, UINT, 12]
     assert f[25][0] == INVALID_ARGUMENT, "no link 9"
     assert r["field_stamp"] > 1_600_000_000_000_000, "µs since the epoch"
+    assert r["memory_temp"][0] == [[OK, UINT, 71], [NOT_SUPPORTED, ULL, None]]
+    assert r["memory_temp"][1][0][0] == NOT_SUPPORTED, "no memory_temperature_c: no HBM reading"
 
     assert r["remapped"] == [[2, 1, 1, 0], [0, 0, 0, 0]]
     assert r["pcie_replays"] == [12, 0]
@@ -709,6 +719,9 @@ def test_other_nvml_gpm_mig_nvlink_and_health_through_pynvml(pynvml_run, other_n
     assert f[23][:3] == [OK, UINT, 4]
     assert f[24][:3] == [OK, UINT, 4]
     assert f[25][0] == INVALID_ARGUMENT
+    assert r["memory_temp"][0][0] == [OK, UINT, 68]
+    assert r["memory_temp"][0][1][0] == NOT_SUPPORTED
+    assert r["memory_temp"][1][0][0] == NOT_SUPPORTED, "GPU 1 has no HBM reading"
     assert r["remapped"] == [[3, 0, 0, 0], [0, 2, 1, 0]]
     assert r["pcie_replays"] == [4, 0]
     assert r["violation"] == [[1500000000, 250000000, 0], [0, 7000000000, 0]]

@@ -457,3 +457,39 @@ power = 0.5
     );
     assert_eq!(nvmlShutdown(), SUCCESS);
 }
+
+#[test]
+fn memory_temperature_is_a_field_value_only_where_the_scenario_sets_it() {
+    let _g = with(
+        r#"
+[clock]
+freeze_at_s = 100
+[[device]]
+[device.signals]
+memory_temperature_c = { steps = [[0, 40], [50, 71.4]] }
+[[device]]
+"#,
+    );
+    assert_eq!(nvmlInit_v2(), SUCCESS);
+    use abi::field_id::*;
+    let ids = [
+        (NVML_FI_DEV_MEMORY_TEMP, 0),
+        (NVML_FI_DEV_ENERGY, 0),
+        (NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0),
+    ];
+    let v = field_values(handle(0), &ids);
+    assert_eq!(v[0].nvmlReturn, SUCCESS);
+    assert_eq!(
+        v[0].valueType,
+        nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT
+    );
+    assert_eq!(unsafe { v[0].value.uiVal }, 71, "the step at 50 s, rounded");
+    assert_eq!(v[0].fieldId, NVML_FI_DEV_MEMORY_TEMP);
+    // One value the device lacks does not stop the others.
+    assert_eq!(v[1].nvmlReturn, NOT_SUPPORTED);
+    assert_eq!(v[2].nvmlReturn, SUCCESS);
+    // A device whose scenario has no memory temperature: the value, not the call, fails.
+    let v = field_values(handle(1), &ids[..1]);
+    assert_eq!(v[0].nvmlReturn, NOT_SUPPORTED);
+    assert_eq!(nvmlShutdown(), SUCCESS);
+}

@@ -1,6 +1,7 @@
 //! NVLink link state and `nvmlDeviceGetFieldValues`, the field-id interface through which NVML
-//! gives NVLink throughput and error counters per link (`scopeId` = the link), the link count
-//! and the PCIe replay counter. Fields the simulation does not model come back with their own
+//! gives NVLink throughput and error counters per link (`scopeId` = the link), the link count,
+//! the PCIe replay counter and the HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`, only where the
+//! scenario sets `memory_temperature_c`). Fields the simulation does not model come back with their own
 //! `nvmlReturn` = `NVML_ERROR_NOT_SUPPORTED`; the call itself succeeds, as the driver's does.
 
 use std::os::raw::c_int;
@@ -96,6 +97,12 @@ enum Value {
 fn field(d: &Device, id: u32, scope: u32, t: f64) -> Result<Value, Ret> {
     if id == NVML_FI_DEV_PCIE_REPLAY_COUNTER {
         return Ok(Value::U32(to_u32(d.hw.pcie_replays.value(t), u32::MAX)));
+    }
+    if id == NVML_FI_DEV_MEMORY_TEMP {
+        let temp = d.signals.memory_temperature_c.as_ref();
+        return temp
+            .map(|s| Value::U32(to_u32(s.value(t), 255)))
+            .ok_or(abi::NOT_SUPPORTED);
     }
     let nv = d.hw.nvlink.as_ref();
     let need = || nv.ok_or(abi::NOT_SUPPORTED);

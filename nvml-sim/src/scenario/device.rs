@@ -183,6 +183,10 @@ pub(super) fn expand_device(
                 .as_ref()
                 .map(|m| m.salted(salt << 8 | 5)),
             temperature_c: s(&sig.temperature_c, 35.0, 6),
+            memory_temperature_c: sig
+                .memory_temperature_c
+                .as_ref()
+                .map(|m| m.salted(salt << 8 | 15)),
             power_w: sig
                 .power_w
                 .as_ref()

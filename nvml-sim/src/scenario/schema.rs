@@ -143,6 +143,7 @@ pub(super) struct RawDeviceSignals {
     pub(super) decoder_util: Option<Signal>,
     pub(super) memory_used_mib: Option<Signal>,
     pub(super) temperature_c: Option<Signal>,
+    pub(super) memory_temperature_c: Option<Signal>,
     pub(super) power_w: Option<Spanned<Signal>>,
     pub(super) clock_graphics_mhz: Option<Signal>,
     pub(super) clock_sm_mhz: Option<Signal>,
