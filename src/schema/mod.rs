@@ -26,8 +26,8 @@ pub mod throttle;
 pub mod values;
 
 pub use device::{
-    field_calls, field_id_reads, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead,
-    FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
+    field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
+    FieldRead, FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
 };
 pub use gpm::{
     gpm_metric_name, GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT, GPM_METRIC_NAMES,
