@@ -73,7 +73,39 @@ pub enum DcgmScale {
     Millijoules,
 }
 
+/// A value in dcgm-exporter's unit: a whole number (exposed as an integer) or as it is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DcgmValue {
+    Int(i64),
+    Float(f64),
+}
+
 impl DcgmScale {
+    /// `value`, in its field's unit (ratio, bytes, °C, W, MHz, J), in dcgm-exporter's.
+    pub fn convert(self, value: f64) -> DcgmValue {
+        const MIB: u64 = 1 << 20;
+        match self {
+            DcgmScale::Percent => DcgmValue::Int((value * 100.0).round() as i64),
+            DcgmScale::Mebibytes => DcgmValue::Int((value.max(0.0) as u64 / MIB) as i64),
+            DcgmScale::Whole => DcgmValue::Int(value.round() as i64),
+            DcgmScale::Float => DcgmValue::Float(value),
+            DcgmScale::Millijoules => DcgmValue::Int((value * 1000.0).round() as i64),
+        }
+    }
+
+    /// dcgm-exporter's unit of a series in this scale, for a field whose metric is in the UCUM
+    /// `unit`, as the docs write it.
+    pub fn unit(self, unit: &str) -> String {
+        match (self, unit) {
+            (DcgmScale::Percent, _) => "%".into(),
+            (DcgmScale::Mebibytes, _) => "MiB".into(),
+            (DcgmScale::Millijoules, _) => "mJ".into(),
+            (_, "Cel") => "°C".into(),
+            (_, "1") => "0–1".into(),
+            (_, other) => other.trim_start_matches('{').trim_end_matches('}').into(),
+        }
+    }
+
     /// The name docs and the exported schema use.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -86,9 +118,11 @@ impl DcgmScale {
     }
 }
 
-/// The dcgm-exporter series a field feeds (`DCGM_FI_*`), from the window's last value (totals
-/// for counters), as dcgm-exporter reports its latest reading. Its labels are those of every
-/// DCGM series (`gpu`, `UUID`, `device`, `modelName`, `Hostname`, ...).
+/// The dcgm-exporter series a field feeds (`DCGM_FI_*`): its name, help text and the
+/// conversion to dcgm-exporter's unit ([`DcgmScale::convert`]), from the window's last value
+/// (totals for counters), as dcgm-exporter reports its latest reading. No series has labels of
+/// its own: all carry the per-device (or per-MIG-instance) label set of every DCGM series,
+/// declared once in `export::prometheus::dcgm` (`DEVICE_LABELS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DcgmSeries {
     pub name: &'static str,
@@ -516,6 +550,20 @@ mod tests {
                 base.instrument
             );
         }
+    }
+
+    #[test]
+    fn dcgm_scales_convert_to_dcgm_exporters_units() {
+        use DcgmValue::{Float, Int};
+        assert_eq!(DcgmScale::Percent.convert(0.425), Int(43));
+        assert_eq!(DcgmScale::Mebibytes.convert(3.5 * 1048576.0), Int(3));
+        assert_eq!(DcgmScale::Mebibytes.convert(-1.0), Int(0));
+        assert_eq!(DcgmScale::Whole.convert(64.6), Int(65));
+        assert_eq!(DcgmScale::Float.convert(412.5), Float(412.5));
+        assert_eq!(DcgmScale::Millijoules.convert(1.2345), Int(1235));
+        assert_eq!(DcgmScale::Whole.unit("Cel"), "°C");
+        assert_eq!(DcgmScale::Whole.unit("{lane}"), "lane");
+        assert_eq!(DcgmScale::Float.unit("1"), "0–1");
     }
 
     #[test]

@@ -52,9 +52,10 @@ pub fn metric_table(section: Section) -> String {
 }
 
 /// The NVML calls of the device fields `spec` carries, as the reference writes them, from each
-/// field's typed [`Source`]: the docs name exactly the call sampling makes and the benchmark
-/// floor and device check repeat, so they cannot drift apart. Empty for a metric no device field
-/// feeds (families, GPM, /proc, spans), whose `source` text says it all.
+/// field's typed [`Source`], and the GPM metrics of the GPM fields it carries, by their `nvml.h`
+/// names ([`GPM_METRIC_NAMES`](super::GPM_METRIC_NAMES)): the docs name exactly what sampling
+/// reads and the benchmark floor and device check repeat, so they cannot drift apart. Empty for
+/// a metric no field feeds (families, /proc, spans), whose `source` text says it all.
 pub fn field_sources(spec: &MetricSpec) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
@@ -62,6 +63,17 @@ pub fn field_sources(spec: &MetricSpec) -> Vec<String> {
         if !out.contains(&text) {
             out.push(text);
         }
+    }
+    let gpm: Vec<String> = GPM_FIELDS
+        .iter()
+        .filter(|f| f.metric.id == spec.id)
+        .map(|f| format!("`{}`", f.c_name()))
+        .collect();
+    if !gpm.is_empty() {
+        out.push(format!(
+            "`nvmlGpmMetricsGet`: {} (% → ratio)",
+            gpm.join(", ")
+        ));
     }
     out
 }
@@ -197,6 +209,7 @@ pub fn schema_json() -> String {
                 "source": {
                     "gpm_metric": format!("{:?}", spec.nvml),
                     "gpm_metric_id": spec.nvml.as_c(),
+                    "gpm_metric_name": spec.c_name(),
                     "scale": "percent_to_ratio",
                     "factor": 0.01,
                 },
@@ -346,6 +359,24 @@ mod tests {
             "{errors}"
         );
         assert!(errors.contains("XID events"), "{errors}");
+        // A GPM field's metric names its nvml.h GPM metric, from the schema's table.
+        assert!(
+            row("nvidia.gpu.sm.occupancy")
+                .contains("`nvmlGpmMetricsGet`: `NVML_GPM_METRIC_SM_OCCUPANCY` (% → ratio)"),
+            "{table}"
+        );
+        let pipe = row("nvidia.gpu.pipe.activity");
+        for name in [
+            "ANY_TENSOR_UTIL",
+            "HMMA_TENSOR_UTIL",
+            "FP64_UTIL",
+            "INTEGER_UTIL",
+        ] {
+            assert!(
+                pipe.contains(&format!("`NVML_GPM_METRIC_{name}`")),
+                "{pipe}"
+            );
+        }
         // A metric no field feeds keeps its text.
         assert!(row("nvidia.gpu.nvlink.state").contains("`nvmlDeviceGetNvLinkState`"));
     }

@@ -34,6 +34,64 @@ impl GpmFieldSpec {
     const fn of(self, field: GpmField) -> Self {
         Self { field, ..self }
     }
+
+    /// The `nvml.h` name of its GPM metric (`NVML_GPM_METRIC_SM_UTIL`), from
+    /// [`GPM_METRIC_NAMES`].
+    pub fn c_name(&self) -> &'static str {
+        gpm_metric_name(self.nvml).unwrap_or_else(|| {
+            panic!(
+                "{}: {:?} has no row in GPM_METRIC_NAMES",
+                self.key, self.nvml
+            )
+        })
+    }
+}
+
+/// The `nvml.h` names and numbers (`nvmlGpmMetricId_t`, checked against the NVML 13.3.29
+/// header) of the GPM metrics [`GPM_FIELDS`] reads: the docs and docs/schema.json name each
+/// row's metric from here, and a test checks each number against nvml-wrapper's binding of
+/// the header.
+pub const GPM_METRIC_NAMES: [(GpmMetricId, &str, u32); 12] = [
+    (
+        GpmMetricId::GraphicsUtil,
+        "NVML_GPM_METRIC_GRAPHICS_UTIL",
+        1,
+    ),
+    (GpmMetricId::SmUtil, "NVML_GPM_METRIC_SM_UTIL", 2),
+    (GpmMetricId::SmOccupancy, "NVML_GPM_METRIC_SM_OCCUPANCY", 3),
+    (GpmMetricId::IntegerUtil, "NVML_GPM_METRIC_INTEGER_UTIL", 4),
+    (
+        GpmMetricId::AnyTensorUtil,
+        "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+        5,
+    ),
+    (
+        GpmMetricId::DfmaTensorUtil,
+        "NVML_GPM_METRIC_DFMA_TENSOR_UTIL",
+        6,
+    ),
+    (
+        GpmMetricId::HmmaTensorUtil,
+        "NVML_GPM_METRIC_HMMA_TENSOR_UTIL",
+        7,
+    ),
+    (
+        GpmMetricId::ImmaTensorUtil,
+        "NVML_GPM_METRIC_IMMA_TENSOR_UTIL",
+        9,
+    ),
+    (GpmMetricId::DramBwUtil, "NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
+    (GpmMetricId::Fp64Util, "NVML_GPM_METRIC_FP64_UTIL", 11),
+    (GpmMetricId::Fp32Util, "NVML_GPM_METRIC_FP32_UTIL", 12),
+    (GpmMetricId::Fp16Util, "NVML_GPM_METRIC_FP16_UTIL", 13),
+];
+
+/// The `nvml.h` name of `id`, if [`GPM_METRIC_NAMES`] has it.
+pub fn gpm_metric_name(id: GpmMetricId) -> Option<&'static str> {
+    GPM_METRIC_NAMES
+        .iter()
+        .find(|(m, _, _)| *m == id)
+        .map(|(_, name, _)| *name)
 }
 
 /// Declares [`GpmField`] and [`GPM_FIELDS`] from one list, so they cannot disagree.
@@ -113,6 +171,24 @@ gpm_fields! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every row's metric has its `nvml.h` name, each name once, its number the binding's.
+    #[test]
+    fn gpm_metric_names_are_nvml_h_names_and_numbers() {
+        for spec in &GPM_FIELDS {
+            assert!(
+                spec.c_name().starts_with("NVML_GPM_METRIC_"),
+                "{}",
+                spec.key
+            );
+        }
+        for (i, (id, name, number)) in GPM_METRIC_NAMES.iter().enumerate() {
+            assert_eq!(id.as_c(), *number, "{name}");
+            for (other, other_name, _) in &GPM_METRIC_NAMES[i + 1..] {
+                assert!(id != other && name != other_name, "{name} twice");
+            }
+        }
+    }
 
     #[test]
     fn rows_are_in_field_order_each_with_its_own_nvml_metric() {

@@ -56,9 +56,10 @@ pub struct MetricSpec {
     /// docs/metrics.md's columns (Markdown; empty where there is nothing to say: a `.max`/`.min`
     /// companion's attributes and source are those of the metric it accompanies).
     pub attributes: &'static str,
-    /// Where the value comes from, beyond the typed sources of the device fields the metric
-    /// carries (the docs name those from [`DEVICE_FIELDS`](super::DEVICE_FIELDS) first): family
-    /// calls, GPM, `/proc`, spans. Empty when the fields say it all.
+    /// Where the value comes from, beyond the typed sources of the device and GPM fields the
+    /// metric carries (the docs name those from [`DEVICE_FIELDS`](super::DEVICE_FIELDS) and
+    /// [`GPM_FIELDS`](super::GPM_FIELDS) first): family calls, `/proc`, spans. Empty when the
+    /// fields say it all.
     pub source: &'static str,
     pub notes: &'static str,
 }
@@ -257,7 +258,7 @@ metric_table! {
     SmActivity: "nvidia.gpu.sm.activity", Gauge, "1", Device,
         "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE).",
         attributes "",
-        source "GPM `NVML_GPM_METRIC_SM_UTIL` (`nvmlGpmMetricsGet`, % → ratio)",
+        source "",
         notes "window mean of the rates between consecutive GPM samples (≥ 100 ms apart): share of SMs with a warp resident. Hopper and newer only; DCGM's `DCGM_FI_PROF_SM_ACTIVE`";
     SmActivityMax: "nvidia.gpu.sm.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.sm.activity between two GPM samples in the window.",
@@ -272,7 +273,7 @@ metric_table! {
     SmOccupancy: "nvidia.gpu.sm.occupancy", Gauge, "1", Device,
         "Mean ratio of resident warps to the maximum the SMs hold (GPM SM_OCCUPANCY).",
         attributes "",
-        source "GPM `SM_OCCUPANCY`",
+        source "",
         notes "resident warps over the SMs' maximum; DCGM's `DCGM_FI_PROF_SM_OCCUPANCY`";
     SmOccupancyMax: "nvidia.gpu.sm.occupancy.max", Gauge, "1", Device,
         "Highest nvidia.gpu.sm.occupancy between two GPM samples in the window.",
@@ -287,7 +288,7 @@ metric_table! {
     DramActivity: "nvidia.gpu.dram.activity", Gauge, "1", Device,
         "Mean ratio of DRAM bandwidth used to its peak (GPM DRAM_BW_UTIL).",
         attributes "",
-        source "GPM `DRAM_BW_UTIL`",
+        source "",
         notes "DRAM bandwidth used over its peak; DCGM's `DCGM_FI_PROF_DRAM_ACTIVE`";
     DramActivityMax: "nvidia.gpu.dram.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.dram.activity between two GPM samples in the window.",
@@ -302,7 +303,7 @@ metric_table! {
     GraphicsActivity: "nvidia.gpu.graphics.activity", Gauge, "1", Device,
         "Mean ratio of time the graphics engine was active (GPM GRAPHICS_UTIL).",
         attributes "",
-        source "GPM `GRAPHICS_UTIL`",
+        source "",
         notes "graphics engine active; DCGM's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`";
     GraphicsActivityMax: "nvidia.gpu.graphics.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.graphics.activity between two GPM samples in the window.",
@@ -317,7 +318,7 @@ metric_table! {
     PipeActivity: "nvidia.gpu.pipe.activity", Gauge, "1", Device,
         "Mean ratio of time the pipe was active (GPM *_UTIL).",
         attributes "`nvidia.gpu.pipe` = `tensor` | `tensor.hmma` | `tensor.imma` | `tensor.dfma` | `fp16` | `fp32` | `fp64` | `integer`",
-        source "GPM `ANY_TENSOR_UTIL`, `HMMA_/IMMA_/DFMA_TENSOR_UTIL`, `FP16_/FP32_/FP64_/INTEGER_UTIL`",
+        source "",
         notes "share of time the pipe was active; `tensor` is any tensor pipe (DCGM's `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`)";
     PipeActivityMax: "nvidia.gpu.pipe.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.pipe.activity between two GPM samples in the window.",
@@ -494,7 +495,7 @@ metric_table! {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{docs::field_sources, DEVICE_FIELDS};
+    use super::super::{docs::field_sources, DEVICE_FIELDS, GPM_FIELDS};
     use super::*;
 
     #[test]
@@ -542,11 +543,22 @@ mod tests {
         }
     }
 
-    /// A metric's hand-written source never repeats a call its device fields already name: the
-    /// typed source is the one description, so the two cannot disagree.
+    /// A metric's hand-written source never repeats a call its device fields already name, nor
+    /// a GPM metric its GPM fields name (by its `nvml.h` name or the short one after
+    /// `NVML_GPM_METRIC_`): the typed source is the one description, so the two cannot disagree.
     #[test]
     fn no_source_text_repeats_a_fields_call() {
         for spec in &METRICS {
+            for field in GPM_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
+                let name = field.c_name();
+                let short = name.trim_start_matches("NVML_GPM_METRIC_");
+                assert!(
+                    !spec.source.contains(short),
+                    "{}'s source text names {name}, which its GPM field `{}` already gives",
+                    spec.name,
+                    field.key
+                );
+            }
             for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
                 let call = field.source.kind.c_name();
                 assert!(

@@ -26,10 +26,12 @@ pub mod throttle;
 pub mod values;
 
 pub use device::{
-    field_calls, field_id_reads, DcgmScale, DcgmSeries, DeviceField, FieldMetric, FieldRead,
-    FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
+    field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
+    FieldRead, FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
 };
-pub use gpm::{GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT};
+pub use gpm::{
+    gpm_metric_name, GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT, GPM_METRIC_NAMES,
+};
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
 pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
 pub use throttle::{throttle_reason_names, throttle_reasons};

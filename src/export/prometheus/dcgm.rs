@@ -22,11 +22,81 @@ use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::export::resource::NodeIdentity;
+use crate::sampling::DeviceInfo;
 use crate::sampling::{DeviceStatus, DeviceWindow, MigInstanceWindow};
-use crate::schema::{DcgmScale, DcgmSeries};
+use crate::schema::{DcgmScale, DcgmSeries, DcgmValue};
 use crate::schema::{DeviceField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
-const MIB: u64 = 1 << 20;
+/// dcgm-exporter's labels, in the order it writes them, with what gpulse puts in each: the one
+/// place the label sets are declared. Every `DCGM_FI_*` series of a GPU carries
+/// [`DEVICE_LABELS`] then [`POD_LABELS`]; a MIG instance's series carry [`DEVICE_LABELS`] of its
+/// GPU with [`MIG_LABELS`] after `modelName`, then [`POD_LABELS`] of the pod in that instance.
+/// No series has labels of its own (the schema's rows name none). docs/prometheus.md's label
+/// table is generated from these.
+pub(super) const DEVICE_LABELS: [(&str, &str); 7] = [
+    ("gpu", "the GPU's NVML index"),
+    (
+        "UUID",
+        "the GPU's UUID (on a MIG instance's series: its GPU's)",
+    ),
+    ("pci_bus_id", "the GPU's PCI bus id"),
+    ("device", "`nvidia<index>`"),
+    ("modelName", "the product name NVML gives"),
+    (
+        "Hostname",
+        "the Kubernetes node name (`K8S_NODE_NAME`), else the host name",
+    ),
+    (
+        "DCGM_FI_DRIVER_VERSION",
+        "the driver version, when NVML gives it",
+    ),
+];
+
+/// The labels a MIG instance's series add after `modelName` (see [`DEVICE_LABELS`]).
+pub(super) const MIG_LABELS: [(&str, &str); 2] = [
+    ("GPU_I_PROFILE", "the MIG profile, e.g. `3g.40gb`"),
+    ("GPU_I_ID", "the GPU instance id"),
+];
+
+/// The pod labels, last on every series, only when exactly one pod uses the GPU (or the MIG
+/// instance): dcgm-exporter cannot tell either when several do (see [`DEVICE_LABELS`]).
+pub(super) const POD_LABELS: [(&str, &str); 3] = [
+    ("pod", "the pod's name"),
+    ("namespace", "its namespace, when known"),
+    ("container", "its container, when known"),
+];
+
+/// A GPU's [`DEVICE_LABELS`], in their order (the driver version only when known).
+fn device_labels(
+    info: &DeviceInfo,
+    hostname: &str,
+    driver_version: Option<&str>,
+) -> Vec<(String, String)> {
+    DEVICE_LABELS
+        .iter()
+        .filter_map(|(name, _)| {
+            let value = match *name {
+                "gpu" => info.index.to_string(),
+                "UUID" => info.uuid.clone(),
+                "pci_bus_id" => info.pci_bus_id.clone(),
+                "device" => format!("nvidia{}", info.index),
+                "modelName" => info.name.clone(),
+                "Hostname" => hostname.to_string(),
+                "DCGM_FI_DRIVER_VERSION" => driver_version?.to_string(),
+                other => unreachable!("DEVICE_LABELS has {other} without its value"),
+            };
+            Some((name.to_string(), value))
+        })
+        .collect()
+}
+
+/// A series value in dcgm-exporter's unit, as the schema's row converts it.
+fn dcgm_value(scale: DcgmScale, value: f64) -> SampleValue {
+    match scale.convert(value) {
+        DcgmValue::Int(v) => SampleValue::Int(v),
+        DcgmValue::Float(v) => SampleValue::Float(v),
+    }
+}
 
 /// The XID series, the one dcgm-exporter series that is not a schema field: it reports events
 /// (the last XID code), not a sampled value.
@@ -78,18 +148,18 @@ fn pod_labels(
     let [(pod, namespace, container)] = pods.as_slice() else {
         return Vec::new();
     };
-    let mut labels = vec![("pod".to_string(), pod.to_string())];
-    if let Some(ns) = namespace {
-        labels.push(("namespace".into(), ns.to_string()));
-    }
-    if let Some(c) = container {
-        labels.push(("container".into(), c.to_string()));
-    }
-    labels
-}
-
-fn int(v: f64) -> SampleValue {
-    SampleValue::Int(v.round() as i64)
+    POD_LABELS
+        .iter()
+        .filter_map(|(name, _)| {
+            let value = match *name {
+                "pod" => Some(*pod),
+                "namespace" => *namespace,
+                "container" => *container,
+                other => unreachable!("POD_LABELS has {other} without its value"),
+            };
+            Some((name.to_string(), value?.to_string()))
+        })
+        .collect()
 }
 
 /// The `DCGM_FI_*` families of every device of the window.
@@ -111,17 +181,7 @@ pub(super) fn push_devices(
             continue;
         }
         let info = &d.info;
-        let mut labels = vec![
-            ("gpu".to_string(), info.index.to_string()),
-            ("UUID".to_string(), info.uuid.clone()),
-            ("pci_bus_id".to_string(), info.pci_bus_id.clone()),
-            ("device".to_string(), format!("nvidia{}", info.index)),
-            ("modelName".to_string(), info.name.clone()),
-            ("Hostname".to_string(), hostname.clone()),
-        ];
-        if let Some(version) = &window.driver_version {
-            labels.push(("DCGM_FI_DRIVER_VERSION".into(), version.clone()));
-        }
+        let mut labels = device_labels(info, &hostname, window.driver_version.as_deref());
         let gpu_labels = labels.clone();
         labels.extend(pod_labels(attributed, &info.uuid, None));
 
@@ -136,19 +196,12 @@ pub(super) fn push_devices(
             let Some(value) = value.filter(|v| v.is_finite()) else {
                 continue;
             };
-            let value = match series.scale {
-                DcgmScale::Percent => int(value * 100.0),
-                DcgmScale::Mebibytes => SampleValue::Int((value.max(0.0) as u64 / MIB) as i64),
-                DcgmScale::Whole => int(value),
-                DcgmScale::Float => SampleValue::Float(value),
-                DcgmScale::Millijoules => int(value * 1000.0),
-            };
             b.push(
                 &dcgm_name(series.name),
                 series.help,
                 FamilyKind::Gauge,
                 labels.clone(),
-                value,
+                dcgm_value(series.scale, value),
             );
         }
         b.push(
@@ -179,12 +232,18 @@ fn push_mig_instance(
     d: &DeviceWindow,
     m: &MigInstanceWindow,
 ) {
-    let mut labels = Vec::with_capacity(gpu_labels.len() + 5);
+    let mut labels = Vec::with_capacity(gpu_labels.len() + MIG_LABELS.len() + POD_LABELS.len());
     for label in gpu_labels {
         labels.push(label.clone());
         if label.0 == "modelName" {
-            labels.push(("GPU_I_PROFILE".into(), m.info.profile().to_string()));
-            labels.push(("GPU_I_ID".into(), m.info.gpu_instance_id.to_string()));
+            for (name, _) in MIG_LABELS {
+                let value = match name {
+                    "GPU_I_PROFILE" => m.info.profile().to_string(),
+                    "GPU_I_ID" => m.info.gpu_instance_id.to_string(),
+                    other => unreachable!("MIG_LABELS has {other} without its value"),
+                };
+                labels.push((name.to_string(), value));
+            }
         }
     }
     labels.extend(pod_labels(attributed, &m.info.parent_uuid, Some(&m.pids)));
@@ -200,7 +259,7 @@ fn push_mig_instance(
             series.help,
             FamilyKind::Gauge,
             labels.clone(),
-            SampleValue::Int((bytes / MIB) as i64),
+            dcgm_value(series.scale, bytes as f64),
         );
     }
     push_profiling(b, &labels, d, Some(m));
@@ -225,7 +284,7 @@ fn push_profiling(
             series.help,
             FamilyKind::Gauge,
             labels.to_vec(),
-            SampleValue::Float(ratio),
+            dcgm_value(series.scale, ratio),
         );
     }
 }

@@ -7,11 +7,11 @@
 //! schema_docs` rewrites them; a test fails when they drift. gpulse's own health metrics
 //! (`src/export/telemetry`) are not in the schema and keep their hand-written table below.
 
-use super::dcgm::XID_ERRORS;
+use super::dcgm::{DEVICE_LABELS, MIG_LABELS, POD_LABELS, XID_ERRORS};
 use super::names::{metric_name, OtlpKind};
 use crate::schema::docs::replace_block;
 use crate::schema::{
-    DcgmScale, DcgmSeries, FieldMetric, Instrument, WindowKind, DEVICE_FIELDS, GPM_FIELDS, METRICS,
+    DcgmSeries, FieldMetric, Instrument, WindowKind, DEVICE_FIELDS, GPM_FIELDS, METRICS,
 };
 
 /// The name table, in Markdown: OTLP name, unit, instrument, Prometheus name.
@@ -40,14 +40,27 @@ pub fn names_table() -> String {
 
 /// The unit a dcgm-exporter series is in, for a field whose metric is in `unit`.
 fn dcgm_unit(series: &DcgmSeries, unit: &str) -> String {
-    match (series.scale, unit) {
-        (DcgmScale::Percent, _) => "%".into(),
-        (DcgmScale::Mebibytes, _) => "MiB".into(),
-        (DcgmScale::Millijoules, _) => "mJ".into(),
-        (_, "Cel") => "°C".into(),
-        (_, "1") => "0–1".into(),
-        (_, other) => other.trim_start_matches('{').trim_end_matches('}').into(),
+    series.scale.unit(unit)
+}
+
+/// The dcgm-exporter label table, in Markdown: every label of the `DCGM_FI_*` series, in the
+/// order they are written, on which series, and its value (from `dcgm`'s label sets).
+pub fn dcgm_labels_table() -> String {
+    let mut out = String::from("| label | on | value |\n| --- | --- | --- |\n");
+    let sets: [(&[(&str, &str)], &str); 3] = [
+        (&DEVICE_LABELS, "every series"),
+        (&MIG_LABELS, "a MIG instance's series, after `modelName`"),
+        (
+            &POD_LABELS,
+            "every series, when exactly one pod uses the GPU or instance",
+        ),
+    ];
+    for (labels, on) in sets {
+        for (name, value) in labels {
+            out.push_str(&format!("| `{name}` | {on} | {value} |\n"));
+        }
     }
+    out
 }
 
 /// A field's metric with the attribute that tells it apart, in Markdown.
@@ -110,7 +123,8 @@ pub fn dcgm_table() -> String {
 /// A message naming the marker the page lacks.
 pub fn regenerate_prometheus_md(doc: &str) -> Result<String, String> {
     let doc = replace_block(doc, "prometheus-names", &names_table())?;
-    replace_block(&doc, "dcgm-names", &dcgm_table())
+    let doc = replace_block(&doc, "dcgm-names", &dcgm_table())?;
+    replace_block(&doc, "dcgm-labels", &dcgm_labels_table())
 }
 
 #[cfg(test)]
@@ -140,6 +154,34 @@ mod tests {
             table.contains("| `hw.gpu.utilization` | `1` | gauge | `hw_gpu_utilization_ratio` |")
         );
         assert_eq!(table.lines().count(), METRICS.len() + 2);
+    }
+
+    /// Every label of the dcgm label sets has its row, in the order the series carry them.
+    #[test]
+    fn the_dcgm_label_table_lists_every_label_in_order() {
+        let table = dcgm_labels_table();
+        let names: Vec<&str> = table
+            .lines()
+            .skip(2)
+            .filter_map(|line| line.split('`').nth(1))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "gpu",
+                "UUID",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "Hostname",
+                "DCGM_FI_DRIVER_VERSION",
+                "GPU_I_PROFILE",
+                "GPU_I_ID",
+                "pod",
+                "namespace",
+                "container"
+            ]
+        );
     }
 
     /// Every dcgm name of the schema has its row, in the unit dcgm-exporter uses.
