@@ -175,6 +175,58 @@ def test_no_collective_attributes_outside_a_job():
         assert distributed.COLLECTIVE_WAIT not in span.attributes
 
 
+class HeldFuture:
+    """A future whose callback is run, then kept, as a gloo worker does between the two."""
+
+    def __init__(self):
+        self.callback = None
+
+    def then(self, callback):
+        self.callback = callback
+        return "chained"
+
+    def complete(self):
+        return self.callback(self)
+
+
+def test_fence_waits_until_the_worker_lets_go_of_a_callback_that_ran():
+    fence = distributed.CallbackFence()
+    future = HeldFuture()
+    assert fence.then(future, lambda fut: "value") == "chained"
+    assert fence.settle(timeout=0.01), "a callback that never ran is not waited for"
+    assert future.complete() == "value"
+    assert not fence.settle(timeout=0.05), "ran, still held by the worker: settle must wait"
+    future.callback = None  # the worker destroys the callback
+    assert fence.settle(timeout=0.01)
+
+
+def test_fence_keeps_futures_until_a_step_after_their_release():
+    fence = distributed.CallbackFence()
+    future = HeldFuture()
+    fence.then(future, lambda fut: None)
+    future.complete()
+    future.callback = None
+    fence.prune()  # released in this step: still held, so the worker never drops the last ref
+    assert [entry[0] for entry in fence._released] == [future]
+    fence.prune()
+    assert fence._released == [] and fence._held == []
+
+
+def test_fence_settles_after_a_torch_future_completed_on_another_thread():
+    import threading
+
+    torch = require_torch()
+
+    fence = distributed.CallbackFence()
+    source = torch.futures.Future()
+    chained = fence.then(source, lambda fut: fut.value() + 1)
+    worker = threading.Thread(target=source.set_result, args=(41,))
+    worker.start()
+    worker.join()
+    assert chained.wait() == 42
+    assert fence.settle(timeout=5)
+
+
 def console_spans(stdout):
     decoder = json.JSONDecoder()
     spans, index = [], 0

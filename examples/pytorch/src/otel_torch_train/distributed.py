@@ -29,6 +29,15 @@ thread). On CUDA (NCCL) the host does not block, so each collective is bracketed
 on the current stream and the intervals are read when the step ends, which waits for the step's last
 collective to finish on the GPU (it usually has: ``loss.item()`` already waited).
 
+Callbacks on torch futures run on torch's threads (a gloo worker completes the all-reduce), and that
+thread destroys the callback after running it, taking the GIL. When the main thread has already left
+``main`` and the interpreter is finalizing, taking the GIL ends the worker thread inside a C++
+destructor, and the process aborts ("terminate called without an active exception", SIGABRT) after a
+run that succeeded. ``CallbackFence`` is how this module avoids it: one Python callback per
+collective (the default all-reduce is issued here rather than through torch's hook, which chains a
+second one), each marked when the worker lets go of it, ``settle`` (at ``shutdown`` and at exit)
+waiting for those, and the futures held here so the worker never drops their last reference.
+
 A wait that overlaps backward computation (an early bucket's all-reduce while later gradients are
 still computed) is counted: with one bucket (small models) it is the exposed wait; with many it is an
 upper bound of it.
@@ -36,10 +45,12 @@ upper bound of it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
 import threading
+import weakref
 from time import time_ns
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
@@ -180,6 +191,77 @@ def _union_seconds(intervals: List[Tuple[float, float]]) -> float:
     return total
 
 
+class CallbackFence:
+    """Python callbacks chained on torch futures, until torch's threads have let go of them.
+
+    ``then`` chains ``callback`` on ``future`` with a token only the callback's closure holds, so
+    the token dies when the thread that ran the callback destroys it. ``settle`` waits until every
+    callback that has run was also released. The futures (the one given and the one ``then``
+    returns, whose value is a Python object) stay referenced here until a step after their release,
+    so the worker never drops the last reference to them, which would take the GIL again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._running = 0  # callbacks that ran and are not yet released
+        self._held: List[list] = []  # [future, chained future, released?]
+        self._released: List[list] = []
+        self._at_exit = False
+
+    def then(self, future: Any, callback: Callable[[Any], Any]) -> Any:
+        """``future.then(callback)``, with the callback's release tracked."""
+        entry: list = [future, None, False]
+        token = _Token()
+
+        def released() -> None:
+            with self._lock:
+                entry[2] = True
+                if token_ran[0]:
+                    self._running -= 1
+                    self._lock.notify_all()
+
+        token_ran = [False]
+        weakref.finalize(token, released)
+
+        def run(fut: Any, _token: _Token = token) -> Any:
+            with self._lock:
+                token_ran[0] = True
+                self._running += 1
+            return callback(fut)
+
+        del token  # the closure's default holds the only reference now
+        entry[1] = future.then(run)
+        with self._lock:
+            self._held.append(entry)
+        return entry[1]
+
+    def prune(self) -> None:
+        """Drops the futures released before the previous prune (called once a step)."""
+        with self._lock:
+            self._released = [e for e in self._held if e[2]]
+            self._held = [e for e in self._held if not e[2]]
+
+    def settle(self, timeout: float = 2.0) -> bool:
+        """Waits until every callback that ran has been released; False after ``timeout``.
+
+        A callback that never ran (its collective never completed) is not waited for.
+        """
+        with self._lock:
+            return self._lock.wait_for(lambda: self._running == 0, timeout)
+
+    def settle_at_exit(self) -> None:
+        """Registers ``settle`` to run at interpreter exit, before finalization (once)."""
+        if not self._at_exit:
+            self._at_exit = True
+            atexit.register(self.settle)
+
+
+class _Token:
+    """Lives exactly as long as the callback closure that holds it."""
+
+    __slots__ = ("__weakref__",)
+
+
 class CollectiveClock:
     """The collective intervals of the current step (host nanoseconds, or CUDA events).
 
@@ -191,6 +273,8 @@ class CollectiveClock:
         self._host: List[Tuple[int, int]] = []
         self._events: List[Tuple[Any, Any]] = []
         self._cuda = cuda
+        self.fence = CallbackFence()
+        self.fence.settle_at_exit()
 
     def reset(self) -> None:
         with self._lock:
@@ -210,6 +294,7 @@ class CollectiveClock:
         with self._lock:
             host, self._host = self._host, []
             events, self._events = self._events, []
+        self.fence.prune()
         intervals = [(s / 1e9, e / 1e9) for s, e in host]
         if events:
             reference = events[0][0]
@@ -257,7 +342,7 @@ def _timed(function: Callable, holder: "_ClockHolder") -> Callable:
             start_ns = time_ns()
             work = function(*args, **kwargs)
             if kwargs.get("async_op") and work is not None and hasattr(work, "get_future"):
-                work.get_future().then(lambda fut: clock.add_host(start_ns, time_ns()))
+                clock.fence.then(work.get_future(), lambda fut: clock.add_host(start_ns, time_ns()))
             else:
                 clock.add_host(start_ns, time_ns())
             return work
@@ -307,22 +392,27 @@ def uninstall(clock: CollectiveClock) -> None:
 def ddp_hook(clock: CollectiveClock, inner: Optional[Callable] = None) -> Callable:
     """A DDP communication hook timing each bucket's reduction, then running ``inner``.
 
-    ``inner`` is the hook the model would have had (default: all-reduce and average,
-    ``default_hooks.allreduce_hook``); the state given to ``register_comm_hook`` goes to it.
+    ``inner`` is the hook the model would have had; the state given to ``register_comm_hook`` goes
+    to it. Without one, the bucket is averaged over the process group (the state) as DDP's own
+    all-reduce does, issued here so that its future carries one Python callback, this module's (see
+    ``CallbackFence``). A hook of your own that chains callbacks (``Future.then``) brings its own.
     """
+    unwrap = inner is None
     if inner is None:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        inner = default_hooks.allreduce_hook
+        inner = _allreduce_mean
 
     def run_inner(state: Any, bucket: Any) -> Any:
-        # The default hook calls dist.all_reduce, which must not be timed a second time.
+        # The all-reduce inside calls dist.all_reduce, which must not be timed a second time.
         outer = _HOLDER.inside
         _HOLDER.inside = True
         try:
             return inner(state, bucket)
         finally:
             _HOLDER.inside = outer
+
+    def result(fut: Any) -> Any:
+        # An all-reduce's future holds the list of its tensors; DDP wants the bucket's tensor.
+        return fut.value()[0] if unwrap else fut.value()
 
     # No annotations: DDP rejects a hook whose bucket annotation is not dist.GradBucket, and
     # this module's annotations are strings (postponed evaluation).
@@ -333,15 +423,26 @@ def ddp_hook(clock: CollectiveClock, inner: Optional[Callable] = None) -> Callab
 
             def done_cuda(fut: Any) -> Any:
                 clock.add_events(start, clock.event())
-                return fut.value()
+                return result(fut)
 
-            return run_inner(state, bucket).then(done_cuda)
+            return clock.fence.then(run_inner(state, bucket), done_cuda)
         start_ns = time_ns()
 
         def done(fut: Any) -> Any:
             clock.add_host(start_ns, time_ns())
-            return fut.value()
+            return result(fut)
 
-        return run_inner(state, bucket).then(done)
+        return clock.fence.then(run_inner(state, bucket), done)
 
     return timed_hook
+
+
+def _allreduce_mean(process_group: Any, bucket: Any) -> Any:
+    """The bucket summed over ``process_group`` (default: the world) and divided by its size, as
+    ``default_hooks.allreduce_hook`` does, returning the all-reduce's own future."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(group.size())
+    return dist.all_reduce(tensor, group=group, async_op=True).get_future()
