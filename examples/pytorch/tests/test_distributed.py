@@ -212,6 +212,45 @@ def test_fence_keeps_futures_until_a_step_after_their_release():
     assert fence._released == [] and fence._held == []
 
 
+EXIT_SCRIPT = """
+import atexit, threading, time
+from otel_torch_train.distributed import CallbackFence
+
+state = {}
+# Registered first, so it runs last: after the fence's own exit hook.
+atexit.register(lambda: print("worker let go before exit:", state.get("dropped", False)))
+fence = CallbackFence()
+fence.settle_at_exit()
+
+class Held:
+    def then(self, callback):
+        self.callback = callback
+
+held = Held()
+fence.then(held, lambda fut: None)
+held.callback(held)
+
+def worker():
+    time.sleep(0.3)
+    state["dropped"] = True
+    held.callback = None
+
+threading.Thread(target=worker, daemon=True).start()
+"""
+
+
+def test_fence_waits_at_interpreter_exit_for_a_callback_still_held():
+    result = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLE_DIR / "src")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "worker let go before exit: True", result.stdout
+
+
 def test_fence_settles_after_a_torch_future_completed_on_another_thread():
     import threading
 

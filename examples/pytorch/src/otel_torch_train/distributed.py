@@ -221,7 +221,9 @@ class CallbackFence:
                     self._lock.notify_all()
 
         token_ran = [False]
-        weakref.finalize(token, released)
+        # Not at exit: weakref's own exit hook would call it for a callback still held, and
+        # settle (registered earlier, so run later) would stop waiting for it.
+        weakref.finalize(token, released).atexit = False
 
         def run(fut: Any, _token: _Token = token) -> Any:
             with self._lock:
