@@ -9,16 +9,12 @@
 //! utilisation is asked only when some process runs).
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
-use std::os::raw::{c_char, c_uint, c_ulonglong};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpulse::sampling::floor::Floor;
-use gpulse::sampling::Sampler;
 
-use crate::sampling::sim_lib;
+use crate::sampling::{call_counts, made, sampler_in_process};
 
 const SCENARIO: &str = r#"
 [[device]]
@@ -73,66 +69,10 @@ gpu_instance_id = 1
 compute_instance_id = 0
 "#;
 
-/// The scenario is read from the environment at the first init of a library instance.
-static ENV_LOCK: Mutex<()> = Mutex::new(());
-
-type CallCount = unsafe extern "C" fn(c_uint, *mut c_char, c_uint, *mut c_ulonglong) -> u32;
-
-/// Calls per NVML function so far, read from the simulator instance loaded from `lib`.
-fn call_counts(lib: &Path) -> BTreeMap<String, u64> {
-    let path = CString::new(lib.as_os_str().as_encoded_bytes()).expect("library path");
-    // SAFETY: `path` is a NUL-terminated string; RTLD_NOLOAD only returns the instance this
-    // process already loaded (a reference to drop with dlclose).
-    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    assert!(!handle.is_null(), "{} is not loaded", lib.display());
-    // SAFETY: a live handle and a NUL-terminated symbol name.
-    let sym = unsafe { libc::dlsym(handle, c"nvmlSimGetCallCount".as_ptr()) };
-    assert!(!sym.is_null(), "nvml-sim has no nvmlSimGetCallCount");
-    // SAFETY: nvml-sim exports it with this signature (nvml-sim/src/ffi/system.rs).
-    let get: CallCount = unsafe { std::mem::transmute::<*mut libc::c_void, CallCount>(sym) };
-    let mut counts = BTreeMap::new();
-    for index in 0.. {
-        let mut name = [0 as c_char; 96];
-        let mut count: c_ulonglong = 0;
-        // SAFETY: a buffer of the length given and a valid out-pointer.
-        let rc = unsafe { get(index, name.as_mut_ptr(), name.len() as c_uint, &mut count) };
-        if rc != 0 {
-            break;
-        }
-        // SAFETY: the simulator wrote a NUL-terminated name into `name`.
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) };
-        counts.insert(name.to_string_lossy().into_owned(), count);
-    }
-    // SAFETY: drops the reference RTLD_NOLOAD took.
-    unsafe { libc::dlclose(handle) };
-    assert!(counts.len() > 50, "nvml-sim listed only {counts:?}");
-    counts
-}
-
-/// The calls made between two counts, by function.
-fn made(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
-        .collect()
-}
-
 #[test]
 fn the_floor_makes_exactly_the_samplers_nvml_calls() {
     let dir = tempfile::tempdir().expect("temp dir");
-    // A copy is a library instance of its own: its own scenario and its own call counts.
-    let lib = dir.path().join("libnvidia-ml.so.1");
-    std::fs::copy(sim_lib(), &lib).expect("copy the simulator");
-    let scenario = dir.path().join("scenario.toml");
-    std::fs::write(&scenario, SCENARIO).expect("write the scenario");
-    let mut sampler = {
-        let _env = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        std::env::set_var("NVML_SIM_SCENARIO", &scenario);
-        let sampler = Sampler::open(&lib);
-        std::env::remove_var("NVML_SIM_SCENARIO");
-        sampler.unwrap_or_else(|e| panic!("gpulse cannot open nvml-sim: {e}"))
-    };
+    let (mut sampler, lib) = sampler_in_process(dir.path(), SCENARIO);
     let mut floor = Floor::new(Arc::clone(sampler.nvml()));
 
     // The first tick of each reads what is read once per device (identity, fan and link

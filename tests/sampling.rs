@@ -1,12 +1,22 @@
 //! Integration tests: the sampler, through the real nvml-wrapper path, against nvml-sim.
 //!
-//! nvml-sim reads its scenario once per process, so each test runs the `gpulse` binary as a
-//! subprocess with its own `NVML_SIM_SCENARIO` and reads `gpulse snapshot --format json`, the
-//! stable contract, comparing every field with what the scenario sets.
+//! nvml-sim reads its scenario once per library instance, so most tests run the `gpulse`
+//! binary as a subprocess with its own `NVML_SIM_SCENARIO` and read `gpulse snapshot --format
+//! json`, the stable contract, comparing every field with what the scenario sets. What only the
+//! sampler itself knows (its NVML error counts, the calls it makes) is read in this process
+//! instead, from a `Sampler` opened on a copy of the simulator ([`sampler_in_process`]): a copy
+//! is a library instance of its own, with its own scenario and its own call counts
+//! ([`call_counts`]).
 
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_uint, c_ulonglong};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
+use gpulse::sampling::Sampler;
+use gpulse::schema::DeviceField;
 use serde_json::Value;
 
 /// The simulated `libnvidia-ml.so.1` cargo built next to the test binary.
@@ -43,6 +53,70 @@ pub fn gpulse_with_scenario(scenario: &str, args: &[&str]) -> (Output, tempfile:
         .output()
         .expect("run gpulse");
     (output, dir)
+}
+
+/// The scenario is read from the environment at the first init of a library instance, so the
+/// tests that open one in this process set `NVML_SIM_SCENARIO` under this lock.
+static ENV_LOCK: Mutex<()> = Mutex::new(());
+
+/// A `Sampler` in this process on a copy of the simulator in `dir` that reads `scenario`, and
+/// the copy's path, whose calls [`call_counts`] reads.
+pub fn sampler_in_process(dir: &Path, scenario: &str) -> (Sampler, PathBuf) {
+    let lib = dir.join("libnvidia-ml.so.1");
+    std::fs::copy(sim_lib(), &lib).expect("copy the simulator");
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, scenario).expect("write the scenario");
+    let _env = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("NVML_SIM_SCENARIO", &path);
+    let sampler = Sampler::open(&lib);
+    std::env::remove_var("NVML_SIM_SCENARIO");
+    let sampler = sampler.unwrap_or_else(|e| panic!("gpulse cannot open nvml-sim: {e}"));
+    (sampler, lib)
+}
+
+type CallCount = unsafe extern "C" fn(c_uint, *mut c_char, c_uint, *mut c_ulonglong) -> u32;
+
+/// Calls per NVML function so far, read from the simulator instance loaded from `lib`.
+pub fn call_counts(lib: &Path) -> BTreeMap<String, u64> {
+    let path = CString::new(lib.as_os_str().as_encoded_bytes()).expect("library path");
+    // SAFETY: `path` is a NUL-terminated string; RTLD_NOLOAD only returns the instance this
+    // process already loaded (a reference to drop with dlclose).
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!handle.is_null(), "{} is not loaded", lib.display());
+    // SAFETY: a live handle and a NUL-terminated symbol name.
+    let sym = unsafe { libc::dlsym(handle, c"nvmlSimGetCallCount".as_ptr()) };
+    assert!(!sym.is_null(), "nvml-sim has no nvmlSimGetCallCount");
+    // SAFETY: nvml-sim exports it with this signature (nvml-sim/src/ffi/system.rs).
+    let get: CallCount = unsafe { std::mem::transmute::<*mut libc::c_void, CallCount>(sym) };
+    let mut counts = BTreeMap::new();
+    for index in 0.. {
+        let mut name = [0 as c_char; 96];
+        let mut count: c_ulonglong = 0;
+        // SAFETY: a buffer of the length given and a valid out-pointer.
+        let rc = unsafe { get(index, name.as_mut_ptr(), name.len() as c_uint, &mut count) };
+        if rc != 0 {
+            break;
+        }
+        // SAFETY: the simulator wrote a NUL-terminated name into `name`.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) };
+        counts.insert(name.to_string_lossy().into_owned(), count);
+    }
+    // SAFETY: drops the reference RTLD_NOLOAD took.
+    unsafe { libc::dlclose(handle) };
+    assert!(counts.len() > 50, "nvml-sim listed only {counts:?}");
+    counts
+}
+
+/// The calls made between two counts, by function.
+pub fn made(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 fn snapshot_json(scenario: &str) -> Value {
@@ -384,4 +458,90 @@ uuid = "GPU-00000000-0000-4000-8000-0000000000a2"
     assert_eq!(b[3]["active"], false, "link 3 is down");
     assert_eq!(b[3]["tx_bytes_total"], 0);
     assert!(devices[2].get("nvlink").is_none(), "{}", devices[2]);
+}
+
+/// Four H100s and the three answers `nvmlDeviceGetFieldValues` can give for the HBM
+/// temperature (the one field-id row): GPU 0 says "not supported" for the whole call (a board or
+/// driver that gives no field ids), GPU 1's call fails ("unknown"), GPU 2's call succeeds with
+/// the value's own "not supported" (no memory temperature in the scenario), GPU 3 gives it.
+const FIELD_VALUES: &str = r#"
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-f0000000-1111-4111-8111-111111111111"
+[device.signals]
+memory_temperature_c = 60
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-f1111111-1111-4111-8111-111111111111"
+[device.signals]
+memory_temperature_c = 61
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-f2222222-1111-4111-8111-111111111111"
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-f3333333-1111-4111-8111-111111111111"
+[device.signals]
+memory_temperature_c = 63
+
+[[fault]]
+kind = "error"
+device = 0
+field = "field_values"
+error = "not_supported"
+
+[[fault]]
+kind = "error"
+device = 1
+field = "field_values"
+error = "unknown"
+"#;
+
+/// One rule for a field read by field id: the device not giving it, whether
+/// `nvmlDeviceGetFieldValues` says so for the whole call or in the value's own return code, is
+/// absence (left out, not asked again, no NVML error counted), and only a failure is counted (and
+/// asked again every tick).
+#[test]
+fn a_field_id_the_device_does_not_give_is_absent_whole_call_or_per_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut sampler, lib) = sampler_in_process(dir.path(), FIELD_VALUES);
+    const TICKS: u64 = 4;
+    let mut per_tick = Vec::new();
+    for tick in 0..TICKS {
+        let before = call_counts(&lib);
+        let snapshot = sampler.sample().expect("the sampler reads nvml-sim");
+        per_tick.push(made(&before, &call_counts(&lib)));
+        let temperatures: Vec<Option<f64>> = snapshot
+            .devices
+            .iter()
+            .map(|d| d.fields.get(DeviceField::MemoryTemperature))
+            .collect();
+        assert_eq!(
+            temperatures,
+            [None, None, None, Some(63.0)],
+            "tick {tick}: only GPU 3 gives its memory temperature"
+        );
+    }
+    // Absence, whole call (GPU 0) or per value (GPU 2), is no NVML error; GPU 1's failure is one
+    // on every tick, twice: its field-id call and its NVLink link count, the other caller of
+    // nvmlDeviceGetFieldValues, which asks again after a failure.
+    assert_eq!(
+        sampler.error_counts().clone(),
+        BTreeMap::from([("unknown", 2 * TICKS)]),
+        "NVML errors by kind"
+    );
+    // The first tick asks each GPU its field-id rows and its NVLink link count. From then on
+    // nothing is asked of GPUs 0 and 2, which said they do not give them (and have no NVLink):
+    // GPU 3's field-id call and GPU 1's two retries make three calls a tick.
+    assert_eq!(per_tick[0].get("nvmlDeviceGetFieldValues"), Some(&(4 * 2)));
+    for (tick, calls) in per_tick.iter().enumerate().skip(1) {
+        assert_eq!(
+            calls.get("nvmlDeviceGetFieldValues"),
+            Some(&3),
+            "tick {tick}: {calls:?}"
+        );
+    }
 }

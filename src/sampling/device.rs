@@ -266,19 +266,24 @@ impl FieldReader<'_> {
     }
 
     /// The field-id rows: the ids this device has not said it lacks, in one
-    /// `nvmlDeviceGetFieldValues` call. A value whose own `nvmlReturn` says the device does not
-    /// give it leaves that field absent (and out of later calls); the others are read.
+    /// `nvmlDeviceGetFieldValues` call. A field the device does not give is absent, whether the
+    /// call answers so as a whole (a board or driver that gives no field ids, a library without
+    /// the function) or one value's own `nvmlReturn` does (no HBM temperature on a GDDR board):
+    /// it is left out of this and later calls and said once, and, like NVLink on a PCIe board,
+    /// not counted in gpulse.nvml.errors, which counts failures. Any other error of the call or
+    /// of a value counts, and a lost GPU stops the tick's remaining reads.
     fn field_ids(&mut self, device: &Device, s: &mut DeviceSample) {
         let index = self.index;
         let unsupported = &self.devices.unsupported;
         let ids = self.devices.field_ids.iter().map(|(id, _)| *id);
         let batch = field_id_batch(ids, |id| unsupported.contains(&(index, Call::FieldId(id))));
-        if batch.is_empty() {
+        if batch.is_empty() || self.skips(Call::FieldValues) {
             return;
         }
-        let Some(values) = self.read(Call::FieldValues, || read_field_values(device, &batch))
-        else {
-            return;
+        let values = match read_field_values(device, &batch) {
+            Ok(values) => values,
+            Err(e) if is_absent(&e) => return self.absent(Call::FieldValues, &e),
+            Err(e) => return self.failed(Call::FieldValues, e),
         };
         for (id, value) in batch.into_iter().zip(values) {
             let Some(read) = self
@@ -290,23 +295,10 @@ impl FieldReader<'_> {
             else {
                 continue;
             };
-            let call = Call::FieldId(id);
             match value {
                 Ok(v) => s.set(read.field, Some(v * read.factor)),
-                // A value's own "not supported" is the driver's ordinary answer for a field
-                // the board lacks (no HBM temperature on a GDDR board), as NVLink is on a PCIe
-                // board: not an NVML failure, so not counted in gpulse.nvml.errors.
-                Err(e) if is_absent(&e) => {
-                    self.devices.unsupported.insert((index, call));
-                    tracing::info!(
-                        gpu.index = index,
-                        "GPU {index} does not give {call} ({e}); it is left out of the metrics"
-                    );
-                }
-                Err(e) => {
-                    self.devices.count_error(error_kind(&e));
-                    self.devices.warn_once(index, call, "read a field", &e);
-                }
+                Err(e) if is_absent(&e) => self.absent(Call::FieldId(id), &e),
+                Err(e) => self.failed(Call::FieldId(id), e),
             }
         }
     }
@@ -400,33 +392,53 @@ impl FieldReader<'_> {
         }
     }
 
+    /// Makes `call` unless the GPU was lost this tick or said it does not give `field`. A
+    /// field it does not give is left out from then on and counted once in
+    /// gpulse.nvml.errors (the field-id rows, read in [`field_ids`](Self::field_ids), are not
+    /// counted).
     fn read<T>(&mut self, field: Call, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
-        if self.lost || self.devices.unsupported.contains(&(self.index, field)) {
+        if self.skips(field) {
             return None;
         }
         match call() {
             Ok(value) => Some(value),
             Err(e) if is_absent(&e) => {
                 self.devices.count_error(error_kind(&e));
-                self.devices.unsupported.insert((self.index, field));
-                tracing::info!(
-                    gpu.index = self.index,
-                    "GPU {} does not give {field} ({e}); it is left out of the metrics",
-                    self.index
-                );
-                None
-            }
-            Err(NvmlError::GpuLost) => {
-                self.devices.count_error("gpu_lost");
-                self.lost = true;
+                self.absent(field, &e);
                 None
             }
             Err(e) => {
-                self.devices.count_error(error_kind(&e));
-                self.devices
-                    .warn_once(self.index, field, "read a field", &e);
+                self.failed(field, e);
                 None
             }
+        }
+    }
+
+    /// Whether `field` is not asked this tick: the GPU was lost, or it said it does not give it.
+    fn skips(&self, field: Call) -> bool {
+        self.lost || self.devices.unsupported.contains(&(self.index, field))
+    }
+
+    /// `field` answered an error saying the device does not give it ([`is_absent`]): left out
+    /// of the metrics and of later ticks, and said once.
+    fn absent(&mut self, field: Call, error: &NvmlError) {
+        let index = self.index;
+        self.devices.unsupported.insert((index, field));
+        tracing::info!(
+            gpu.index = index,
+            "GPU {index} does not give {field} ({error}); it is left out of the metrics"
+        );
+    }
+
+    /// `field` failed otherwise: counted; a lost GPU ends the tick's reads, any other error is
+    /// warned about once and asked again next tick.
+    fn failed(&mut self, field: Call, error: NvmlError) {
+        self.devices.count_error(error_kind(&error));
+        match error {
+            NvmlError::GpuLost => self.lost = true,
+            e => self
+                .devices
+                .warn_once(self.index, field, "read a field", &e),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! NVML failures are told apart at three levels, as the rest of gpulse depends on it:
 //! - a **field** the device does not give (`NotSupported`, `NoPermission`, or a function the
 //!   library does not export) is omitted, remembered so it is not asked again, and said once in
-//!   the log;
+//!   the log. A call's answer is counted once in gpulse.nvml.errors; a field read by field id is
+//!   not, whether `nvmlDeviceGetFieldValues` says so for the whole call or in one value's own
+//!   return code (there, as for NVLink on a PCIe board, absence is the driver's ordinary answer);
 //! - a **device** that is lost (`GpuLost`) is reported with `DeviceStatus::Lost` while the others
 //!   go on, and is picked up again when it answers;
 //! - the **session** (library missing, driver not loaded, NVML uninitialised) fails `open` or
