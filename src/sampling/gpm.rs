@@ -27,10 +27,10 @@ use crate::schema::{GpmField, GPM_FIELDS, GPM_FIELD_COUNT};
 
 /// Two GPM samples closer than this give no metrics: NVIDIA documents GPM rates over intervals
 /// of at least 100 ms.
-pub const MIN_PAIR_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const MIN_PAIR_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long GPM stays off after the driver refused it, before it is asked again.
-pub const PERMISSION_RETRY: Duration = Duration::from_secs(180);
+pub(crate) const PERMISSION_RETRY: Duration = Duration::from_secs(180);
 
 /// The NVML GPM metrics gpulse asks for, in [`GPM_FIELDS`] order.
 fn metrics() -> [GpmMetricId; GPM_FIELD_COUNT] {
@@ -90,7 +90,7 @@ struct DeviceGpm {
 }
 
 /// GPM state of every device of one NVML session.
-pub struct GpmReader {
+pub(crate) struct GpmReader {
     nvml: Arc<Nvml>,
     devices: HashMap<Source, DeviceGpm>,
     /// The one permission warning of the session has been given.
@@ -108,7 +108,7 @@ impl std::fmt::Debug for GpmReader {
 }
 
 /// What one GPM read did, for the sampler's error counts.
-pub struct GpmOutcome {
+pub(crate) struct GpmOutcome {
     pub activity: GpmActivity,
     /// The NVML error kind of a failed call, if one failed.
     pub error: Option<&'static str>,
@@ -136,7 +136,7 @@ impl GpmOutcome {
 }
 
 impl GpmReader {
-    pub fn new(nvml: Arc<Nvml>) -> Self {
+    pub(crate) fn new(nvml: Arc<Nvml>) -> Self {
         Self {
             nvml,
             devices: HashMap::new(),
@@ -147,7 +147,7 @@ impl GpmReader {
 
     /// Takes a first GPM sample of a device that supports GPM, so that a one-shot reader
     /// (`gpulse snapshot`) has one to pair with. Returns whether the device took one.
-    pub fn prime(&mut self, index: u32, device: &Device) -> bool {
+    pub(crate) fn prime(&mut self, index: u32, device: &Device) -> bool {
         self.read(index, device, Instant::now());
         self.devices
             .get(&Source::gpu(index))
@@ -156,7 +156,7 @@ impl GpmReader {
 
     /// Whether a GPM sample of GPU instance `gpu_instance_id` of GPU `index` is kept for the
     /// next pair (after [`read_instance`](Self::read_instance) primed it).
-    pub fn has_instance_sample(&self, index: u32, gpu_instance_id: u32) -> bool {
+    pub(crate) fn has_instance_sample(&self, index: u32, gpu_instance_id: u32) -> bool {
         let source = Source {
             gpu: index,
             gpu_instance: Some(gpu_instance_id),
@@ -169,7 +169,7 @@ impl GpmReader {
     /// As [`read`](Self::read), for the GPU instance `gpu_instance_id` of the GPU `parent` (in
     /// MIG mode): `nvmlGpmMigSampleGet` on the parent. Nothing is asked when the parent is known
     /// to have no GPM.
-    pub fn read_instance(
+    pub(crate) fn read_instance(
         &mut self,
         index: u32,
         gpu_instance_id: u32,
@@ -192,7 +192,7 @@ impl GpmReader {
 
     /// Frees the kept samples of the GPU instances of GPU `index` not in `live` (destroyed
     /// instances), so a re-created instance with the same id starts a fresh pair.
-    pub fn retain_instances(&mut self, index: u32, live: &[u32]) {
+    pub(crate) fn retain_instances(&mut self, index: u32, live: &[u32]) {
         let gone: Vec<Source> = self
             .devices
             .keys()
@@ -211,7 +211,7 @@ impl GpmReader {
     /// Reads the GPM activity of one device since its previous sample, keeping the new sample
     /// for the next call. Empty when the device has no GPM, the driver refuses it, or no
     /// earlier sample at least [`MIN_PAIR_INTERVAL`] old exists yet.
-    pub fn read(&mut self, index: u32, device: &Device, now: Instant) -> GpmOutcome {
+    pub(crate) fn read(&mut self, index: u32, device: &Device, now: Instant) -> GpmOutcome {
         self.read_source(Source::gpu(index), device, now)
     }
 

@@ -9,7 +9,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::model::{RemappedRows, ViolationTimes};
 
 /// Row remapper state of a device (Ampere and newer).
-pub fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Result<RemappedRows, NvmlError> {
+pub(crate) fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Result<RemappedRows, NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetRemappedRows
@@ -37,7 +37,7 @@ pub fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Result<RemappedRows, N
 }
 
 /// `nvmlPerfPolicyType_t` values gpulse reads, with the names it exports them under.
-pub const VIOLATION_POLICIES: [(PerformancePolicy, &str); 8] = [
+pub(crate) const VIOLATION_POLICIES: [(PerformancePolicy, &str); 8] = [
     (PerformancePolicy::Power, "power"),
     (PerformancePolicy::Thermal, "thermal"),
     (PerformancePolicy::SyncBoost, "sync_boost"),
@@ -50,7 +50,7 @@ pub const VIOLATION_POLICIES: [(PerformancePolicy, &str); 8] = [
 
 /// Violation time per policy, in the order of [`VIOLATION_POLICIES`]; a policy the device does
 /// not report is `None`. Fails only when no policy answered.
-pub fn violation_times(device: &Device<'_>) -> Result<ViolationTimes, NvmlError> {
+pub(crate) fn violation_times(device: &Device<'_>) -> Result<ViolationTimes, NvmlError> {
     let mut out = ViolationTimes::default();
     let mut first_error = None;
     for (i, (policy, _)) in VIOLATION_POLICIES.iter().enumerate() {

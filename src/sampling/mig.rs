@@ -27,7 +27,7 @@ use super::model::{
 };
 
 /// How often the MIG mode of a GPU is asked again.
-pub const MODE_RECHECK: Duration = Duration::from_secs(60);
+pub(crate) const MODE_RECHECK: Duration = Duration::from_secs(60);
 
 /// `nvmlDeviceGetMigMode`'s `currentMode` for MIG on (`NVML_DEVICE_MIG_ENABLE`).
 const MIG_ENABLE: u32 = nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE;
@@ -55,7 +55,7 @@ type ListedProcesses = Vec<(u32, Option<u64>)>;
 
 /// What one pass over a GPU's MIG devices found.
 #[derive(Debug, Default)]
-pub struct MigReading {
+pub(crate) struct MigReading {
     pub instances: Vec<MigInstanceSample>,
     /// What each MIG device's own compute process list named (for [`attribute_processes`]).
     listed: Vec<(Arc<MigInstanceInfo>, ListedProcesses)>,
@@ -70,7 +70,7 @@ pub struct MigReading {
 
 /// The MIG state of every GPU of one NVML session.
 #[derive(Debug, Default)]
-pub struct MigReader {
+pub(crate) struct MigReader {
     modes: HashMap<u32, ModeState>,
     /// Identity of each MIG device seen, by parent index and MIG UUID.
     infos: HashMap<(u32, String), Arc<MigInstanceInfo>>,
@@ -79,20 +79,12 @@ pub struct MigReader {
 }
 
 impl MigReader {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    /// Whether GPU `index` was in MIG mode when last asked.
-    pub fn is_on(&self, index: u32) -> bool {
-        matches!(
-            self.modes.get(&index).map(|s| s.mode),
-            Some(Mode::On { .. })
-        )
-    }
-
     /// The GPU instance ids of the MIG devices of GPU `index` seen in its last pass.
-    pub fn gpu_instance_ids(&self, index: u32) -> Vec<u32> {
+    pub(crate) fn gpu_instance_ids(&self, index: u32) -> Vec<u32> {
         let mut ids: Vec<u32> = self
             .infos
             .iter()
@@ -106,7 +98,7 @@ impl MigReader {
 
     /// Reads the MIG devices of the GPU `parent` (NVML index `info.index`): empty for a GPU not
     /// in MIG mode. GPM per GPU instance comes from `gpm`.
-    pub fn read(
+    pub(crate) fn read(
         &mut self,
         nvml: &Nvml,
         gpm: &mut GpmReader,
@@ -406,7 +398,7 @@ fn instance_id(handle: &Device, which: Id) -> Result<u32, NvmlError> {
 /// Points each process of GPU `info` at its MIG device: by the instance ids the parent's list
 /// gave, else by which MIG device's own list named it. A process that only a MIG device listed
 /// (the parent's aggregate list needs privileges in MIG mode) is added.
-pub fn attribute_processes(
+pub(crate) fn attribute_processes(
     info: &DeviceInfo,
     reading: &MigReading,
     ids: &HashMap<u32, (Option<u32>, Option<u32>)>,

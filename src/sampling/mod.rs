@@ -2,18 +2,18 @@
 //! the `Window` that aggregates the snapshots of one export interval; and the benchmark floor,
 //! which makes the sampler's NVML calls and nothing else.
 
-pub mod aggregate;
+pub(crate) mod aggregate;
 mod calls;
 mod device;
 pub mod events;
 pub mod floor;
-pub mod gpm;
-pub mod health;
-pub mod mig;
-pub mod model;
-pub mod nvlink;
-pub mod nvml;
-pub mod window;
+pub(crate) mod gpm;
+pub(crate) mod health;
+pub(crate) mod mig;
+pub(crate) mod model;
+pub(crate) mod nvlink;
+pub(crate) mod nvml;
+pub(crate) mod window;
 
 pub use aggregate::WindowAggregator;
 pub use model::{

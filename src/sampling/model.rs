@@ -64,7 +64,7 @@ pub enum DeviceStatus {
 pub struct DeviceSample {
     pub info: Arc<DeviceInfo>,
     pub status: DeviceStatus,
-    /// The scalar fields (see [`DEVICE_FIELDS`](super::fields::DEVICE_FIELDS)).
+    /// The scalar fields (see [`DEVICE_FIELDS`](crate::schema::DEVICE_FIELDS)).
     #[serde(flatten)]
     pub fields: FieldValues,
     /// Active clock throttle reasons (`nvmlClocksThrottleReason*` bits).
@@ -124,7 +124,7 @@ pub struct MigInstanceInfo {
 
 impl MigInstanceInfo {
     /// The MIG profile, e.g. `3g.40gb` (see [`mig_profile`]).
-    pub fn profile(&self) -> &str {
+    pub(crate) fn profile(&self) -> &str {
         mig_profile(&self.name)
     }
 }
@@ -132,7 +132,7 @@ impl MigInstanceInfo {
 /// The MIG profile in NVML's name of a MIG device, e.g. `3g.40gb`: NVML names a MIG device
 /// "<GPU name> MIG <profile>" (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same);
 /// the whole name when it does not follow that form.
-pub fn mig_profile(name: &str) -> &str {
+pub(crate) fn mig_profile(name: &str) -> &str {
     name.rsplit_once("MIG ").map_or(name, |(_, p)| p)
 }
 
@@ -181,12 +181,14 @@ pub struct ViolationTimes {
 
 impl DeviceSample {
     /// A field's value this tick.
-    pub fn get(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn get(&self, field: DeviceField) -> Option<f64> {
         self.fields.get(field)
     }
 
-    /// A whole field's value this tick (bytes, counts, MHz).
-    pub fn get_u64(&self, field: DeviceField) -> Option<u64> {
+    /// A whole field's value this tick (bytes, counts, MHz), as the library API
+    /// (`gpulse::otel`) reports it.
+    #[cfg(feature = "otel-sdk")]
+    pub(crate) fn get_u64(&self, field: DeviceField) -> Option<u64> {
         self.fields.get(field).map(|v| v.round().max(0.0) as u64)
     }
 
@@ -218,27 +220,29 @@ impl DeviceSample {
 }
 
 /// GPM activity of one device over the interval between two GPM samples, one ratio (0–1) per
-/// [`GpmField`] (see [`GPM_FIELDS`](super::fields::GPM_FIELDS) for what each measures); `None`
+/// [`GpmField`] (see [`GPM_FIELDS`](crate::schema::GPM_FIELDS) for what each measures); `None`
 /// when the device does not give the metric. Serialises as the report keys.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct GpmActivity([Option<f64>; GPM_FIELD_COUNT]);
 
 impl GpmActivity {
-    pub fn get(&self, field: GpmField) -> Option<f64> {
+    pub(crate) fn get(&self, field: GpmField) -> Option<f64> {
         self.0[field as usize]
     }
 
-    pub fn set(&mut self, field: GpmField, value: Option<f64>) {
+    pub(crate) fn set(&mut self, field: GpmField, value: Option<f64>) {
         self.0[field as usize] = value;
     }
 
     /// Whether any metric has a value.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.iter().all(Option::is_none)
     }
 
-    /// The activity with these values, the other fields unknown.
-    pub fn of<const N: usize>(values: [(GpmField, f64); N]) -> Self {
+    /// The activity with these values, the other fields unknown (for the unit tests of the
+    /// stages that read it).
+    #[cfg(test)]
+    pub(crate) fn of<const N: usize>(values: [(GpmField, f64); N]) -> Self {
         let mut activity = Self::default();
         for (field, value) in values {
             activity.set(field, Some(value));
@@ -294,17 +298,20 @@ pub struct XidEvent {
 }
 
 /// Serialises a `SystemTime` as integer nanoseconds since the Unix epoch.
-pub mod unix_nanos {
+pub(crate) mod unix_nanos {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use serde::Serializer;
 
-    pub fn serialize<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        at: &SystemTime,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         serializer.serialize_u64(to_nanos(*at))
     }
 
     /// Nanoseconds since the epoch; 0 for a time before it.
-    pub fn to_nanos(at: SystemTime) -> u64 {
+    pub(crate) fn to_nanos(at: SystemTime) -> u64 {
         at.duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)

@@ -28,7 +28,7 @@ use nvml_wrapper_sys::bindings::{self as sys, nvmlFieldValue_t};
 use super::model::NvLinkSample;
 
 /// `NVML_NVLINK_MAX_LINKS` of nvml.h (R535 and newer): the most links NVML numbers.
-pub const NVML_NVLINK_MAX_LINKS: u32 = 18;
+pub(crate) const NVML_NVLINK_MAX_LINKS: u32 = 18;
 
 /// What is known about a device's links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ enum Links {
 
 /// What one NVLink read did, for the sampler's error counts.
 #[derive(Debug, Default)]
-pub struct NvLinkOutcome {
+pub(crate) struct NvLinkOutcome {
     /// One entry per link, link order; empty when the device has no NVLink.
     pub links: Vec<NvLinkSample>,
     /// The NVML error kind of a failed call, if one failed.
@@ -51,7 +51,7 @@ pub struct NvLinkOutcome {
 
 /// The NVLink state of every device of one NVML session.
 #[derive(Debug, Default)]
-pub struct NvLinkReader {
+pub(crate) struct NvLinkReader {
     links: HashMap<u32, Links>,
     /// Devices already warned about for an unexpected error.
     warned: std::collections::HashSet<u32>,
@@ -59,7 +59,7 @@ pub struct NvLinkReader {
 
 impl NvLinkReader {
     /// Reads every link of one device. The link count is learnt on the first call.
-    pub fn read(&mut self, nvml: &Nvml, index: u32, device: &Device) -> NvLinkOutcome {
+    pub(crate) fn read(&mut self, nvml: &Nvml, index: u32, device: &Device) -> NvLinkOutcome {
         let mut outcome = NvLinkOutcome::default();
         let count = match self.links.get(&index) {
             Some(Links::None) => return outcome,

@@ -25,7 +25,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::device::DeviceReader;
-use super::model::{DeviceInfo, Snapshot};
+use super::model::Snapshot;
 
 /// The library name gpulse loads by default. nvml-wrapper's own default, `libnvidia-ml.so`, only
 /// exists where the driver's development package is installed; the `.so.1` is what the driver
@@ -90,7 +90,7 @@ impl SessionError {
     /// loader's search path, is missing). A library given as a path (`--nvml-lib
     /// /opt/x/libnvidia-ml.so.1`) that cannot be loaded is a configuration mistake that waiting
     /// does not fix.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             Self::LibraryNotFound { path, .. } => !names_a_file(path),
             Self::DriverNotLoaded { .. } | Self::NoPermission { .. } | Self::Nvml { .. } => true,
@@ -98,7 +98,7 @@ impl SessionError {
     }
 
     /// A short, stable name for counting these errors in gpulse's own metrics.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::LibraryNotFound { .. } => "library_not_found",
             Self::DriverNotLoaded { .. } => "driver_not_loaded",
@@ -169,25 +169,16 @@ impl Sampler {
         &self.nvml
     }
 
-    pub fn lib_path(&self) -> &Path {
-        &self.lib_path
-    }
-
     /// NVML errors by kind since the session opened.
     pub fn error_counts(&self) -> &BTreeMap<&'static str, u64> {
         self.devices.error_counts()
-    }
-
-    /// Static facts of every device seen so far, by index.
-    pub fn device_infos(&self) -> impl Iterator<Item = &Arc<DeviceInfo>> {
-        self.devices.device_infos()
     }
 
     /// Takes a first GPM sample on every device that gives GPM, for a caller that samples only
     /// once (`gpulse snapshot`): after waiting [`MIN_PAIR_INTERVAL`](super::gpm::MIN_PAIR_INTERVAL),
     /// `sample` then reports GPM activity. Returns whether any device took one; errors are
     /// left for `sample` to report.
-    pub fn prime_gpm(&mut self) -> bool {
+    pub(crate) fn prime_gpm(&mut self) -> bool {
         let count = self.nvml.device_count().unwrap_or(0);
         let mut any = false;
         for index in 0..count {

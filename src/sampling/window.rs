@@ -39,11 +39,11 @@ pub struct FieldWindows {
 }
 
 impl FieldWindows {
-    pub fn gauge(&self, field: DeviceField) -> Option<Gauge> {
+    pub(crate) fn gauge(&self, field: DeviceField) -> Option<Gauge> {
         self.gauges[field as usize]
     }
 
-    pub fn total(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn total(&self, field: DeviceField) -> Option<f64> {
         self.totals[field as usize]
     }
 
@@ -57,7 +57,7 @@ impl FieldWindows {
 
     /// What the window says of a field by its [`WindowKind`]: the mean of a gauge, the last value
     /// of a level, the total of a counter or an integrated rate.
-    pub fn value(&self, spec: &FieldSpec) -> Option<f64> {
+    pub(crate) fn value(&self, spec: &FieldSpec) -> Option<f64> {
         match spec.window {
             WindowKind::Gauge => self.gauge(spec.field).map(|g| g.mean),
             WindowKind::Last => self.gauge(spec.field).map(|g| g.last),
@@ -66,7 +66,7 @@ impl FieldWindows {
     }
 
     /// Every field as a JSON report (`/status`) shows it.
-    pub fn report(&self) -> FieldReport {
+    pub(crate) fn report(&self) -> FieldReport {
         FieldReport(std::array::from_fn(|i| {
             self.report_value(&DEVICE_FIELDS[i])
         }))
@@ -74,7 +74,7 @@ impl FieldWindows {
 
     /// What a JSON report (`/status`) shows of a field under its key: as [`Self::value`], except
     /// that a rate is reported as its mean rate over the window (its key is a rate).
-    pub fn report_value(&self, spec: &FieldSpec) -> ReportValue {
+    pub(crate) fn report_value(&self, spec: &FieldSpec) -> ReportValue {
         let value = match spec.window {
             WindowKind::IntegratedRate => self.gauge(spec.field).map(|g| g.mean),
             _ => self.value(spec),
@@ -88,7 +88,7 @@ fn whole(v: f64) -> u64 {
     v.round().max(0.0) as u64
 }
 
-/// Serialises as the report keys with their [`FieldWindows::report_value`].
+/// Serialises as the report keys with their values (`FieldWindows::report_value`).
 impl Serialize for FieldWindows {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.report().serialize(serializer)
@@ -134,7 +134,7 @@ pub struct DeviceWindow {
     pub status: DeviceStatus,
     /// Samples in this window in which the device was lost.
     pub lost_samples: u32,
-    /// The scalar fields (see [`DEVICE_FIELDS`](super::fields::DEVICE_FIELDS)).
+    /// The scalar fields (see [`DEVICE_FIELDS`](crate::schema::DEVICE_FIELDS)).
     pub fields: FieldWindows,
     /// Throttle reasons: for each reason bit seen active, the ratio (0–1) of the window's samples
     /// with a known throttle state in which it was active. Empty map with `Some` = none active.
@@ -170,7 +170,7 @@ pub struct NvLinkWindow {
 
 impl NvLinkWindow {
     /// CRC errors of both kinds (flit and data) the link counted, when it gives either.
-    pub fn crc_errors_total(&self) -> Option<u64> {
+    pub(crate) fn crc_errors_total(&self) -> Option<u64> {
         match (self.last.crc_flit_errors, self.last.crc_data_errors) {
             (None, None) => None,
             (flit, data) => Some(flit.unwrap_or(0) + data.unwrap_or(0)),
@@ -180,38 +180,38 @@ impl NvLinkWindow {
 
 impl DeviceWindow {
     /// The window's summary of a field's sampled values.
-    pub fn gauge(&self, field: DeviceField) -> Option<Gauge> {
+    pub(crate) fn gauge(&self, field: DeviceField) -> Option<Gauge> {
         self.fields.gauge(field)
     }
 
     /// The field's mean over the window.
-    pub fn mean(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn mean(&self, field: DeviceField) -> Option<f64> {
         self.fields.gauge(field).map(|g| g.mean)
     }
 
     /// The field's last value in the window (a lost device keeps its last known value).
-    pub fn last(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn last(&self, field: DeviceField) -> Option<f64> {
         self.fields.gauge(field).map(|g| g.last)
     }
 
     /// The field's total since `counters_start` (lifetime counters and integrated rates).
-    pub fn total(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn total(&self, field: DeviceField) -> Option<f64> {
         self.fields.total(field)
     }
 
     /// [`Self::last`] of a whole quantity (bytes, counts).
-    pub fn last_u64(&self, field: DeviceField) -> Option<u64> {
+    pub(crate) fn last_u64(&self, field: DeviceField) -> Option<u64> {
         self.last(field).map(whole)
     }
 
     /// [`Self::total`] of a whole quantity, rounded (an integrated rate is not whole).
-    pub fn total_u64(&self, field: DeviceField) -> Option<u64> {
+    pub(crate) fn total_u64(&self, field: DeviceField) -> Option<u64> {
         self.total(field).map(whole)
     }
 
     /// Combined PCIe throughput (transmit + receive), mean over the window, bytes/s; `None`
     /// when the device gives neither direction.
-    pub fn pcie_bytes_per_second(&self) -> Option<f64> {
+    pub(crate) fn pcie_bytes_per_second(&self) -> Option<f64> {
         match (
             self.mean(DeviceField::PcieTx),
             self.mean(DeviceField::PcieRx),
@@ -223,7 +223,7 @@ impl DeviceWindow {
 
     /// Mean NVLink traffic over the window, both directions of every link, bytes/s; `None`
     /// when no link gave a rate.
-    pub fn nvlink_bytes_per_second(&self) -> Option<f64> {
+    pub(crate) fn nvlink_bytes_per_second(&self) -> Option<f64> {
         self.nvlink
             .iter()
             .flat_map(|l| [l.tx_bytes_per_second, l.rx_bytes_per_second])
@@ -253,16 +253,16 @@ pub struct MigInstanceWindow {
 pub struct GpmWindow([Option<Gauge>; GPM_FIELD_COUNT]);
 
 impl GpmWindow {
-    pub fn gauge(&self, field: GpmField) -> Option<Gauge> {
+    pub(crate) fn gauge(&self, field: GpmField) -> Option<Gauge> {
         self.0[field as usize]
     }
 
     /// The field's mean over the window.
-    pub fn mean(&self, field: GpmField) -> Option<f64> {
+    pub(crate) fn mean(&self, field: GpmField) -> Option<f64> {
         self.gauge(field).map(|g| g.mean)
     }
 
-    pub fn set(&mut self, field: GpmField, gauge: Option<Gauge>) {
+    pub(crate) fn set(&mut self, field: GpmField, gauge: Option<Gauge>) {
         self.0[field as usize] = gauge;
     }
 
@@ -276,7 +276,7 @@ impl GpmWindow {
     }
 
     /// The window means, as one tick's activity.
-    pub fn means(&self) -> GpmActivity {
+    pub(crate) fn means(&self) -> GpmActivity {
         let mut activity = GpmActivity::default();
         for spec in &GPM_FIELDS {
             activity.set(spec.field, self.mean(spec.field));
@@ -321,7 +321,11 @@ impl DeviceWindow {
 impl Window {
     /// The MIG device process `pid` ran in on the GPU `device_uuid` during the window, if its
     /// GPU is in MIG mode and NVML named the instance.
-    pub fn mig_instance_of(&self, pid: u32, device_uuid: &str) -> Option<&MigInstanceWindow> {
+    pub(crate) fn mig_instance_of(
+        &self,
+        pid: u32,
+        device_uuid: &str,
+    ) -> Option<&MigInstanceWindow> {
         self.devices
             .iter()
             .filter(|d| d.info.uuid == device_uuid)
@@ -335,7 +339,7 @@ impl Window {
     /// that shares the GPU instance with another compute instance in use is not alone. `None`
     /// also when the process is not on a MIG device: NVML gives MIG no per-process figures, and
     /// a split between several processes would be invented.
-    pub fn mig_instance_held_alone(
+    pub(crate) fn mig_instance_held_alone(
         &self,
         pid: u32,
         device_uuid: &str,
