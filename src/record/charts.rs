@@ -12,39 +12,39 @@ use super::model::Merge;
 use super::summary::duration;
 
 /// Buckets a chart draws a series with: about one per pixel pair of a 960 px wide chart.
-pub const MAX_CHART_POINTS: usize = 480;
+pub(crate) const MAX_CHART_POINTS: usize = 480;
 
 /// Chart size in SVG user units; the page scales it to the column width.
-pub const WIDTH: u32 = 960;
-pub const HEIGHT: u32 = 200;
+pub(crate) const WIDTH: u32 = 960;
+pub(crate) const HEIGHT: u32 = 200;
 
 /// Colours of the signals, as `#rrggbb` (the legend and the tests use the same values).
-pub mod colours {
-    pub const UTILIZATION: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
-    pub const SM_ACTIVITY: (u8, u8, u8) = (0xff, 0x7f, 0x0e);
-    pub const TENSOR_ACTIVITY: (u8, u8, u8) = (0x2c, 0xa0, 0x2c);
-    pub const DRAM_ACTIVITY: (u8, u8, u8) = (0x94, 0x67, 0xbd);
-    pub const MEMORY_USED: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
-    pub const OTHER_PROCESSES: (u8, u8, u8) = (0x7f, 0x7f, 0x7f);
-    pub const POWER: (u8, u8, u8) = (0xd6, 0x27, 0x28);
-    pub const SM_CLOCK: (u8, u8, u8) = (0x17, 0xbe, 0xcf);
-    pub const MEMORY_CLOCK: (u8, u8, u8) = (0x8c, 0x56, 0x4b);
+pub(crate) mod colours {
+    pub(crate) const UTILIZATION: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
+    pub(crate) const SM_ACTIVITY: (u8, u8, u8) = (0xff, 0x7f, 0x0e);
+    pub(crate) const TENSOR_ACTIVITY: (u8, u8, u8) = (0x2c, 0xa0, 0x2c);
+    pub(crate) const DRAM_ACTIVITY: (u8, u8, u8) = (0x94, 0x67, 0xbd);
+    pub(crate) const MEMORY_USED: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
+    pub(crate) const OTHER_PROCESSES: (u8, u8, u8) = (0x7f, 0x7f, 0x7f);
+    pub(crate) const POWER: (u8, u8, u8) = (0xd6, 0x27, 0x28);
+    pub(crate) const SM_CLOCK: (u8, u8, u8) = (0x17, 0xbe, 0xcf);
+    pub(crate) const MEMORY_CLOCK: (u8, u8, u8) = (0x8c, 0x56, 0x4b);
     /// Per-process memory lines of the command, in turn.
-    pub const PROCESSES: [(u8, u8, u8); 4] = [
+    pub(crate) const PROCESSES: [(u8, u8, u8); 4] = [
         (0xe3, 0x77, 0xc2),
         (0xbc, 0xbd, 0x22),
         (0x2c, 0xa0, 0x2c),
         (0xff, 0x7f, 0x0e),
     ];
     /// Shaded intervals.
-    pub const FINDING: (u8, u8, u8) = (0xd6, 0x27, 0x28);
-    pub const THROTTLE: (u8, u8, u8) = (0xff, 0xbf, 0x00);
-    pub const DATA_WAIT: (u8, u8, u8) = (0x7f, 0x7f, 0x7f);
-    pub const EPOCH: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
-    pub const STEP: (u8, u8, u8) = (0x2c, 0xa0, 0x2c);
+    pub(crate) const FINDING: (u8, u8, u8) = (0xd6, 0x27, 0x28);
+    pub(crate) const THROTTLE: (u8, u8, u8) = (0xff, 0xbf, 0x00);
+    pub(crate) const DATA_WAIT: (u8, u8, u8) = (0x7f, 0x7f, 0x7f);
+    pub(crate) const EPOCH: (u8, u8, u8) = (0x1f, 0x77, 0xb4);
+    pub(crate) const STEP: (u8, u8, u8) = (0x2c, 0xa0, 0x2c);
 
     /// `#rrggbb`.
-    pub fn hex((r, g, b): (u8, u8, u8)) -> String {
+    pub(crate) fn hex((r, g, b): (u8, u8, u8)) -> String {
         format!("#{r:02x}{g:02x}{b:02x}")
     }
 }
@@ -52,7 +52,7 @@ pub mod colours {
 /// One line of a chart: `(t, value)` points, `None` where the value was not measured (the line
 /// breaks there instead of pretending a zero).
 #[derive(Debug, Clone)]
-pub struct Line {
+pub(crate) struct Line {
     pub label: String,
     pub colour: (u8, u8, u8),
     pub points: Vec<(f64, Option<f64>)>,
@@ -61,7 +61,7 @@ pub struct Line {
 
 /// A shaded interval of the time axis.
 #[derive(Debug, Clone, Copy)]
-pub struct Band {
+pub(crate) struct Band {
     pub start: f64,
     pub end: f64,
     pub colour: (u8, u8, u8),
@@ -69,7 +69,7 @@ pub struct Band {
 
 /// What to draw.
 #[derive(Debug, Clone)]
-pub struct Chart {
+pub(crate) struct Chart {
     /// The y axis, from 0 to at least this (the data's maximum raises it).
     pub y_max: f64,
     /// Formats a y tick, e.g. as a percentage.
@@ -80,7 +80,7 @@ pub struct Chart {
 }
 
 /// Reduces `points` to at most `max` by merging neighbours into equal-count buckets.
-pub fn downsample<T: Merge + Clone>(points: &[T], max: usize) -> Vec<T> {
+pub(crate) fn downsample<T: Merge + Clone>(points: &[T], max: usize) -> Vec<T> {
     if points.len() <= max || max == 0 {
         return points.to_vec();
     }
@@ -98,7 +98,7 @@ pub fn downsample<T: Merge + Clone>(points: &[T], max: usize) -> Vec<T> {
 }
 
 /// Draws `chart` as an SVG document (a string starting with `<svg`).
-pub fn draw(chart: &Chart) -> String {
+pub(crate) fn draw(chart: &Chart) -> String {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -175,7 +175,7 @@ fn draw_on(
 
 /// Bands of one colour closer than `gap` (about a pixel) merged into one, so thousands of
 /// training steps draw as a few rectangles rather than one each.
-pub fn merge_bands(bands: &[Band], gap: f64) -> Vec<Band> {
+pub(crate) fn merge_bands(bands: &[Band], gap: f64) -> Vec<Band> {
     let mut sorted = bands.to_vec();
     sorted.sort_by(|a, b| a.colour.cmp(&b.colour).then(a.start.total_cmp(&b.start)));
     let mut out: Vec<Band> = Vec::with_capacity(sorted.len());
@@ -211,12 +211,12 @@ fn segments(points: &[(f64, Option<f64>)]) -> Vec<Vec<(f64, f64)>> {
 }
 
 /// "42%".
-pub fn percent(v: &f64) -> String {
+pub(crate) fn percent(v: &f64) -> String {
     format!("{v:.0}%")
 }
 
 /// "12.5 GiB" with one decimal under 10.
-pub fn gib(v: &f64) -> String {
+pub(crate) fn gib(v: &f64) -> String {
     if *v < 10.0 {
         format!("{v:.1} GiB")
     } else {
@@ -224,11 +224,11 @@ pub fn gib(v: &f64) -> String {
     }
 }
 
-pub fn watts(v: &f64) -> String {
+pub(crate) fn watts(v: &f64) -> String {
     format!("{v:.0} W")
 }
 
-pub fn mhz(v: &f64) -> String {
+pub(crate) fn mhz(v: &f64) -> String {
     format!("{v:.0} MHz")
 }
 

@@ -23,12 +23,12 @@ use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::{Handle, SignalsInfo};
 
 /// Signals gpulse passes on to the command.
-pub const FORWARDED: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+pub(crate) const FORWARDED: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
 
 /// Why the command could not be started.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SpawnError {
+pub(crate) enum SpawnError {
     #[error(
         "{program}: command not found (neither a path nor a name on PATH). Check the spelling, \
          or give the program's path"
@@ -54,7 +54,7 @@ pub enum SpawnError {
 
 impl SpawnError {
     /// The exit status a shell gives for the same failure: 127 not found, 126 not executable.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             SpawnError::NotFound { .. } => 127,
             SpawnError::NotExecutable { .. } => 126,
@@ -66,7 +66,7 @@ impl SpawnError {
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case", tag = "by", content = "value")]
-pub enum CommandExit {
+pub(crate) enum CommandExit {
     /// It exited with this status.
     Code(i32),
     /// A signal killed it.
@@ -74,7 +74,7 @@ pub enum CommandExit {
 }
 
 impl CommandExit {
-    pub fn of(status: ExitStatus) -> Self {
+    pub(crate) fn of(status: ExitStatus) -> Self {
         match (status.code(), status.signal()) {
             (Some(code), _) => CommandExit::Code(code),
             (None, Some(signal)) => CommandExit::Signal(signal),
@@ -85,31 +85,23 @@ impl CommandExit {
 
     /// gpulse's own exit status: the command's, or 128 + N when signal N killed it (as a shell
     /// reports it).
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             CommandExit::Code(code) => (code & 0xff) as u8,
             CommandExit::Signal(signal) => (128 + signal).clamp(0, 255) as u8,
         }
     }
-
-    /// "exit status 3", "killed by SIGTERM".
-    pub fn describe(self) -> String {
-        match self {
-            CommandExit::Code(code) => format!("exit status {code}"),
-            CommandExit::Signal(signal) => format!("killed by {}", signal_name(signal)),
-        }
-    }
 }
 
 /// "SIGTERM" for 15; "signal 42" for what has no name here.
-pub fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     signal_hook::low_level::signal_name(signal)
         .map(str::to_string)
         .unwrap_or_else(|| format!("signal {signal}"))
 }
 
 /// The command while it runs.
-pub struct RunningCommand {
+pub(crate) struct RunningCommand {
     pid: u32,
     exited: std::sync::mpsc::Receiver<CommandExit>,
     signals: Handle,
@@ -124,7 +116,7 @@ impl RunningCommand {
     ///
     /// # Errors
     /// The program is missing or not executable, or the signal handlers cannot be installed.
-    pub fn spawn(command: &[OsString]) -> Result<Self, SpawnError> {
+    pub(crate) fn spawn(command: &[OsString]) -> Result<Self, SpawnError> {
         let (program, args) = command.split_first().ok_or(SpawnError::Empty)?;
         // Installed before the child exists, so a signal in between neither kills gpulse (leaving
         // an orphan) nor gets lost.
@@ -181,26 +173,21 @@ impl RunningCommand {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
-    /// Blocks until the command has exited.
-    pub fn wait(mut self) -> CommandExit {
+    /// Blocks until the command has exited (`gpulse record` waits through
+    /// [`into_exit_channel`](Self::into_exit_channel); the tests wait here).
+    #[cfg(test)]
+    pub(crate) fn wait(mut self) -> CommandExit {
         let exit = self.exited.recv().unwrap_or(CommandExit::Code(1));
         self.stop_forwarding();
         exit
     }
 
-    /// The exit, if the command has ended by now.
-    pub fn try_wait(&mut self) -> Option<CommandExit> {
-        let exit = self.exited.try_recv().ok()?;
-        self.stop_forwarding();
-        Some(exit)
-    }
-
     /// A receiver-less wait for an async caller: hands the blocking wait to a thread.
-    pub fn into_exit_channel(mut self) -> tokio::sync::oneshot::Receiver<CommandExit> {
+    pub(crate) fn into_exit_channel(mut self) -> tokio::sync::oneshot::Receiver<CommandExit> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let exited = std::mem::replace(&mut self.exited, std::sync::mpsc::channel().1);
         std::thread::spawn(move || {
@@ -286,7 +273,6 @@ mod tests {
     fn exit_codes_follow_the_shell_convention() {
         assert_eq!(CommandExit::Code(3).exit_code(), 3);
         assert_eq!(CommandExit::Signal(15).exit_code(), 143);
-        assert_eq!(CommandExit::Signal(9).describe(), "killed by SIGKILL");
     }
 
     #[test]

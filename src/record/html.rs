@@ -44,7 +44,7 @@ const STYLE: &str = r#"
 "#;
 
 /// `&`, `<`, `>`, `"` and `'` as entities: every text of the recording goes through here.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -60,7 +60,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The whole page.
-pub fn render(recording: &Recording) -> String {
+pub(crate) fn render(recording: &Recording) -> String {
     let summary = Summary::of(recording);
     let mut page = String::with_capacity(256 * 1024);
     let title = format!("gpulse record: {}", recording.command.join(" "));

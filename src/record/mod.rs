@@ -5,12 +5,12 @@
 //! ([`recorder`]), or rebuilt from OTLP/JSON lines ([`otlp_json`]). The command itself runs as
 //! gpulse's child ([`child`]); [`tree`] tells its processes from the others on the same GPUs.
 
-pub mod charts;
-pub mod child;
-pub mod html;
-pub mod model;
-pub mod otlp_json;
-pub mod recorder;
-pub mod spans;
-pub mod summary;
-pub mod tree;
+pub(crate) mod charts;
+pub(crate) mod child;
+pub(crate) mod html;
+pub(crate) mod model;
+pub(crate) mod otlp_json;
+pub(crate) mod recorder;
+pub(crate) mod spans;
+pub(crate) mod summary;
+pub(crate) mod tree;

@@ -15,23 +15,23 @@ use serde::Serialize;
 use super::child::CommandExit;
 
 /// Points a series keeps before halving its resolution: 1.8 h at 100 ms, 18 h at 1 s.
-pub const MAX_POINTS: usize = 65_536;
+pub(crate) const MAX_POINTS: usize = 65_536;
 
 /// Utilisation under which a GPU the command holds counts as idle.
-pub const IDLE_BELOW: f64 = 0.05;
+pub(crate) const IDLE_BELOW: f64 = 0.05;
 
 /// Throttle reason bits that are not a slowdown: the GPU idling (`GpuIdle`) and the clocks an
 /// administrator set (`ApplicationsClocksSetting`).
-pub const NOT_A_SLOWDOWN: u64 = 0x1 | 0x2;
+pub(crate) const NOT_A_SLOWDOWN: u64 = 0x1 | 0x2;
 
 /// A value that can be merged with its neighbour when a series halves its resolution.
-pub trait Merge {
+pub(crate) trait Merge {
     fn merge(&mut self, later: &Self);
 }
 
 /// A time series that halves its resolution instead of growing past [`MAX_POINTS`].
 #[derive(Debug, Clone)]
-pub struct Series<T> {
+pub(crate) struct Series<T> {
     points: Vec<T>,
     /// Raw samples per stored point (1, 2, 4, ...).
     stride: u32,
@@ -47,7 +47,7 @@ impl<T: Merge + Clone> Default for Series<T> {
 }
 
 impl<T: Merge + Clone> Series<T> {
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         Self {
             points: Vec::new(),
             stride: 1,
@@ -56,7 +56,7 @@ impl<T: Merge + Clone> Series<T> {
         }
     }
 
-    pub fn push(&mut self, point: T) {
+    pub(crate) fn push(&mut self, point: T) {
         let point = match self.pending.take() {
             None if self.stride == 1 => point,
             None => {
@@ -95,20 +95,12 @@ impl<T: Merge + Clone> Series<T> {
     }
 
     /// Every point, the one still being filled included.
-    pub fn points(&self) -> Vec<T> {
+    pub(crate) fn points(&self) -> Vec<T> {
         let mut all = self.points.clone();
         if let Some((pending, _)) = &self.pending {
             all.push(pending.clone());
         }
         all
-    }
-
-    pub fn len(&self) -> usize {
-        self.points.len() + usize::from(self.pending.is_some())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -122,7 +114,7 @@ fn merge_mean(a: Option<f32>, wa: f64, b: Option<f32>, wb: f64) -> Option<f32> {
 
 /// One device at one point of the timeline (one sample, or the merge of several).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct DevicePoint {
+pub(crate) struct DevicePoint {
     /// Seconds since the recording started, of the first sample in the point.
     pub t: f64,
     /// Seconds the point covers.
@@ -174,7 +166,7 @@ impl Merge for DevicePoint {
 
 /// One process's GPU memory at one point of the timeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct MemoryPoint {
+pub(crate) struct MemoryPoint {
     pub t: f64,
     /// Bytes; the maximum over the merged samples.
     pub bytes: Option<f64>,
@@ -191,7 +183,7 @@ impl Merge for MemoryPoint {
 
 /// Exact figures of a device over the whole run, kept beside its (possibly merged) series.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeviceTotals {
+pub(crate) struct DeviceTotals {
     pub utilization: Accumulator,
     pub sm_activity: Accumulator,
     pub tensor_activity: Accumulator,
@@ -209,14 +201,14 @@ pub struct DeviceTotals {
 
 /// Mean and peak of a value, time-weighted.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     weighted_sum: f64,
     weight: f64,
     peak: Option<f64>,
 }
 
 impl Accumulator {
-    pub fn add(&mut self, value: Option<f64>, weight: f64) {
+    pub(crate) fn add(&mut self, value: Option<f64>, weight: f64) {
         let Some(value) = value.filter(|v| v.is_finite()) else {
             return;
         };
@@ -226,24 +218,24 @@ impl Accumulator {
     }
 
     /// Raises the peak to `peak` (a maximum known from elsewhere, such as a window's `.max`).
-    pub fn add_peak(&mut self, peak: f64) {
+    pub(crate) fn add_peak(&mut self, peak: f64) {
         if peak.is_finite() {
             self.peak = Some(self.peak.map_or(peak, |p| p.max(peak)));
         }
     }
 
-    pub fn mean(&self) -> Option<f64> {
+    pub(crate) fn mean(&self) -> Option<f64> {
         (self.weight > 0.0).then(|| self.weighted_sum / self.weight)
     }
 
-    pub fn peak(&self) -> Option<f64> {
+    pub(crate) fn peak(&self) -> Option<f64> {
         self.peak
     }
 }
 
 /// One GPU over the run.
 #[derive(Debug, Clone, Default)]
-pub struct DeviceTrack {
+pub(crate) struct DeviceTrack {
     pub index: u32,
     pub uuid: String,
     pub name: String,
@@ -256,7 +248,7 @@ pub struct DeviceTrack {
 
 /// One process on one GPU over the run.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessTrack {
+pub(crate) struct ProcessTrack {
     pub pid: u32,
     pub device_index: u32,
     pub device_uuid: String,
@@ -274,7 +266,7 @@ pub struct ProcessTrack {
 
 /// A finding over the interval it was active.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FindingMark {
+pub(crate) struct FindingMark {
     pub rule: String,
     pub severity: String,
     /// What it is about, as a person reads it ("GPU 0 (GPU-…)", "pid 4242 (trainer) on GPU 1").
@@ -295,7 +287,7 @@ pub struct FindingMark {
 /// What a companion span was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SpanKind {
+pub(crate) enum SpanKind {
     Epoch,
     Step,
     DataWait,
@@ -303,7 +295,7 @@ pub enum SpanKind {
 
 /// One span of the training framework (epoch, step or data wait).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SpanMark {
+pub(crate) struct SpanMark {
     pub kind: SpanKind,
     pub name: String,
     pub start_seconds: f64,
@@ -312,7 +304,7 @@ pub struct SpanMark {
 
 /// A whole run.
 #[derive(Debug, Clone)]
-pub struct Recording {
+pub(crate) struct Recording {
     /// The command and its arguments, as given.
     pub command: Vec<String>,
     pub started: SystemTime,
@@ -330,7 +322,7 @@ pub struct Recording {
 }
 
 impl Recording {
-    pub fn empty(command: Vec<String>, started: SystemTime) -> Self {
+    pub(crate) fn empty(command: Vec<String>, started: SystemTime) -> Self {
         Self {
             command,
             started,
@@ -346,7 +338,7 @@ impl Recording {
         }
     }
 
-    pub fn duration_seconds(&self) -> f64 {
+    pub(crate) fn duration_seconds(&self) -> f64 {
         self.ended
             .duration_since(self.started)
             .map(|d| d.as_secs_f64())
@@ -354,7 +346,7 @@ impl Recording {
     }
 
     /// Seconds since the start of the recording at `at` (0 before it).
-    pub fn offset(&self, at: SystemTime) -> f64 {
+    pub(crate) fn offset(&self, at: SystemTime) -> f64 {
         at.duration_since(self.started)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)

@@ -51,7 +51,7 @@ pub enum ReadError {
 ///
 /// # Errors
 /// See [`ReadError`].
-pub fn read_path(path: &Path) -> Result<Recording, ReadError> {
+pub(crate) fn read_path(path: &Path) -> Result<Recording, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -68,7 +68,7 @@ pub fn read_path(path: &Path) -> Result<Recording, ReadError> {
 ///
 /// # Errors
 /// See [`ReadError`].
-pub fn read(input: impl BufRead, path: &Path) -> Result<Recording, ReadError> {
+pub(crate) fn read(input: impl BufRead, path: &Path) -> Result<Recording, ReadError> {
     let mut builder = Builder::default();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|source| ReadError::Io {

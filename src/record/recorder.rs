@@ -26,7 +26,7 @@ const MAX_GAP_INTERVALS: f64 = 5.0;
 const NAME_REFRESH_SAMPLES: u64 = 20;
 
 /// Feeds a [`Recording`] from snapshots and finding events.
-pub struct Recorder {
+pub(crate) struct Recorder {
     recording: Recording,
     tree: Option<CommandTree>,
     proc_root: PathBuf,
@@ -45,7 +45,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder for the command whose process is `root_pid` (none when it did not start).
-    pub fn new(
+    pub(crate) fn new(
         command: Vec<String>,
         root_pid: Option<u32>,
         proc_root: PathBuf,
@@ -67,12 +67,8 @@ impl Recorder {
         }
     }
 
-    pub fn recording(&self) -> &Recording {
-        &self.recording
-    }
-
     /// Adds one sample of every device and process.
-    pub fn add(&mut self, snapshot: &Snapshot) {
+    pub(crate) fn add(&mut self, snapshot: &Snapshot) {
         let t = self.recording.offset(snapshot.at);
         // Time this sample stands for: since the previous one, capped so a gap is not filled.
         let dt = match self.last_at {
@@ -195,7 +191,7 @@ impl Recorder {
     }
 
     /// Opens a mark for each finding that started, closes one for each that cleared.
-    pub fn observe_findings(&mut self, events: &[FindingEvent]) {
+    pub(crate) fn observe_findings(&mut self, events: &[FindingEvent]) {
         for event in events {
             let key = format!(
                 "{}|{}",
@@ -269,7 +265,7 @@ impl Recorder {
 
     /// Takes each process's identity from an attributed window (the latest one wins: a
     /// process's container or pod does not change, but its name may have been unknown before).
-    pub fn observe_workloads(&mut self, attributed: &AttributedWindow) {
+    pub(crate) fn observe_workloads(&mut self, attributed: &AttributedWindow) {
         for track in &mut self.recording.processes {
             if let Some(workload) = attributed.workloads.get(&track.pid) {
                 track.workload = Some(workload.clone());
@@ -278,7 +274,7 @@ impl Recorder {
     }
 
     /// Adds a span of the training loop (received from the companion).
-    pub fn add_span(&mut self, span: super::spans::ReceivedSpan) {
+    pub(crate) fn add_span(&mut self, span: super::spans::ReceivedSpan) {
         let start = self.recording.offset(span.start);
         let end = self.recording.offset(span.end);
         self.recording.spans.push(super::model::SpanMark {
@@ -290,12 +286,12 @@ impl Recorder {
     }
 
     /// Says why the recording has no GPU figures.
-    pub fn no_gpu(&mut self, reason: String) {
+    pub(crate) fn no_gpu(&mut self, reason: String) {
         self.recording.no_gpu = Some(reason);
     }
 
     /// The finished recording, ended at `ended` with the command's exit.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         ended: SystemTime,
         exit: Option<super::child::CommandExit>,

@@ -15,7 +15,7 @@ use crate::enrich::SpanObserver;
 
 /// One span of the training loop, in Unix time.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReceivedSpan {
+pub(crate) struct ReceivedSpan {
     pub kind: SpanKind,
     pub name: String,
     pub start: SystemTime,
@@ -23,7 +23,7 @@ pub struct ReceivedSpan {
 }
 
 /// The spans of `request` the report shows.
-pub fn training_spans(request: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
+pub(crate) fn training_spans(request: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
     request
         .resource_spans
         .iter()
@@ -48,7 +48,7 @@ pub fn training_spans(request: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> 
 }
 
 /// An observer for the intake and the channel its spans arrive on.
-pub fn collector() -> (SpanObserver, mpsc::Receiver<ReceivedSpan>) {
+pub(crate) fn collector() -> (SpanObserver, mpsc::Receiver<ReceivedSpan>) {
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let observer = SpanObserver(Arc::new(move |request: &ExportTraceServiceRequest| {

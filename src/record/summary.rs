@@ -13,7 +13,7 @@ use crate::schema::throttle_reason_names;
 
 /// The machine-readable summary (`--json`). Field names are a stable contract.
 #[derive(Debug, Serialize)]
-pub struct Summary<'a> {
+pub(crate) struct Summary<'a> {
     pub command: &'a [String],
     /// Unix times, in seconds.
     pub started: f64,
@@ -48,7 +48,7 @@ pub struct Summary<'a> {
 
 /// The export's outcome (`--otlp-endpoint` or `OTEL_EXPORTER_OTLP_*ENDPOINT` set).
 #[derive(Debug, Serialize)]
-pub struct ExportSummary {
+pub(crate) struct ExportSummary {
     /// The endpoints the signals were sent to.
     pub destinations: Vec<String>,
     /// Requests accepted by the backend, and the data points, log records and spans in them.
@@ -62,7 +62,7 @@ pub struct ExportSummary {
 }
 
 impl ExportSummary {
-    pub fn of(outcome: &crate::export::ExportOutcome) -> Self {
+    pub(crate) fn of(outcome: &crate::export::ExportOutcome) -> Self {
         let lost = outcome.lost();
         Self {
             destinations: outcome.destinations.clone(),
@@ -81,7 +81,7 @@ impl ExportSummary {
 }
 
 #[derive(Debug, Serialize)]
-pub struct DeviceSummary<'a> {
+pub(crate) struct DeviceSummary<'a> {
     pub index: u32,
     pub uuid: &'a str,
     pub name: &'a str,
@@ -107,7 +107,7 @@ pub struct DeviceSummary<'a> {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ProcessSummary<'a> {
+pub(crate) struct ProcessSummary<'a> {
     pub pid: u32,
     pub name: Option<&'a str>,
     pub device_index: u32,
@@ -128,7 +128,7 @@ fn unix(t: std::time::SystemTime) -> f64 {
 }
 
 impl<'a> Summary<'a> {
-    pub fn of(recording: &'a Recording) -> Self {
+    pub(crate) fn of(recording: &'a Recording) -> Self {
         let devices: Vec<DeviceSummary> = recording
             .devices
             .iter()
@@ -236,7 +236,7 @@ impl<'a> Summary<'a> {
     }
 
     /// The text printed on standard error when the command ends.
-    pub fn render_text(&self) -> String {
+    pub(crate) fn render_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -359,7 +359,7 @@ fn wh(joules: Option<f64>) -> String {
 }
 
 /// "42.0s", "12m05s", "3h02m".
-pub fn duration(seconds: f64) -> String {
+pub(crate) fn duration(seconds: f64) -> String {
     let s = seconds.max(0.0);
     if s < 60.0 {
         format!("{s:.1}s")

@@ -17,7 +17,7 @@ const MAX_DEPTH: usize = 128;
 
 /// Classifies PIDs as inside or outside the command's process tree.
 #[derive(Debug)]
-pub struct CommandTree {
+pub(crate) struct CommandTree {
     proc_root: PathBuf,
     root_pid: u32,
     /// (pid, start time in ticks) → whether it descends from the root.
@@ -25,7 +25,7 @@ pub struct CommandTree {
 }
 
 impl CommandTree {
-    pub fn new(proc_root: impl Into<PathBuf>, root_pid: u32) -> Self {
+    pub(crate) fn new(proc_root: impl Into<PathBuf>, root_pid: u32) -> Self {
         Self {
             proc_root: proc_root.into(),
             root_pid,
@@ -33,14 +33,10 @@ impl CommandTree {
         }
     }
 
-    pub fn root_pid(&self) -> u32 {
-        self.root_pid
-    }
-
     /// Whether `pid` is the command or one of its descendants. A PID that cannot be read (gone,
     /// or not visible in this PID namespace) is not the command's: NVML lists host PIDs and a
     /// process gpulse cannot see cannot be shown to be a child of its own child.
-    pub fn contains(&mut self, pid: u32) -> bool {
+    pub(crate) fn contains(&mut self, pid: u32) -> bool {
         if pid == self.root_pid {
             return true;
         }
@@ -83,11 +79,6 @@ impl CommandTree {
             .ok()
             .flatten()
             .map(|s| s.start_time_ticks)
-    }
-
-    /// Forgets processes that are gone, so the cache stays as small as the live tree.
-    pub fn retain(&mut self, live: &[u32]) {
-        self.known.retain(|(pid, _), _| live.contains(pid));
     }
 }
 
