@@ -51,7 +51,7 @@ pub enum RecordError {
 
 /// How long `record` waits at exit for the backend to take what is still queued: someone is
 /// waiting for their prompt, and a dead endpoint must not hold it for the 10 s `run` allows.
-pub const EXPORT_FLUSH: Duration = Duration::from_secs(3);
+pub(crate) const EXPORT_FLUSH: Duration = Duration::from_secs(3);
 
 /// The configuration the exporter gets: `config` when an OTLP endpoint was set explicitly,
 /// else every sink off, so that recording a job never sends anything to a default

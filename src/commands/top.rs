@@ -27,7 +27,7 @@ use crate::top::{ui, App};
 use crate::values;
 
 /// The refresh interval when `--interval` is not given.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why `gpulse top` could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +81,7 @@ pub fn init_logging(settings: &LogSettings) -> LogLines {
 ///
 /// # Errors
 /// Not a duration, or below [`MIN_SAMPLE_INTERVAL`].
-pub fn interval(args: &TopArgs) -> Result<Duration, TopError> {
+pub(crate) fn interval(args: &TopArgs) -> Result<Duration, TopError> {
     let Some(given) = &args.interval else {
         return Ok(DEFAULT_INTERVAL);
     };

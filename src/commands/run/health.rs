@@ -44,7 +44,7 @@ struct State {
 ///
 /// # Errors
 /// The address cannot be bound.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     sampler: Arc<SamplerHealth>,
     sample_interval: Duration,

@@ -14,7 +14,7 @@
 
 mod health;
 mod prometheus;
-pub mod status;
+pub(crate) mod status;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use crate::export::resource::NodeIdentity;
 use crate::pipeline::ViewReceiver;
 
 /// The two tasks of the endpoint; aborted when dropped with the pipeline.
-pub struct MetricsEndpoint {
+pub(crate) struct MetricsEndpoint {
     server: tokio::task::JoinHandle<()>,
     follower: tokio::task::JoinHandle<()>,
 }
@@ -27,7 +27,7 @@ impl Drop for MetricsEndpoint {
 ///
 /// # Errors
 /// The address cannot be bound.
-pub async fn start(
+pub(crate) async fn start(
     addr: SocketAddr,
     settings: PrometheusSettings,
     node: NodeIdentity,

@@ -13,7 +13,7 @@ use crate::pipeline::SnapshotReport;
 use crate::pipeline::View;
 
 /// The status code and JSON body of a `/status` answer.
-pub fn status_json(view: Option<&View>) -> (StatusCode, String) {
+pub(crate) fn status_json(view: Option<&View>) -> (StatusCode, String) {
     let Some(view) = view else {
         let body = serde_json::json!({
             "error": "the first window is pending: gpulse has not finished its first export \
@@ -33,7 +33,7 @@ pub fn status_json(view: Option<&View>) -> (StatusCode, String) {
 }
 
 /// The snapshot report of a view.
-pub fn report(view: &View) -> SnapshotReport<'_> {
+pub(crate) fn report(view: &View) -> SnapshotReport<'_> {
     SnapshotReport::of_view(view)
 }
 

@@ -5,7 +5,7 @@
 mod render;
 pub mod window;
 
-pub use render::{render_json, render_table};
+pub(crate) use render::{render_json, render_table};
 pub use window::{window, WindowError, MIN_WINDOW};
 
 use std::collections::HashMap;
@@ -75,7 +75,10 @@ fn current_findings(
 
 /// Workloads of the snapshot's processes; pod names are fetched once from the kubelet socket
 /// when it is there.
-pub fn resolve_workloads(config: &InspectConfig, snapshot: &Snapshot) -> HashMap<u32, Workload> {
+pub(crate) fn resolve_workloads(
+    config: &InspectConfig,
+    snapshot: &Snapshot,
+) -> HashMap<u32, Workload> {
     let settings = AttributionSettings {
         proc_root: config.proc_root.clone(),
         include_command_line: config.include_command_line,

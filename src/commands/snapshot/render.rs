@@ -12,7 +12,7 @@ use crate::sampling::{DeviceStatus, ProcessKind};
 use crate::schema::{DeviceField as F, GpmField};
 
 /// The JSON contract, pretty-printed.
-pub fn render_json(report: &SnapshotReport) -> String {
+pub(crate) fn render_json(report: &SnapshotReport) -> String {
     serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
@@ -59,7 +59,7 @@ const PROCESS_HEADER: [&str; 10] = [
 ];
 
 /// The human table: one block per GPU, then the processes.
-pub fn render_table(report: &SnapshotReport) -> String {
+pub(crate) fn render_table(report: &SnapshotReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -57,7 +57,7 @@ pub fn window(args: &SnapshotArgs) -> Result<Option<Duration>, WindowError> {
 
 /// How often a window of `span` is sampled: [`SAMPLES_PER_WINDOW`] times, between the fastest
 /// sample interval and [`MAX_SAMPLE_INTERVAL`].
-pub fn sample_interval(span: Duration) -> Duration {
+pub(crate) fn sample_interval(span: Duration) -> Duration {
     (span / SAMPLES_PER_WINDOW).clamp(MIN_SAMPLE_INTERVAL, MAX_SAMPLE_INTERVAL)
 }
 
@@ -66,7 +66,7 @@ pub fn sample_interval(span: Duration) -> Duration {
 ///
 /// # Errors
 /// NVML could not be opened or stopped answering; the message says what to do.
-pub fn windowed_snapshot(
+pub(crate) fn windowed_snapshot(
     config: &InspectConfig,
     span: Duration,
 ) -> Result<Option<String>, SessionError> {
