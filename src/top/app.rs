@@ -15,11 +15,11 @@ use crate::sampling::MigInstanceInfo;
 use crate::schema::{DeviceField, GpmField};
 
 /// Points kept per sparkline: five minutes at the default 1 s interval.
-pub const HISTORY_LEN: usize = 300;
+pub(crate) const HISTORY_LEN: usize = 300;
 
 /// A bounded series of recent values, newest last.
 #[derive(Debug, Clone, Default)]
-pub struct Series(VecDeque<u64>);
+pub(crate) struct Series(VecDeque<u64>);
 
 impl Series {
     fn push(&mut self, value: u64) {
@@ -30,40 +30,32 @@ impl Series {
     }
 
     /// The newest `n` values, oldest first.
-    pub fn last(&self, n: usize) -> Vec<u64> {
+    pub(crate) fn last(&self, n: usize) -> Vec<u64> {
         self.0
             .iter()
             .skip(self.0.len().saturating_sub(n))
             .copied()
             .collect()
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// A device's history: utilisation and memory used, in percent.
 #[derive(Debug, Clone, Default)]
-pub struct DeviceHistory {
+pub(crate) struct DeviceHistory {
     pub utilization: Series,
     pub memory: Series,
 }
 
 /// A process's history (summed over its devices): SM utilisation in percent, GPU memory in MiB.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessHistory {
+pub(crate) struct ProcessHistory {
     pub sm: Series,
     pub memory_mib: Series,
 }
 
 /// What a row of the process table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowKind {
+pub(crate) enum RowKind {
     /// A GPU process on one device (a process on two GPUs has two rows).
     Gpu { device_index: u32 },
     /// A descendant that NVML does not list (a DataLoader worker), shown in the tree view.
@@ -72,7 +64,7 @@ pub enum RowKind {
 
 /// One row of the process table, as shown (before truncation to the column widths).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     pub kind: RowKind,
     pub pid: u32,
     /// Depth in the tree view; 0 in the flat view.
@@ -122,7 +114,7 @@ impl Row {
 
 /// The whole state of the live view.
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     pub interval: Duration,
     pub host: String,
     /// `NO_COLOR` honoured: no colours, only bold and reverse video.
@@ -148,7 +140,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(interval: Duration, host: String, color: bool) -> Self {
+    pub(crate) fn new(interval: Duration, host: String, color: bool) -> Self {
         Self {
             interval,
             host,
@@ -172,12 +164,12 @@ impl App {
     }
 
     /// Whether the next refresh should read the process tree from `/proc` (`Family`).
-    pub fn wants_family(&self) -> bool {
+    pub(crate) fn wants_family(&self) -> bool {
         self.tree || self.detail
     }
 
     /// Takes in a newly analysed window.
-    pub fn observe(&mut self, view: Arc<View>, own_cpu: Option<f64>) {
+    pub(crate) fn observe(&mut self, view: Arc<View>, own_cpu: Option<f64>) {
         let window = &view.attributed.window;
         for device in &window.devices {
             let history = self.devices.entry(device.info.uuid.clone()).or_default();
@@ -218,7 +210,7 @@ impl App {
     }
 
     /// Applies one key's action.
-    pub fn apply(&mut self, action: Action) {
+    pub(crate) fn apply(&mut self, action: Action) {
         match action {
             Action::Quit => self.quit = true,
             Action::Sort(key) => self.sort = key,
@@ -244,7 +236,7 @@ impl App {
     }
 
     /// Index of the selected row in `rows`.
-    pub fn selected_index(&self) -> Option<usize> {
+    pub(crate) fn selected_index(&self) -> Option<usize> {
         let (pid, kind) = self.selected?;
         self.rows
             .iter()
@@ -252,7 +244,7 @@ impl App {
     }
 
     /// Active findings about `pid` (its own, and those of the jobs it belongs to).
-    pub fn findings_of(&self, pid: u32) -> Vec<&Finding> {
+    pub(crate) fn findings_of(&self, pid: u32) -> Vec<&Finding> {
         let Some(view) = &self.view else {
             return Vec::new();
         };
@@ -278,7 +270,7 @@ impl App {
 
     /// Recomputes the rows from the view, the sort, the filter and the tree setting, keeping the
     /// selection on the same process when it is still shown.
-    pub fn rebuild(&mut self) {
+    pub(crate) fn rebuild(&mut self) {
         let Some(view) = self.view.clone() else {
             self.rows.clear();
             return;
@@ -371,7 +363,7 @@ fn mig_label(info: &MigInstanceInfo) -> String {
 /// `job/rank` from the rank's own spans (the companion's resource, heard by a receiver), else
 /// from its environment (the launcher's job and rank variables, `attribution::environ`): `?`
 /// stands for the half the environment does not give.
-pub fn rank_label(view: &View, pid: u32) -> Option<String> {
+pub(crate) fn rank_label(view: &View, pid: u32) -> Option<String> {
     view.training
         .process(pid)
         .and_then(|t| t.rank_label())
@@ -390,7 +382,7 @@ pub fn rank_label(view: &View, pid: u32) -> Option<String> {
 }
 
 /// Whether `rank_straggler` names `pid` in the view's active findings.
-pub fn is_straggler(view: &View, pid: u32) -> bool {
+pub(crate) fn is_straggler(view: &View, pid: u32) -> bool {
     view.findings.iter().any(|f| {
         f.rule == RuleId::RankStraggler
             && matches!(&f.subject, Subject::Workload { pid: p, .. } if *p == pid)

@@ -7,7 +7,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 /// What the process table is ordered by (largest first, except the PID).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortKey {
+pub(crate) enum SortKey {
     GpuMemory,
     Sm,
     Cpu,
@@ -15,7 +15,7 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             SortKey::GpuMemory => "GPU mem",
             SortKey::Sm => "SM",
@@ -27,14 +27,14 @@ impl SortKey {
 
 /// Whether keys edit the filter text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Normal,
     Filtering,
 }
 
 /// What a key asks the view to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Quit,
     Sort(SortKey),
     StartFilter,
@@ -56,7 +56,7 @@ pub enum Action {
 }
 
 /// The action of `key` in `mode`; `None` for keys that mean nothing there.
-pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
+pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
     if key.kind == KeyEventKind::Release {
         return None;
     }

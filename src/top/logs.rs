@@ -16,17 +16,17 @@ pub struct LogLines {
 }
 
 impl LogLines {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The newest line, if any.
-    pub fn last(&self) -> Option<String> {
+    pub(crate) fn last(&self) -> Option<String> {
         self.lock().back().cloned()
     }
 
     /// Every kept line, oldest first, emptying the buffer.
-    pub fn drain(&self) -> Vec<String> {
+    pub(crate) fn drain(&self) -> Vec<String> {
         self.lock().drain(..).collect()
     }
 
@@ -44,7 +44,7 @@ impl LogLines {
 
     /// A writer for `tracing_subscriber::fmt().with_writer(..)`: each event is written whole by
     /// one writer, which stores its lines when dropped.
-    pub fn writer(&self) -> LineWriter {
+    pub(crate) fn writer(&self) -> LineWriter {
         LineWriter {
             lines: self.clone(),
             buffer: Vec::new(),
@@ -53,7 +53,7 @@ impl LogLines {
 }
 
 /// Collects one log event's bytes; see [`LogLines::writer`].
-pub struct LineWriter {
+pub(crate) struct LineWriter {
     lines: LogLines,
     buffer: Vec<u8>,
 }

@@ -11,14 +11,14 @@
 //! - `terminal`: raw mode and the alternate screen, restored on every exit path, panics included.
 //! - `logs`: log lines kept in memory and shown in the footer instead of scribbling on the screen.
 
-pub mod app;
-pub mod input;
+pub(crate) mod app;
+pub(crate) mod input;
 pub mod logs;
-pub mod procinfo;
-pub mod terminal;
-pub mod ui;
+pub(crate) mod procinfo;
+pub(crate) mod terminal;
+pub(crate) mod ui;
 
 #[cfg(test)]
 mod tests;
 
-pub use app::App;
+pub(crate) use app::App;

@@ -15,7 +15,7 @@ use crate::attribution::usage::{cpu_utilization, ProcessTable};
 
 /// One process under a GPU process.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Member {
+pub(crate) struct Member {
     pub pid: u32,
     pub ppid: u32,
     pub comm: String,
@@ -26,7 +26,7 @@ pub struct Member {
 
 /// GPU processes and their live descendants, as of the last refresh.
 #[derive(Debug, Default)]
-pub struct Family {
+pub(crate) struct Family {
     proc_root: PathBuf,
     ticks_per_second: f64,
     page_size: u64,
@@ -39,7 +39,7 @@ pub struct Family {
 }
 
 impl Family {
-    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
             proc_root: proc_root.into(),
             ticks_per_second: clock_ticks_per_second(),
@@ -49,7 +49,7 @@ impl Family {
     }
 
     /// Re-reads the process table and the trees of `gpu_pids` (the visible GPU processes).
-    pub fn refresh(&mut self, gpu_pids: &[u32]) {
+    pub(crate) fn refresh(&mut self, gpu_pids: &[u32]) {
         let table = if gpu_pids.is_empty() {
             ProcessTable::default()
         } else {
@@ -59,7 +59,7 @@ impl Family {
     }
 
     /// `refresh` over a table already read (tests build one by hand).
-    pub fn refresh_from(&mut self, gpu_pids: &[u32], table: &ProcessTable, now: Instant) {
+    pub(crate) fn refresh_from(&mut self, gpu_pids: &[u32], table: &ProcessTable, now: Instant) {
         let mut members = HashMap::new();
         let mut trees = HashMap::new();
         let mut previous = HashMap::new();
@@ -105,12 +105,12 @@ impl Family {
         self.previous = previous;
     }
 
-    pub fn member(&self, pid: u32) -> Option<&Member> {
+    pub(crate) fn member(&self, pid: u32) -> Option<&Member> {
         self.members.get(&pid)
     }
 
     /// The direct children of `pid` among the known members, by ascending PID.
-    pub fn children(&self, pid: u32) -> Vec<u32> {
+    pub(crate) fn children(&self, pid: u32) -> Vec<u32> {
         let mut children: Vec<u32> = self
             .members
             .values()
@@ -122,27 +122,27 @@ impl Family {
     }
 
     /// Whether `pid` lies in the tree of a GPU process other than itself.
-    pub fn has_gpu_ancestor(&self, pid: u32) -> bool {
+    pub(crate) fn has_gpu_ancestor(&self, pid: u32) -> bool {
         self.trees
             .iter()
             .any(|(&root, tree)| root != pid && tree.contains(&pid))
     }
 
     /// Descendants of `pid` (itself excluded), when it is a GPU process seen at the last refresh.
-    pub fn descendants(&self, pid: u32) -> &[u32] {
+    pub(crate) fn descendants(&self, pid: u32) -> &[u32] {
         self.trees
             .get(&pid)
             .map_or(&[][..], |t| t.get(1..).unwrap_or(&[]))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.trees.is_empty()
     }
 }
 
 /// gpulse's own CPU use between two calls, from `/proc/self/stat`.
 #[derive(Debug)]
-pub struct OwnCpu {
+pub(crate) struct OwnCpu {
     proc_dir: ProcDir,
     ticks_per_second: f64,
     previous: Option<(Instant, u64)>,
@@ -155,7 +155,7 @@ impl Default for OwnCpu {
 }
 
 impl OwnCpu {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             proc_dir: ProcDir::new(Path::new("/proc"), std::process::id()),
             ticks_per_second: clock_ticks_per_second(),
@@ -165,7 +165,7 @@ impl OwnCpu {
 
     /// CPU used since the previous call as a ratio of one core; `None` on the first call or when
     /// `/proc/self/stat` cannot be read.
-    pub fn sample(&mut self) -> Option<f64> {
+    pub(crate) fn sample(&mut self) -> Option<f64> {
         let stat = self.proc_dir.stat().ok().flatten()?;
         let ticks = stat.utime_ticks.saturating_add(stat.stime_ticks);
         let now = Instant::now();

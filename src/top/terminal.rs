@@ -16,13 +16,13 @@ use ratatui::Terminal;
 
 /// Which standard stream is not a terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotATerminal {
+pub(crate) enum NotATerminal {
     Stdin,
     Stdout,
 }
 
 /// `Err` naming the first standard stream that is not a terminal.
-pub fn check_terminal() -> Result<(), NotATerminal> {
+pub(crate) fn check_terminal() -> Result<(), NotATerminal> {
     if !io::stdout().is_terminal() {
         return Err(NotATerminal::Stdout);
     }
@@ -33,7 +33,7 @@ pub fn check_terminal() -> Result<(), NotATerminal> {
 }
 
 /// Owns the terminal in raw mode on the alternate screen; dropping it restores the terminal.
-pub struct TerminalGuard {
+pub(crate) struct TerminalGuard {
     pub terminal: Terminal<CrosstermBackend<Stdout>>,
 }
 
@@ -42,7 +42,7 @@ impl TerminalGuard {
     ///
     /// # Errors
     /// The terminal refused a mode change; whatever was changed is restored first.
-    pub fn enter() -> io::Result<Self> {
+    pub(crate) fn enter() -> io::Result<Self> {
         install_panic_hook();
         enable_raw_mode()?;
         if let Err(e) = execute!(io::stdout(), EnterAlternateScreen, Hide) {
@@ -66,7 +66,7 @@ impl Drop for TerminalGuard {
 }
 
 /// Leaves the alternate screen and raw mode and shows the cursor; safe to call twice.
-pub fn restore() {
+pub(crate) fn restore() {
     let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
     let _ = disable_raw_mode();
 }

@@ -39,7 +39,7 @@ const TALL: u16 = 40;
 const SPARK_LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// Draws the whole screen.
-pub fn draw(frame: &mut Frame, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     let palette = Palette { color: app.color };
     let gpu_count = app
