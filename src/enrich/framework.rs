@@ -22,7 +22,7 @@ use crate::diagnosis::framework::{
 
 /// Whether a metrics request carries any allocator gauge (so resolving its resources is worth
 /// it).
-pub fn has_allocator_metrics(request: &ExportMetricsServiceRequest) -> bool {
+pub(crate) fn has_allocator_metrics(request: &ExportMetricsServiceRequest) -> bool {
     request
         .resource_metrics
         .iter()
@@ -32,7 +32,7 @@ pub fn has_allocator_metrics(request: &ExportMetricsServiceRequest) -> bool {
 }
 
 /// Whether a traces request carries a span the framework history keeps.
-pub fn has_framework_spans(request: &ExportTraceServiceRequest) -> bool {
+pub(crate) fn has_framework_spans(request: &ExportTraceServiceRequest) -> bool {
     request
         .resource_spans
         .iter()
@@ -49,7 +49,7 @@ pub fn has_framework_spans(request: &ExportTraceServiceRequest) -> bool {
 
 /// Records the allocator gauges of every resource whose process is known. Returns the points
 /// recorded.
-pub fn record_metrics(
+pub(crate) fn record_metrics(
     history: &mut FrameworkHistory,
     request: &ExportMetricsServiceRequest,
     pids: &ResourcePids,
@@ -100,7 +100,7 @@ pub fn record_metrics(
 
 /// Records the `step` and `data_wait` spans and the DataLoader settings of every resource whose
 /// process is known. Returns the spans recorded.
-pub fn record_spans(
+pub(crate) fn record_spans(
     history: &mut FrameworkHistory,
     request: &ExportTraceServiceRequest,
     pids: &ResourcePids,

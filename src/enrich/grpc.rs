@@ -26,10 +26,10 @@ use crate::export::transport::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus, Si
 
 /// The largest request message taken, after decompression (tonic's default is 4 MiB, which a
 /// large SDK batch can pass).
-pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Serves OTLP/gRPC on `listener` until the task is aborted.
-pub fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHandle<()> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tokio::spawn(async move {
         if let Err(e) = tonic::transport::Server::builder()
@@ -43,14 +43,8 @@ pub fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHan
 
 /// The three `Export` methods.
 #[derive(Clone)]
-pub struct OtlpGrpc {
+pub(crate) struct OtlpGrpc {
     intake: Arc<Intake>,
-}
-
-impl OtlpGrpc {
-    pub fn new(intake: Arc<Intake>) -> Self {
-        Self { intake }
-    }
 }
 
 impl<B> Service<http::Request<B>> for OtlpGrpc
@@ -156,7 +150,7 @@ impl<R: prost::Message + Default + Send + 'static> UnaryService<Bytes> for Expor
 }
 
 /// The gRPC status of a refusal.
-pub fn to_status(error: &IntakeError) -> tonic::Status {
+pub(crate) fn to_status(error: &IntakeError) -> tonic::Status {
     let message = error.to_string();
     match error {
         IntakeError::Malformed { .. } => tonic::Status::invalid_argument(message),

@@ -87,7 +87,7 @@ pub struct ProcessIdentity {
 
 impl ProcessIdentity {
     /// The identity attribution resolved for a workload.
-    pub fn of_workload(workload: &Workload) -> Self {
+    pub(crate) fn of_workload(workload: &Workload) -> Self {
         Self {
             vpid: workload.vpid,
             container_id: workload
@@ -164,12 +164,12 @@ impl History {
     }
 
     /// Newest sample time, Unix nanoseconds.
-    pub fn newest(&self) -> Option<u64> {
+    pub(crate) fn newest(&self) -> Option<u64> {
         self.frames.back().map(|f| f.at)
     }
 
     /// Oldest sample time, Unix nanoseconds.
-    pub fn oldest(&self) -> Option<u64> {
+    pub(crate) fn oldest(&self) -> Option<u64> {
         self.frames.front().map(|f| f.at)
     }
 
@@ -247,12 +247,12 @@ impl History {
     }
 
     /// Remembers what attribution resolved for these PIDs.
-    pub fn note_identity(&mut self, pid: u32, identity: ProcessIdentity) {
+    pub(crate) fn note_identity(&mut self, pid: u32, identity: ProcessIdentity) {
         self.identities.insert(pid, identity);
     }
 
     /// PIDs in the history whose identity is not known yet.
-    pub fn unidentified(&self) -> Vec<u32> {
+    pub(crate) fn unidentified(&self) -> Vec<u32> {
         self.last_seen
             .keys()
             .filter(|pid| !self.identities.contains_key(pid))
@@ -261,7 +261,7 @@ impl History {
     }
 
     /// The identities of the PIDs in the history.
-    pub fn identities(&self) -> impl Iterator<Item = (u32, &ProcessIdentity)> {
+    pub(crate) fn identities(&self) -> impl Iterator<Item = (u32, &ProcessIdentity)> {
         self.identities
             .iter()
             .filter(|(pid, _)| self.last_seen.contains_key(pid))
@@ -269,13 +269,13 @@ impl History {
     }
 
     /// Whether `pid` was seen on a GPU within the history.
-    pub fn knows(&self, pid: u32) -> bool {
+    pub(crate) fn knows(&self, pid: u32) -> bool {
         self.last_seen.contains_key(&pid)
     }
 
     /// The GPU usage of `pid` over `[start, end]` (Unix nanoseconds), or `None` when the
     /// history does not reach back to `start` or the process was on no GPU then.
-    pub fn usage(&self, pid: u32, start: u64, end: u64) -> Option<GpuUsage> {
+    pub(crate) fn usage(&self, pid: u32, start: u64, end: u64) -> Option<GpuUsage> {
         let (start, end) = (start.min(end), start.max(end));
         let first = self.frames.front()?;
         let first_period_start = first.at.saturating_sub(self.interval.as_nanos() as u64);
@@ -494,7 +494,7 @@ impl HistoryHandle {
     }
 
     /// Takes the identities attribution resolved in an export window.
-    pub fn note_window(&self, attributed: &AttributedWindow) {
+    pub(crate) fn note_window(&self, attributed: &AttributedWindow) {
         let mut history = self.write();
         for workload in attributed.workloads.values() {
             history.note_identity(workload.pid, ProcessIdentity::of_workload(workload));
@@ -503,7 +503,7 @@ impl HistoryHandle {
 
     /// Waits until a sample at or after `until` (Unix nanoseconds) is in, at most `max_wait`.
     /// Returns whether one is.
-    pub async fn wait_for_sample(&self, until: u64, max_wait: Duration) -> bool {
+    pub(crate) async fn wait_for_sample(&self, until: u64, max_wait: Duration) -> bool {
         let mut rx = self.newest.subscribe();
         let reached = tokio::time::timeout(max_wait, rx.wait_for(|&newest| newest >= until))
             .await
@@ -511,12 +511,12 @@ impl HistoryHandle {
         reached
     }
 
-    pub fn read(&self) -> RwLockReadGuard<'_, History> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, History> {
         // Every write leaves the ring consistent; a panicked writer must not stop enrichment.
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, History> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, History> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 }

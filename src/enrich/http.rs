@@ -22,11 +22,11 @@ use crate::export::transport::{RpcStatus, Signal};
 
 /// The largest request body taken, compressed or decompressed; an SDK's batch of 512 spans is
 /// far smaller.
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 const PROTOBUF: &str = "application/x-protobuf";
 
 /// Serves OTLP/HTTP on `listener` until the task is aborted.
-pub fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let (stream, remote) = match listener.accept().await {
@@ -59,7 +59,7 @@ pub fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::JoinHan
 }
 
 /// Answers one request.
-pub async fn handle(
+pub(crate) async fn handle(
     intake: &Arc<Intake>,
     req: Request<Incoming>,
     peer: Option<Peer>,
@@ -157,7 +157,7 @@ fn header(req: &Request<Incoming>, name: http::header::HeaderName) -> &str {
 }
 
 /// The HTTP answer to a refusal.
-pub fn refusal(error: &IntakeError) -> Response<Full<Bytes>> {
+pub(crate) fn refusal(error: &IntakeError) -> Response<Full<Bytes>> {
     let message = error.to_string();
     match error {
         IntakeError::Malformed { .. } => status(StatusCode::BAD_REQUEST, &message),
@@ -200,7 +200,7 @@ fn status(code: StatusCode, message: &str) -> Response<Full<Bytes>> {
 }
 
 /// Decompresses a gzip body, at most [`MAX_BODY_BYTES`] of output.
-pub fn gunzip(body: &[u8]) -> Result<Bytes, String> {
+pub(crate) fn gunzip(body: &[u8]) -> Result<Bytes, String> {
     let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(MAX_BODY_BYTES));
     let read = flate2::read::GzDecoder::new(body)
         .take(MAX_BODY_BYTES as u64 + 1)

@@ -22,7 +22,7 @@ use crate::attribution::procfs::ProcDir;
 
 /// The identifying attributes of one resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResourceKey {
+pub(crate) struct ResourceKey {
     pub container_id: Option<String>,
     pub pid: Option<u32>,
     pub vpid: Option<u32>,
@@ -30,7 +30,7 @@ pub struct ResourceKey {
 }
 
 impl ResourceKey {
-    pub fn of(resource: Option<&Resource>) -> Self {
+    pub(crate) fn of(resource: Option<&Resource>) -> Self {
         let mut key = Self::default();
         for kv in resource.map_or(&[][..], |r| &r.attributes) {
             match kv.key.as_str() {
@@ -42,11 +42,6 @@ impl ResourceKey {
             }
         }
         key
-    }
-
-    /// Whether anything here could name a process.
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
     }
 }
 
@@ -68,7 +63,7 @@ fn int(kv: &KeyValue) -> Option<u32> {
 
 /// The outcome of matching a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Match {
+pub(crate) enum Match {
     /// Exactly this host PID.
     Pid(u32),
     /// Several processes fit; none is chosen.
@@ -78,7 +73,7 @@ pub enum Match {
 }
 
 /// Matches `key` against the identities known to `history`.
-pub fn match_resource(history: &History, key: &ResourceKey) -> Match {
+pub(crate) fn match_resource(history: &History, key: &ResourceKey) -> Match {
     let unique = |candidates: Vec<u32>| match candidates.as_slice() {
         [] => Match::None,
         [one] => Match::Pid(*one),
@@ -133,7 +128,7 @@ pub fn match_resource(history: &History, key: &ResourceKey) -> Match {
 /// Fills in, from procfs, the identity of history PIDs that attribution has not named yet (a
 /// span can arrive before the first export window is attributed). Reads two small files per
 /// new PID; done off the async threads by the caller.
-pub fn identify_new(history: &HistoryHandle, proc_root: &Path) {
+pub(crate) fn identify_new(history: &HistoryHandle, proc_root: &Path) {
     let pids = history.read().unidentified();
     if pids.is_empty() {
         return;
@@ -228,7 +223,7 @@ mod tests {
         let k = ResourceKey::of(Some(&resource));
         assert_eq!(k.container_id.as_deref(), Some("abcd"));
         assert_eq!((k.pid, k.vpid), (Some(12), Some(13)));
-        assert!(ResourceKey::of(None).is_empty());
+        assert_eq!(ResourceKey::of(None), ResourceKey::default());
     }
 
     #[test]

@@ -45,7 +45,7 @@ use crate::export::queue::QueueHandle;
 use crate::export::transport::{EncodedRequest, Signal};
 
 /// The retry hint sent with a "queue full" refusal.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The connection a request came over, for finding its sender when the resource does not say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl Intake {
 
     /// An intake with no export queue: it keeps the framework telemetry of known GPU processes
     /// (with [`Intake::with_framework`]) and forwards nothing (see the module's documentation).
-    pub fn local(history: HistoryHandle, settings: IntakeSettings) -> Self {
+    pub(crate) fn local(history: HistoryHandle, settings: IntakeSettings) -> Self {
         Self {
             queue: None,
             history,
@@ -166,21 +166,21 @@ impl Intake {
     }
 
     /// Whether accepted requests go upstream (false for [`Intake::local`]).
-    pub fn forwards(&self) -> bool {
+    pub(crate) fn forwards(&self) -> bool {
         self.queue.is_some()
     }
 
     /// Also keeps the framework telemetry of known GPU processes in `framework`, for the
     /// diagnosis rules (see `enrich::framework`).
     #[must_use]
-    pub fn with_framework(mut self, framework: FrameworkHandle) -> Self {
+    pub(crate) fn with_framework(mut self, framework: FrameworkHandle) -> Self {
         self.framework = Some(framework);
         self
     }
 
     /// Also hands every accepted trace request to `observer`.
     #[must_use]
-    pub fn with_span_observer(mut self, observer: SpanObserver) -> Self {
+    pub(crate) fn with_span_observer(mut self, observer: SpanObserver) -> Self {
         self.span_observer = Some(observer);
         self
     }
@@ -188,12 +188,12 @@ impl Intake {
     /// Accepts `signals` without forwarding them (nothing carries them upstream), instead of
     /// queueing requests that would never leave.
     #[must_use]
-    pub fn without_forwarding(mut self, signals: &[Signal]) -> Self {
+    pub(crate) fn without_forwarding(mut self, signals: &[Signal]) -> Self {
         self.not_forwarded = signals.to_vec();
         self
     }
 
-    pub fn history(&self) -> &HistoryHandle {
+    pub(crate) fn history(&self) -> &HistoryHandle {
         &self.history
     }
 

@@ -13,13 +13,13 @@
 //!
 //! docs/enrich.md is the user's description of the whole.
 
-pub mod framework;
-pub mod grpc;
-pub mod history;
-pub mod http;
-pub mod identity;
-pub mod intake;
-pub mod peer;
+pub(crate) mod framework;
+pub(crate) mod grpc;
+pub(crate) mod history;
+pub(crate) mod http;
+pub(crate) mod identity;
+pub(crate) mod intake;
+pub(crate) mod peer;
 pub mod spans;
 
 use std::net::SocketAddr;
@@ -47,7 +47,7 @@ pub enum ReceiverError {
 
 /// The running receivers; dropping this leaves them running, [`Receivers::stop`] ends them.
 #[derive(Debug)]
-pub struct Receivers {
+pub(crate) struct Receivers {
     pub intake: Arc<Intake>,
     /// The bound addresses (port 0 resolved), gRPC then HTTP.
     pub grpc_addr: Option<SocketAddr>,
@@ -60,7 +60,7 @@ impl Receivers {
     ///
     /// # Errors
     /// [`ReceiverError::Bind`] when an address cannot be bound.
-    pub async fn start(
+    pub(crate) async fn start(
         grpc: Option<SocketAddr>,
         http: Option<SocketAddr>,
         intake: Arc<Intake>,
@@ -111,7 +111,7 @@ impl Receivers {
     }
 
     /// Stops accepting; requests already queued are delivered by the queue's flush.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         for task in &self.tasks {
             task.abort();
         }

@@ -25,7 +25,7 @@ const MAX_ENTRIES: usize = 4096;
 
 /// Parses one address column of `/proc/net/tcp{,6}`: `0100007F:1F90` (the address as the
 /// kernel's native-endian words, the port in host order).
-pub fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
+pub(crate) fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
     let (addr, port) = text.split_once(':')?;
     let port = u16::from_str_radix(port, 16).ok()?;
     let word = |i: usize| -> Option<[u8; 4]> {
@@ -48,7 +48,7 @@ pub fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
 
 /// The inode of the socket with `local` as its local and `remote` as its remote address, from
 /// the text of `/proc/net/tcp` or `tcp6`.
-pub fn find_socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+pub(crate) fn find_socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u64> {
     let same = |a: SocketAddr, b: SocketAddr| {
         a.port() == b.port() && canonical(a.ip()) == canonical(b.ip())
     };
@@ -72,7 +72,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// The PID holding socket `inode` open, from `<proc_root>/<pid>/fd`.
-pub fn pid_holding_socket(proc_root: &Path, inode: u64) -> Option<u32> {
+pub(crate) fn pid_holding_socket(proc_root: &Path, inode: u64) -> Option<u32> {
     let wanted = format!("socket:[{inode}]");
     let own = std::process::id();
     list_pids(proc_root).ok()?.into_iter().find(|&pid| {
@@ -91,7 +91,7 @@ pub fn pid_holding_socket(proc_root: &Path, inode: u64) -> Option<u32> {
 }
 
 /// The PID of the process that opened the connection from `peer` to our `local` address.
-pub fn resolve_peer(proc_root: &Path, local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+pub(crate) fn resolve_peer(proc_root: &Path, local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     if !canonical(peer.ip()).is_loopback() && canonical(peer.ip()) != canonical(local.ip()) {
         // A remote host's process is not in our tables.
         return None;
@@ -112,14 +112,14 @@ type PeerMap = HashMap<(SocketAddr, SocketAddr), (Option<u32>, Instant)>;
 
 /// Remembers each connection's peer PID (or that it has none).
 #[derive(Debug, Default)]
-pub struct PeerCache {
+pub(crate) struct PeerCache {
     entries: Mutex<PeerMap>,
 }
 
 impl PeerCache {
     /// The cached answer for the connection `peer` → `local`, computed with `resolve` when
     /// missing or stale.
-    pub fn get_or_resolve(
+    pub(crate) fn get_or_resolve(
         &self,
         local: SocketAddr,
         peer: SocketAddr,

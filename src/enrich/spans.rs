@@ -20,16 +20,16 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::history::{GpuUsage, History};
 
-pub const IDS: &str = "gpulse.gpu.ids";
-pub const UTILIZATION_MEAN: &str = "gpulse.gpu.utilization.mean";
-pub const UTILIZATION_MAX: &str = "gpulse.gpu.utilization.max";
-pub const PROCESS_UTILIZATION_MEAN: &str = "gpulse.gpu.process.utilization.mean";
-pub const PROCESS_UTILIZATION_MAX: &str = "gpulse.gpu.process.utilization.max";
-pub const MEMORY_PEAK: &str = "gpulse.gpu.memory.peak";
-pub const POWER_MEAN: &str = "gpulse.gpu.power.mean";
-pub const ENERGY: &str = "gpulse.gpu.energy";
-pub const SAMPLES: &str = "gpulse.gpu.samples";
-pub const MATCH: &str = "gpulse.gpu.match";
+pub(crate) const IDS: &str = "gpulse.gpu.ids";
+pub(crate) const UTILIZATION_MEAN: &str = "gpulse.gpu.utilization.mean";
+pub(crate) const UTILIZATION_MAX: &str = "gpulse.gpu.utilization.max";
+pub(crate) const PROCESS_UTILIZATION_MEAN: &str = "gpulse.gpu.process.utilization.mean";
+pub(crate) const PROCESS_UTILIZATION_MAX: &str = "gpulse.gpu.process.utilization.max";
+pub(crate) const MEMORY_PEAK: &str = "gpulse.gpu.memory.peak";
+pub(crate) const POWER_MEAN: &str = "gpulse.gpu.power.mean";
+pub(crate) const ENERGY: &str = "gpulse.gpu.energy";
+pub(crate) const SAMPLES: &str = "gpulse.gpu.samples";
+pub(crate) const MATCH: &str = "gpulse.gpu.match";
 
 /// How a resource was tied to its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum MatchedBy {
 }
 
 impl MatchedBy {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             MatchedBy::Resource => "resource",
             MatchedBy::Connection => "connection",
@@ -48,10 +48,10 @@ impl MatchedBy {
 }
 
 /// The process of each `resource_spans` entry, in order (`None`: not known).
-pub type ResourcePids = Vec<Option<(u32, MatchedBy)>>;
+pub(crate) type ResourcePids = Vec<Option<(u32, MatchedBy)>>;
 
 /// Spans in a request.
-pub fn span_count(request: &ExportTraceServiceRequest) -> usize {
+pub(crate) fn span_count(request: &ExportTraceServiceRequest) -> usize {
     request
         .resource_spans
         .iter()
@@ -62,7 +62,7 @@ pub fn span_count(request: &ExportTraceServiceRequest) -> usize {
 
 /// The latest end time among the spans of resources whose process is known, to know how long
 /// to wait for the sample that covers it.
-pub fn latest_end(request: &ExportTraceServiceRequest, pids: &ResourcePids) -> Option<u64> {
+pub(crate) fn latest_end(request: &ExportTraceServiceRequest, pids: &ResourcePids) -> Option<u64> {
     request
         .resource_spans
         .iter()
@@ -103,7 +103,7 @@ pub fn enrich_request(
 }
 
 /// Appends the `gpulse.gpu.*` attributes of `usage`, skipping names the span already has.
-pub fn add_attributes(span: &mut Span, usage: &GpuUsage, by: MatchedBy) {
+pub(crate) fn add_attributes(span: &mut Span, usage: &GpuUsage, by: MatchedBy) {
     let mut new: Vec<(&'static str, Value)> = Vec::with_capacity(10);
     new.push((
         IDS,
