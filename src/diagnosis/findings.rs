@@ -32,7 +32,7 @@ pub enum RuleId {
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub const ALL: [RuleId; 13] = [
+    pub(crate) const ALL: [RuleId; 13] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -48,7 +48,7 @@ impl RuleId {
         RuleId::CollectiveBound,
     ];
 
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             RuleId::InputBound => "input_bound",
             RuleId::MemoryPressure => "memory_pressure",
@@ -88,7 +88,7 @@ pub enum Severity {
 }
 
 impl Severity {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Severity::Info => "info",
             Severity::Warning => "warning",
@@ -128,8 +128,9 @@ pub struct MigRef {
 }
 
 impl DeviceRef {
-    /// A whole GPU.
-    pub fn gpu(uuid: impl Into<String>, index: u32) -> Self {
+    /// A whole GPU (for the unit tests' findings).
+    #[cfg(test)]
+    pub(crate) fn gpu(uuid: impl Into<String>, index: u32) -> Self {
         Self {
             uuid: uuid.into(),
             index,
@@ -194,7 +195,7 @@ pub enum Subject {
 impl Subject {
     /// Identity of the subject across windows: two findings of the same rule with the same key
     /// are the same finding continuing. Display fields (service name, vpid) are not part of it.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         match self {
             Subject::Device(d) => format!("device:{}", d.uuid),
             Subject::Workload { pid, device, .. } => match device {
@@ -211,7 +212,7 @@ impl Subject {
     }
 
     /// The device this subject is about, when there is exactly one.
-    pub fn device(&self) -> Option<&DeviceRef> {
+    pub(crate) fn device(&self) -> Option<&DeviceRef> {
         match self {
             Subject::Device(d) => Some(d),
             Subject::Workload { device, .. } => device.as_ref(),
@@ -220,7 +221,7 @@ impl Subject {
     }
 
     /// The host PID, for a workload subject.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         match self {
             Subject::Workload { pid, .. } => Some(*pid),
             _ => None,
@@ -327,15 +328,16 @@ pub struct Finding {
 
 impl Finding {
     /// The identity of this finding across windows: rule + subject key.
-    pub fn key(&self) -> FindingKey {
+    pub(crate) fn key(&self) -> FindingKey {
         FindingKey {
             rule: self.rule,
             subject: self.subject.key(),
         }
     }
 
-    /// A value by name.
-    pub fn value(&self, name: &str) -> Option<&Value> {
+    /// A value by name (for the unit tests).
+    #[cfg(test)]
+    pub(crate) fn value(&self, name: &str) -> Option<&Value> {
         self.values.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 }

@@ -23,23 +23,23 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 /// The companion's metric names (examples/pytorch, `cuda_memory.py`).
-pub const ALLOCATED: &str = "pytorch.cuda.memory.allocated";
-pub const RESERVED: &str = "pytorch.cuda.memory.reserved";
-pub const MAX_ALLOCATED: &str = "pytorch.cuda.memory.max_allocated";
+pub(crate) const ALLOCATED: &str = "pytorch.cuda.memory.allocated";
+pub(crate) const RESERVED: &str = "pytorch.cuda.memory.reserved";
+pub(crate) const MAX_ALLOCATED: &str = "pytorch.cuda.memory.max_allocated";
 /// The companion's span names (`telemetry.py`).
-pub const STEP_SPAN: &str = "step";
-pub const DATA_WAIT_SPAN: &str = "data_wait";
+pub(crate) const STEP_SPAN: &str = "step";
+pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 /// The seconds of a step with a torch.distributed collective in flight, on the companion's step
 /// span (`distributed.py`).
-pub const COLLECTIVE_WAIT_ATTRIBUTE: &str = "pytorch.distributed.collective.wait";
+pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = "pytorch.distributed.collective.wait";
 /// The companion's resource attributes naming the process's place in a distributed job.
-pub const RANK: &str = "pytorch.distributed.rank";
-pub const LOCAL_RANK: &str = "pytorch.distributed.local_rank";
-pub const WORLD_SIZE: &str = "pytorch.distributed.world_size";
-pub const BACKEND: &str = "pytorch.distributed.backend";
-pub const JOB_ID: &str = "pytorch.distributed.job.id";
+pub(crate) const RANK: &str = "pytorch.distributed.rank";
+pub(crate) const LOCAL_RANK: &str = "pytorch.distributed.local_rank";
+pub(crate) const WORLD_SIZE: &str = "pytorch.distributed.world_size";
+pub(crate) const BACKEND: &str = "pytorch.distributed.backend";
+pub(crate) const JOB_ID: &str = "pytorch.distributed.job.id";
 /// DataLoader settings on the companion's run and epoch spans.
-pub const LOADER_ATTRIBUTES: [&str; 5] = [
+pub(crate) const LOADER_ATTRIBUTES: [&str; 5] = [
     "pytorch.dataloader.num_workers",
     "pytorch.dataloader.pin_memory",
     "pytorch.dataloader.prefetch_factor",
@@ -62,7 +62,7 @@ pub enum Layer {
 }
 
 impl Layer {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Layer::Nvml => "nvml",
             Layer::Procfs => "procfs",
@@ -72,7 +72,7 @@ impl Layer {
     }
 
     /// The comma-joined names, in a fixed order: `nvml,procfs,spans`.
-    pub fn join(layers: &[Layer]) -> String {
+    pub(crate) fn join(layers: &[Layer]) -> String {
         let mut sorted = layers.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -96,7 +96,7 @@ pub struct AllocatorPoint {
 
 /// A finished span of the training loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SpanTiming {
+pub(crate) struct SpanTiming {
     pub end: SystemTime,
     pub duration: Duration,
 }
@@ -109,19 +109,12 @@ pub struct LoaderSettings {
 }
 
 impl LoaderSettings {
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.settings
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.settings.is_empty()
     }
 
     /// `num_workers=2, pin_memory=false, ...` for an advice line.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.settings
             .iter()
             .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
@@ -130,7 +123,7 @@ impl LoaderSettings {
     }
 
     /// Sets what `other` reports, keeping the rest.
-    pub fn merge(&mut self, other: LoaderSettings) {
+    pub(crate) fn merge(&mut self, other: LoaderSettings) {
         for (k, v) in other.settings {
             match self.settings.iter_mut().find(|(name, _)| *name == k) {
                 Some(slot) => slot.1 = v,
@@ -160,7 +153,7 @@ pub struct DistributedIdentity {
 
 /// Bounds of the [`FrameworkHistory`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FrameworkLimits {
+pub(crate) struct FrameworkLimits {
     pub max_processes: usize,
     /// Allocator points per (process, device), and step/data_wait timings per process, each.
     pub max_points: usize,
@@ -195,7 +188,7 @@ struct ProcessRecord {
 
 /// Bounded per-process framework history. See the module documentation.
 #[derive(Debug, Clone, Default)]
-pub struct FrameworkHistory {
+pub(crate) struct FrameworkHistory {
     limits: FrameworkLimits,
     processes: HashMap<u32, ProcessRecord>,
 }
@@ -208,7 +201,7 @@ fn push_bounded<T>(ring: &mut VecDeque<T>, item: T, max: usize) {
 }
 
 impl FrameworkHistory {
-    pub fn new(limits: FrameworkLimits) -> Self {
+    pub(crate) fn new(limits: FrameworkLimits) -> Self {
         Self {
             limits,
             processes: HashMap::new(),
@@ -234,7 +227,7 @@ impl FrameworkHistory {
 
     /// Records one allocator reading of process `pid` on device `hw_id`. Readings of the same
     /// time (the three gauges of one export) are merged into one point.
-    pub fn record_allocator(&mut self, pid: u32, hw_id: &str, point: AllocatorPoint) {
+    pub(crate) fn record_allocator(&mut self, pid: u32, hw_id: &str, point: AllocatorPoint) {
         let max = self.limits.max_points;
         let ring = self
             .process(pid, point.at)
@@ -259,7 +252,7 @@ impl FrameworkHistory {
     }
 
     /// Records a finished `step` span of `pid`.
-    pub fn record_step(&mut self, pid: u32, timing: SpanTiming) {
+    pub(crate) fn record_step(&mut self, pid: u32, timing: SpanTiming) {
         let max = self.limits.max_points;
         let record = self.process(pid, timing.end);
         record.first_step_end = Some(
@@ -271,7 +264,12 @@ impl FrameworkHistory {
     }
 
     /// Records the collective wait of a step of `pid` that ended at `step_end`.
-    pub fn record_collective_wait(&mut self, pid: u32, step_end: SystemTime, wait: Duration) {
+    pub(crate) fn record_collective_wait(
+        &mut self,
+        pid: u32,
+        step_end: SystemTime,
+        wait: Duration,
+    ) {
         let max = self.limits.max_points;
         let timing = SpanTiming {
             end: step_end,
@@ -285,18 +283,23 @@ impl FrameworkHistory {
     }
 
     /// Records where `pid` sits in a distributed job (the latest resource wins).
-    pub fn record_distributed(&mut self, pid: u32, identity: DistributedIdentity, at: SystemTime) {
+    pub(crate) fn record_distributed(
+        &mut self,
+        pid: u32,
+        identity: DistributedIdentity,
+        at: SystemTime,
+    ) {
         self.process(pid, at).distributed = Some(identity);
     }
 
     /// Records a finished `data_wait` span of `pid`.
-    pub fn record_data_wait(&mut self, pid: u32, timing: SpanTiming) {
+    pub(crate) fn record_data_wait(&mut self, pid: u32, timing: SpanTiming) {
         let max = self.limits.max_points;
         push_bounded(&mut self.process(pid, timing.end).data_waits, timing, max);
     }
 
     /// Records the DataLoader settings a run or epoch span of `pid` carried.
-    pub fn record_loader(&mut self, pid: u32, settings: LoaderSettings, at: SystemTime) {
+    pub(crate) fn record_loader(&mut self, pid: u32, settings: LoaderSettings, at: SystemTime) {
         if !settings.is_empty() {
             self.process(pid, at).loader.merge(settings);
         }
@@ -304,7 +307,7 @@ impl FrameworkHistory {
 
     /// Keeps only `pids` (the processes NVML lists now) and drops what is older than `max_age`
     /// before `now`.
-    pub fn retain(&mut self, pids: &[u32], now: SystemTime) {
+    pub(crate) fn retain(&mut self, pids: &[u32], now: SystemTime) {
         self.processes.retain(|pid, _| pids.contains(pid));
         let Some(oldest) = now.checked_sub(self.limits.max_age) else {
             return;
@@ -328,18 +331,19 @@ impl FrameworkHistory {
         }
     }
 
-    /// Number of processes with framework data.
-    pub fn len(&self) -> usize {
+    /// Number of processes with framework data (for the unit tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.processes.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.processes.is_empty()
     }
 
     /// The job id each process's companion reported (`pytorch.distributed.job.id` on its
     /// telemetry's resource), by PID: what attribution adopts over the process's environment.
-    pub fn companion_job_ids(&self) -> HashMap<u32, String> {
+    pub(crate) fn companion_job_ids(&self) -> HashMap<u32, String> {
         self.processes
             .iter()
             .filter_map(|(pid, record)| {
@@ -352,7 +356,7 @@ impl FrameworkHistory {
     /// The evidence of `pids` for the rules. Step timings count when they ended within
     /// `step_lookback` before the newest step of the process, and only when that newest step
     /// ended within `step_lookback` before `now` (a loop that stopped sending is no evidence).
-    pub fn evidence(
+    pub(crate) fn evidence(
         &self,
         pids: &[u32],
         now: SystemTime,
@@ -460,13 +464,13 @@ pub struct StepEvidence {
 
 impl StepEvidence {
     /// Mean seconds of a step outside collectives (data wait, compute, the rest of the loop).
-    pub fn busy_seconds_mean(&self) -> Option<f64> {
+    pub(crate) fn busy_seconds_mean(&self) -> Option<f64> {
         self.collective_wait_seconds_mean
             .map(|w| (self.step_seconds_mean - w).max(0.0))
     }
 
     /// Share of step time spent with a collective in flight.
-    pub fn collective_wait_ratio(&self) -> Option<f64> {
+    pub(crate) fn collective_wait_ratio(&self) -> Option<f64> {
         let wait = self.collective_wait_seconds_mean?;
         (self.step_seconds_mean > 0.0).then(|| (wait / self.step_seconds_mean).min(1.0))
     }
@@ -488,7 +492,11 @@ pub struct ProcessEvidence {
 impl ProcessEvidence {
     /// The allocator readings of the process on `device_uuid`; readings without a device count
     /// when the process uses exactly one GPU (`only_device`).
-    pub fn allocator_on(&self, device_uuid: &str, only_device: bool) -> Option<&[AllocatorPoint]> {
+    pub(crate) fn allocator_on(
+        &self,
+        device_uuid: &str,
+        only_device: bool,
+    ) -> Option<&[AllocatorPoint]> {
         self.allocator
             .get(device_uuid)
             .or_else(|| only_device.then(|| self.allocator.get("")).flatten())
@@ -506,7 +514,7 @@ pub struct FrameworkEvidence {
 }
 
 impl FrameworkEvidence {
-    pub fn process(&self, pid: u32) -> Option<&ProcessEvidence> {
+    pub(crate) fn process(&self, pid: u32) -> Option<&ProcessEvidence> {
         self.processes.get(&pid)
     }
 }
@@ -517,12 +525,12 @@ impl FrameworkEvidence {
 pub struct FrameworkHandle(Arc<Mutex<FrameworkHistory>>);
 
 impl FrameworkHandle {
-    pub fn new(limits: FrameworkLimits) -> Self {
+    pub(crate) fn new(limits: FrameworkLimits) -> Self {
         Self(Arc::new(Mutex::new(FrameworkHistory::new(limits))))
     }
 
     /// The history; a panic in another holder does not make it unusable (the data is plain).
-    pub fn lock(&self) -> MutexGuard<'_, FrameworkHistory> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, FrameworkHistory> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

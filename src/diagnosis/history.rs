@@ -46,7 +46,7 @@ pub enum Interconnect {
 }
 
 impl Interconnect {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Interconnect::NvLink => "NVLink",
             Interconnect::Pcie => "PCIe",
@@ -64,7 +64,7 @@ pub struct InterconnectTraffic {
 impl InterconnectTraffic {
     /// NVLink traffic (every link, both directions) where the device gives NVLink rates, else
     /// PCIe throughput; `None` when it gives neither.
-    pub fn of(d: &crate::sampling::DeviceWindow) -> Option<Self> {
+    pub(crate) fn of(d: &crate::sampling::DeviceWindow) -> Option<Self> {
         if let Some(bytes_per_second) = d.nvlink_bytes_per_second() {
             return Some(Self {
                 interconnect: Interconnect::NvLink,
@@ -89,7 +89,9 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn summaries(&self) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator {
+    pub(crate) fn summaries(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator {
         self.summaries.iter()
     }
 
@@ -101,14 +103,14 @@ impl Series {
         self.summaries.is_empty()
     }
 
-    pub fn latest(&self) -> Option<&WindowSummary> {
+    pub(crate) fn latest(&self) -> Option<&WindowSummary> {
         self.summaries.back()
     }
 }
 
 /// Per device: cumulative counters of the previous window, for "new since last window".
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DeviceCounters {
+pub(crate) struct DeviceCounters {
     /// `ecc_uncorrected_total` of the window before the newest recorded one.
     pub previous_ecc_uncorrected: Option<u64>,
     /// The same of the newest recorded window.
@@ -306,7 +308,7 @@ impl History {
     }
 
     /// The counters of one device.
-    pub fn device(&self, uuid: &str) -> Option<&DeviceCounters> {
+    pub(crate) fn device(&self, uuid: &str) -> Option<&DeviceCounters> {
         self.devices.get(uuid)
     }
 
@@ -322,10 +324,6 @@ impl History {
             .flatten()
             .map(|(_, s)| s.summaries.len())
             .sum()
-    }
-
-    pub fn limits(&self) -> &HistoryLimits {
-        &self.limits
     }
 }
 

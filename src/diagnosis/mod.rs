@@ -13,18 +13,18 @@ pub mod findings;
 pub mod framework;
 pub mod history;
 pub mod otlp;
-pub mod rules;
+pub(crate) mod rules;
 pub mod thresholds;
-pub mod tracker;
+pub(crate) mod tracker;
 pub mod training;
-pub mod xid;
+pub(crate) mod xid;
 
 use crate::attribution::AttributedWindow;
 
 pub use findings::{DeviceRef, Finding, FindingKey, JobKey, RuleId, Severity, Subject, Value};
 pub use framework::{FrameworkEvidence, FrameworkHandle, Layer};
 pub use history::{History, WindowSummary};
-pub use rules::{evaluate_all, Inputs};
+pub(crate) use rules::{evaluate_all, Inputs};
 pub use thresholds::{Thresholds, ThresholdsError};
 pub use tracker::{FindingEvent, FindingState, FindingTracker};
 
@@ -55,7 +55,7 @@ impl Diagnoser {
     }
 
     /// [`Diagnoser::observe`] with what the training framework reported about the processes.
-    pub fn observe_with_framework(
+    pub(crate) fn observe_with_framework(
         &mut self,
         attributed: &AttributedWindow,
         framework: &FrameworkEvidence,
@@ -83,7 +83,7 @@ impl Diagnoser {
         &self.history
     }
 
-    pub fn thresholds(&self) -> &Thresholds {
+    pub(crate) fn thresholds(&self) -> &Thresholds {
         &self.thresholds
     }
 }

@@ -31,10 +31,10 @@ use super::tracker::{FindingEvent, FindingState};
 /// `event_name` of every diagnosis record.
 pub const EVENT_NAME: &str = "gpulse.diagnosis.finding";
 /// Prefix of the attributes that carry a finding's values.
-pub const VALUE_PREFIX: &str = "gpulse.diagnosis.value.";
+pub(crate) const VALUE_PREFIX: &str = "gpulse.diagnosis.value.";
 
 /// The OTLP severity of a finding's severity.
-pub fn severity_number(severity: Severity) -> SeverityNumber {
+pub(crate) fn severity_number(severity: Severity) -> SeverityNumber {
     match severity {
         Severity::Info => SeverityNumber::Info,
         Severity::Warning => SeverityNumber::Warn,
@@ -44,7 +44,7 @@ pub fn severity_number(severity: Severity) -> SeverityNumber {
 }
 
 /// The short severity text the specification's examples use (`INFO`, `WARN`, ...).
-pub fn severity_text(number: SeverityNumber) -> &'static str {
+pub(crate) fn severity_text(number: SeverityNumber) -> &'static str {
     match number {
         SeverityNumber::Warn => "WARN",
         SeverityNumber::Error => "ERROR",

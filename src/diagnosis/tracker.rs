@@ -22,7 +22,7 @@ pub enum FindingState {
 }
 
 impl FindingState {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             FindingState::Started => "started",
             FindingState::Escalated => "escalated",
@@ -58,7 +58,7 @@ pub struct FindingTracker {
 
 impl FindingTracker {
     /// `clear_after_windows` below 1 is taken as 1.
-    pub fn new(clear_after_windows: u32) -> Self {
+    pub(crate) fn new(clear_after_windows: u32) -> Self {
         Self {
             clear_after_windows: clear_after_windows.max(1),
             active: BTreeMap::new(),
@@ -70,7 +70,7 @@ impl FindingTracker {
     ///
     /// A finding already active is refreshed (values, severity, summary) and keeps its earliest
     /// `since`; it yields an `Escalated` event only when its severity rose. Two findings with the same key in one batch: the more severe one is kept.
-    pub fn update(&mut self, findings: Vec<Finding>, at: SystemTime) -> Vec<FindingEvent> {
+    pub(crate) fn update(&mut self, findings: Vec<Finding>, at: SystemTime) -> Vec<FindingEvent> {
         let mut batch: BTreeMap<FindingKey, Finding> = BTreeMap::new();
         for f in findings {
             let key = f.key();
@@ -137,7 +137,7 @@ impl FindingTracker {
     }
 
     /// Findings active now, in key order.
-    pub fn active(&self) -> impl Iterator<Item = &Finding> {
+    pub(crate) fn active(&self) -> impl Iterator<Item = &Finding> {
         self.active.values().map(|t| &t.finding)
     }
 
@@ -150,19 +150,13 @@ impl FindingTracker {
         }
         counts
     }
-
-    /// Clears everything without events (e.g. after NVML was re-initialised and devices may
-    /// have new identities).
-    pub fn reset(&mut self) {
-        self.active.clear();
-    }
 }
 
 /// Name of the gauge of active findings, with attribute `gpulse.diagnosis.rule`.
-pub const ACTIVE_GAUGE_NAME: &str = "gpulse.diagnosis.active";
+pub(crate) const ACTIVE_GAUGE_NAME: &str = "gpulse.diagnosis.active";
 /// Its unit and description, the same in OTLP (`crate::export::telemetry`) and Prometheus.
-pub const ACTIVE_GAUGE_UNIT: &str = "{finding}";
-pub const ACTIVE_GAUGE_DESCRIPTION: &str = "Diagnosis findings active now, by rule.";
+pub(crate) const ACTIVE_GAUGE_UNIT: &str = "{finding}";
+pub(crate) const ACTIVE_GAUGE_DESCRIPTION: &str = "Diagnosis findings active now, by rule.";
 
 #[cfg(test)]
 mod tests {

@@ -30,20 +30,14 @@ pub struct ProcessTraining {
 }
 
 impl ProcessTraining {
-    /// Mean seconds of a step outside collectives, the figure ranks are compared by.
-    pub fn busy_seconds(&self) -> Option<f64> {
-        self.collective_wait_seconds
-            .map(|w| (self.step_seconds - w).max(0.0))
-    }
-
     /// Share of the step spent in collectives.
-    pub fn collective_wait_ratio(&self) -> Option<f64> {
+    pub(crate) fn collective_wait_ratio(&self) -> Option<f64> {
         let wait = self.collective_wait_seconds?;
         (self.step_seconds > 0.0).then(|| (wait / self.step_seconds).min(1.0))
     }
 
     /// `job-7/2`: the job id and rank, for one column of a table.
-    pub fn rank_label(&self) -> Option<String> {
+    pub(crate) fn rank_label(&self) -> Option<String> {
         let d = self.distributed.as_ref()?;
         Some(match &d.job_id {
             Some(job) => format!("{job}/{}", d.rank),
@@ -61,7 +55,7 @@ pub struct TrainingWindow {
 
 impl TrainingWindow {
     /// The figures of every process whose recent step spans the evidence holds.
-    pub fn from_evidence(evidence: &FrameworkEvidence) -> Self {
+    pub(crate) fn from_evidence(evidence: &FrameworkEvidence) -> Self {
         let processes = evidence
             .processes
             .iter()
@@ -82,12 +76,8 @@ impl TrainingWindow {
         Self { processes }
     }
 
-    pub fn process(&self, pid: u32) -> Option<&ProcessTraining> {
+    pub(crate) fn process(&self, pid: u32) -> Option<&ProcessTraining> {
         self.processes.get(&pid)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.processes.is_empty()
     }
 }
 
@@ -123,7 +113,6 @@ mod tests {
         assert_eq!(training.processes.len(), 1);
         let p = training.process(10).unwrap();
         assert_eq!(p.steps, 20);
-        assert!((p.busy_seconds().unwrap() - 0.3).abs() < 1e-9);
         assert!((p.collective_wait_ratio().unwrap() - 0.4).abs() < 1e-9);
         assert_eq!(p.rank_label().as_deref(), Some("job-7/3"));
         assert!(training.process(11).is_none());
@@ -138,7 +127,6 @@ mod tests {
             steps: 3,
             distributed: None,
         };
-        assert_eq!(p.busy_seconds(), None);
         assert_eq!(p.collective_wait_ratio(), None);
         assert_eq!(p.rank_label(), None);
     }

@@ -7,7 +7,7 @@ use super::findings::Severity;
 
 /// One XID's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct XidInfo {
+pub(crate) struct XidInfo {
     pub xid: u64,
     /// Short meaning, as the catalog names it.
     pub meaning: &'static str,
@@ -44,13 +44,13 @@ const TABLE: &[XidInfo] = &[
 ];
 
 /// The meaning of an XID, when it is one of the common ones.
-pub fn lookup(xid: u64) -> Option<&'static XidInfo> {
+pub(crate) fn lookup(xid: u64) -> Option<&'static XidInfo> {
     TABLE.iter().find(|i| i.xid == xid)
 }
 
 /// Severity of an XID not in the table: the catalog has many hardware-class codes, so an
 /// unknown one is treated as an error, not waved through.
-pub const UNKNOWN_SEVERITY: Severity = Severity::Error;
+pub(crate) const UNKNOWN_SEVERITY: Severity = Severity::Error;
 
 #[cfg(test)]
 mod tests {

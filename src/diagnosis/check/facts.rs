@@ -17,14 +17,14 @@ pub enum Fact<T> {
 }
 
 impl<T> Fact<T> {
-    pub fn known(&self) -> Option<&T> {
+    pub(crate) fn known(&self) -> Option<&T> {
         match self {
             Fact::Known(v) => Some(v),
             _ => None,
         }
     }
 
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fact<U> {
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Fact<U> {
         match self {
             Fact::Known(v) => Fact::Known(f(v)),
             Fact::NotSupported => Fact::NotSupported,
@@ -136,7 +136,7 @@ pub struct HealthFacts {
 
 impl HealthFacts {
     /// NVML could not be opened (or answered nothing); `reason` says why and what to do.
-    pub fn nvml_unavailable(reason: impl Into<String>) -> Self {
+    pub(crate) fn nvml_unavailable(reason: impl Into<String>) -> Self {
         Self {
             nvml_error: Some(reason.into()),
             driver_version: None,

@@ -6,9 +6,9 @@
 //! A field the device does not support is "n/a" and passes, except where its absence hides a
 //! risk the operator should know about (documented per check in `docs/diagnosis.md`).
 
-pub mod collect;
-pub mod facts;
-pub mod ranks;
+pub(crate) mod collect;
+pub(crate) mod facts;
+pub(crate) mod ranks;
 
 use std::fmt::Write as _;
 
@@ -34,7 +34,7 @@ pub enum CheckStatus {
 }
 
 impl CheckStatus {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             CheckStatus::Pass => "pass",
             CheckStatus::Warn => "warn",
@@ -57,7 +57,7 @@ pub struct CheckResult {
 
 /// How strict the check is about what is expected on the node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckOptions {
+pub(crate) struct CheckOptions {
     /// No GPU process is expected (a node about to receive a job): any process holding memory
     /// is a warning. Default false.
     pub expect_idle: bool,
@@ -85,7 +85,7 @@ pub fn evaluate(facts: &HealthFacts) -> Vec<CheckResult> {
 }
 
 /// The checks, node-wide first, then per device in index order.
-pub fn evaluate_with(facts: &HealthFacts, opts: &CheckOptions) -> Vec<CheckResult> {
+pub(crate) fn evaluate_with(facts: &HealthFacts, opts: &CheckOptions) -> Vec<CheckResult> {
     let mut out = Vec::new();
     if let Some(err) = &facts.nvml_error {
         out.push(node(

@@ -10,7 +10,7 @@ use super::{CheckResult, CheckStatus};
 
 /// One GPU process of a distributed job, as its environment names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankProcess {
+pub(crate) struct RankProcess {
     pub job_id: String,
     pub pid: u32,
     pub rank: Option<u32>,
@@ -18,7 +18,7 @@ pub struct RankProcess {
 
 /// The `Distributed training` line, when any GPU process belongs to a job: it always passes
 /// (nothing was judged) and says what would judge it.
-pub fn distributed_training(processes: &[RankProcess]) -> Option<CheckResult> {
+pub(crate) fn distributed_training(processes: &[RankProcess]) -> Option<CheckResult> {
     let mut jobs: BTreeMap<&str, Vec<&RankProcess>> = BTreeMap::new();
     for p in processes {
         let ranks = jobs.entry(p.job_id.as_str()).or_default();

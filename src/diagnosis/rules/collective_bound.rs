@@ -28,7 +28,7 @@ is low, the wait is latency or other nodes' ranks: look at the job's ranks on th
 (their step spans in your tracing backend).";
 
 /// One finding per job whose ranks all wait in collectives without a straggler.
-pub fn evaluate(
+pub(crate) fn evaluate(
     inputs: &Inputs<'_>,
     t: &CollectiveBound,
     straggler_thresholds: &RankStraggler,

@@ -20,7 +20,7 @@ const LOST_ADVICE: &str = "The GPU stopped answering NVML (fell off the bus or h
 node, check dmesg for XID 79 / PCIe errors, and reboot; RMA on recurrence.";
 
 /// One finding per device with XIDs, new uncorrectable ECC errors or lost samples.
-pub fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in &inputs.window.devices {
         let uuid = d.info.uuid.as_str();

@@ -22,7 +22,7 @@ launcher child left over from a crashed run. Check it with `ps -o pid,ppid,etime
 and kill it to give the GPU memory back.";
 
 /// One finding per (process, device) idle past `min_duration`, or orphaned.
-pub fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
         let Some(held) = p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64) else {
@@ -107,7 +107,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
 
 /// The trailing run of idle windows in a series.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct IdleRun {
+pub(crate) struct IdleRun {
     pub since: SystemTime,
     pub seconds: f64,
     /// Highest utilisation seen in the run.

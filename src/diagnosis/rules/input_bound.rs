@@ -50,7 +50,7 @@ impl Bound {
 }
 
 /// One finding per input-bound process; see the module documentation.
-pub fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
     let mut out = Vec::new();
     for (pid, procs) in inputs.processes_by_pid() {
         let usage = inputs.usage.get(&pid);

@@ -44,7 +44,7 @@ struct GpuState {
 }
 
 /// One finding per job on two or more GPUs that is interconnect-bound on every one of them.
-pub fn evaluate(inputs: &Inputs<'_>, t: &InterconnectBound) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InterconnectBound) -> Vec<Finding> {
     let mut jobs: BTreeMap<JobKey, Vec<&ProcessWindow>> = BTreeMap::new();
     for p in &inputs.window.processes {
         jobs.entry(job_key(inputs, p.pid)).or_default().push(p);

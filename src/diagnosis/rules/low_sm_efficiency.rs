@@ -17,7 +17,7 @@ torch.profiler whether the step is dominated by many short kernels.";
 
 /// One finding per device whose main holder ran past `min_duration` with high GPU-Util and low
 /// SM activity.
-pub fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding> {
     let mut out = Vec::new();
     let sustained = sustained_main_holders(inputs, t.min_duration, |s| {
         matches!(

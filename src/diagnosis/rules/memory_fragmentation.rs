@@ -22,7 +22,7 @@ torch.cuda.memory_summary() shows the inactive split blocks; torch.cuda.empty_ca
 phases only hides it.";
 
 /// One finding per (process, device) whose reserve stays fragmented under memory pressure.
-pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
         let only_device = inputs

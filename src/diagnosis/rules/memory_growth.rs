@@ -51,7 +51,7 @@ const MAX_FIT_POINTS: usize = 96;
 
 /// A fitted trend over one series.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Trend {
+pub(crate) struct Trend {
     /// Bytes per second.
     pub slope: f64,
     /// Time covered, seconds.
@@ -64,7 +64,7 @@ pub struct Trend {
 }
 
 /// One finding per (process, device) whose memory grows at `min_rate_bytes_per_second` or more.
-pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
         let only_device = inputs
@@ -148,7 +148,7 @@ pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 /// than two rising quarter transitions, or not ending at its maximum. Those checks are linear;
 /// the slope, quadratic in the points, is fitted only for the series that pass, which on a
 /// node of long, flat training jobs is almost none.
-pub fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
+pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
     let origin = first.end;
     let points: Vec<(f64, f64)> = series
@@ -163,7 +163,7 @@ pub fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
 }
 
 /// [`fit`] over `(seconds since the first point, bytes)` points, oldest first.
-pub fn fit_points(
+pub(crate) fn fit_points(
     points: &[(f64, f64)],
     first_start: SystemTime,
     t: &MemoryGrowth,
@@ -226,7 +226,7 @@ fn allocator_trend(
 /// Growth of the per-epoch peaks of `max_allocated` (the companion resets it at each epoch
 /// start, so a drop starts a new epoch): the last [`RISING_EPOCHS`] peaks each higher than the
 /// one before, spanning at least `min_duration`. Returns the rate and the span.
-pub fn epoch_peak_growth(points: &[AllocatorPoint], t: &MemoryGrowth) -> Option<Trend> {
+pub(crate) fn epoch_peak_growth(points: &[AllocatorPoint], t: &MemoryGrowth) -> Option<Trend> {
     let mut peaks: Vec<(SystemTime, u64)> = Vec::new();
     let mut previous: Option<u64> = None;
     for p in points {
@@ -364,7 +364,7 @@ fn with_allocator(
 }
 
 /// Median of the slopes of all pairs with distinct times.
-pub fn theil_sen(points: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn theil_sen(points: &[(f64, f64)]) -> Option<f64> {
     let mut slopes = Vec::with_capacity(points.len() * points.len().saturating_sub(1) / 2);
     for (i, a) in points.iter().enumerate() {
         for b in &points[i + 1..] {

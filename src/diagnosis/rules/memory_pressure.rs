@@ -20,7 +20,7 @@ on the same GPU (nvidia-smi) that should not be there.";
 
 /// One device finding when the device's memory is nearly all taken; one workload finding per
 /// process holding nearly all of what it could have.
-pub fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in &inputs.window.devices {
         let free = d.last_u64(DeviceField::MemoryFree);

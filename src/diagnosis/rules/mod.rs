@@ -3,21 +3,21 @@
 //! and the rule's thresholds to the findings of this window. No rule keeps state; the history
 //! and the tracker do.
 
-pub mod collective_bound;
-pub mod hardware_errors;
-pub mod idle_holder;
-pub mod input_bound;
-pub mod interconnect_bound;
-pub mod low_sm_efficiency;
-pub mod memory_fragmentation;
-pub mod memory_growth;
-pub mod memory_pressure;
+pub(crate) mod collective_bound;
+pub(crate) mod hardware_errors;
+pub(crate) mod idle_holder;
+pub(crate) mod input_bound;
+pub(crate) mod interconnect_bound;
+pub(crate) mod low_sm_efficiency;
+pub(crate) mod memory_fragmentation;
+pub(crate) mod memory_growth;
+pub(crate) mod memory_pressure;
 #[cfg(test)]
 mod mig_tests;
-pub mod rank_straggler;
-pub mod tensor_cores_idle;
-pub mod throttling;
-pub mod uneven_multi_gpu;
+pub(crate) mod rank_straggler;
+pub(crate) mod tensor_cores_idle;
+pub(crate) mod throttling;
+pub(crate) mod uneven_multi_gpu;
 
 use std::collections::HashMap;
 
@@ -32,7 +32,7 @@ use super::thresholds::Thresholds;
 
 /// Everything the rules read for one window. Build it after `History::record(window)`.
 #[derive(Debug, Clone, Copy)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub window: &'a Window,
     /// Attributed identity by host PID; a PID missing here is reported as unresolved.
     pub workloads: &'a HashMap<u32, Workload>,
@@ -48,12 +48,12 @@ pub struct Inputs<'a> {
 }
 
 impl<'a> Inputs<'a> {
-    pub fn device(&self, uuid: &str) -> Option<&'a DeviceWindow> {
+    pub(crate) fn device(&self, uuid: &str) -> Option<&'a DeviceWindow> {
         self.window.devices.iter().find(|d| d.info.uuid == uuid)
     }
 
     /// The subject for a process, filled from its workload when attribution knew it.
-    pub fn workload_subject(&self, pid: u32, device: Option<DeviceRef>) -> Subject {
+    pub(crate) fn workload_subject(&self, pid: u32, device: Option<DeviceRef>) -> Subject {
         match self.workloads.get(&pid) {
             Some(w) => Subject::Workload {
                 pid,
@@ -75,7 +75,7 @@ impl<'a> Inputs<'a> {
     }
 
     /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
-    pub fn processes_by_pid(&self) -> Vec<(u32, Vec<&'a ProcessWindow>)> {
+    pub(crate) fn processes_by_pid(&self) -> Vec<(u32, Vec<&'a ProcessWindow>)> {
         let mut map: std::collections::BTreeMap<u32, Vec<&'a ProcessWindow>> =
             std::collections::BTreeMap::new();
         for p in &self.window.processes {
@@ -136,7 +136,7 @@ pub(crate) struct MemoryRoom {
 
 impl MemoryRoom {
     /// `MIG instance` or `device`, for summaries.
-    pub fn place(&self) -> &'static str {
+    pub(crate) fn place(&self) -> &'static str {
         if self.instance {
             "MIG instance"
         } else {
@@ -201,13 +201,13 @@ pub(crate) struct SustainedHolder<'a> {
 
 impl SustainedHolder<'_> {
     /// The GPM activity the condition was judged on: the MIG instance's, else the device's.
-    pub fn gpm(&self) -> &GpmWindow {
+    pub(crate) fn gpm(&self) -> &GpmWindow {
         self.instance.map_or(&self.device.gpm, |m| &m.gpm)
     }
 
     /// How busy the device was: GPU-Util, or on MIG (where NVML gives none) the instance's
     /// graphics-engine activity.
-    pub fn utilization(&self) -> Option<crate::sampling::Gauge> {
+    pub(crate) fn utilization(&self) -> Option<crate::sampling::Gauge> {
         match self.instance {
             Some(m) => m.gpm.gauge(crate::schema::GpmField::GraphicsActivity),
             None => self
@@ -266,7 +266,7 @@ pub(crate) fn trailing_run(
 }
 
 /// Runs every enabled rule, in `RuleId::ALL` order.
-pub fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
+pub(crate) fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> {
     if !t.enabled {
         return Vec::new();
     }
@@ -333,13 +333,13 @@ pub(crate) mod testkit {
     use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
     use crate::schema::DeviceField;
 
-    pub const GIB: u64 = 1024 * 1024 * 1024;
+    pub(crate) const GIB: u64 = 1024 * 1024 * 1024;
 
-    pub fn t(secs: u64) -> SystemTime {
+    pub(crate) fn t(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
     }
 
-    pub fn gauge(v: f64) -> Gauge {
+    pub(crate) fn gauge(v: f64) -> Gauge {
         Gauge {
             mean: v,
             min: v,
@@ -349,7 +349,7 @@ pub(crate) mod testkit {
         }
     }
 
-    pub fn info(index: u32) -> Arc<DeviceInfo> {
+    pub(crate) fn info(index: u32) -> Arc<DeviceInfo> {
         Arc::new(DeviceInfo {
             index,
             uuid: format!("GPU-{index:08}"),
@@ -365,7 +365,7 @@ pub(crate) mod testkit {
         })
     }
 
-    pub fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
+    pub(crate) fn device(index: u32, util: f64, used: u64) -> DeviceWindow {
         use DeviceField as F;
         let mut d = DeviceWindow::empty(info(index), t(0));
         d.throttle_active_ratio = Some(Default::default());
@@ -396,7 +396,7 @@ pub(crate) mod testkit {
         d
     }
 
-    pub fn process(pid: u32, device: u32, mem: u64, sm: Option<f64>) -> ProcessWindow {
+    pub(crate) fn process(pid: u32, device: u32, mem: u64, sm: Option<f64>) -> ProcessWindow {
         ProcessWindow {
             pid,
             device_index: device,
@@ -413,7 +413,11 @@ pub(crate) mod testkit {
     }
 
     /// A window `[at - 60 s, at]`.
-    pub fn window(at: u64, devices: Vec<DeviceWindow>, processes: Vec<ProcessWindow>) -> Window {
+    pub(crate) fn window(
+        at: u64,
+        devices: Vec<DeviceWindow>,
+        processes: Vec<ProcessWindow>,
+    ) -> Window {
         Window {
             start: t(at.saturating_sub(60)),
             end: t(at),
@@ -427,7 +431,7 @@ pub(crate) mod testkit {
     }
 
     /// Owned inputs a test can borrow as `Inputs`.
-    pub struct Fixture {
+    pub(crate) struct Fixture {
         pub window: Window,
         pub workloads: HashMap<u32, Workload>,
         pub usage: HashMap<u32, ProcessUsage>,
@@ -438,7 +442,7 @@ pub(crate) mod testkit {
 
     impl Fixture {
         /// Records `windows` in order into a fresh history; the last one is the current window.
-        pub fn new(windows: Vec<Window>) -> Self {
+        pub(crate) fn new(windows: Vec<Window>) -> Self {
             let mut history = History::new(HistoryLimits::default());
             for w in &windows {
                 history.record(w);
@@ -457,7 +461,7 @@ pub(crate) mod testkit {
             }
         }
 
-        pub fn cpu(mut self, pid: u32, own: f64, tree: f64) -> Self {
+        pub(crate) fn cpu(mut self, pid: u32, own: f64, tree: f64) -> Self {
             self.usage.insert(
                 pid,
                 ProcessUsage {
@@ -469,7 +473,7 @@ pub(crate) mod testkit {
             self
         }
 
-        pub fn inputs(&self) -> super::Inputs<'_> {
+        pub(crate) fn inputs(&self) -> super::Inputs<'_> {
             super::Inputs {
                 window: &self.window,
                 workloads: &self.workloads,

@@ -155,7 +155,7 @@ size), rank-specific work (logging, evaluation, checkpointing on rank 0: move it
 spread it), or a GPU model that differs from the others'.";
 
 /// One finding per job whose slowest rank holds the others back.
-pub fn evaluate(inputs: &Inputs<'_>, t: &RankStraggler) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &RankStraggler) -> Vec<Finding> {
     let mut out = Vec::new();
     for (job, ranks) in jobs(inputs, t.min_steps, t.min_duration) {
         let Some((index, excess, others_busy, others_wait)) = straggler(&ranks, t) else {

@@ -17,7 +17,7 @@ remains: torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allo
 
 /// One finding per device whose main holder ran past `min_duration` with busy SMs and idle
 /// tensor cores.
-pub fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding> {
     let mut out = Vec::new();
     let sustained = sustained_main_holders(inputs, t.min_duration, |s| {
         matches!(

@@ -12,7 +12,7 @@ use super::{device_ref, Inputs};
 
 /// What a throttle reason is about, for the advice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThrottleClass {
+pub(crate) enum ThrottleClass {
     Thermal,
     Power,
     Other,
@@ -20,7 +20,7 @@ pub enum ThrottleClass {
 
 /// A reportable throttle reason.
 #[derive(Debug, Clone, Copy)]
-pub struct Reason {
+pub(crate) struct Reason {
     pub bit: u64,
     /// snake_case name, as NVML's constant without its prefix.
     pub name: &'static str,
@@ -29,7 +29,7 @@ pub struct Reason {
 }
 
 /// The reasons this rule reports; the software power cap only when configured.
-pub const REASONS: [Reason; 5] = [
+pub(crate) const REASONS: [Reason; 5] = [
     Reason {
         bit: ThrottleReasons::HW_THERMAL_SLOWDOWN.bits(),
         name: "hw_thermal_slowdown",
@@ -75,7 +75,7 @@ power brake or an external signal: check cooling and power supplies; if it persi
 well-powered GPU, contact the vendor.";
 
 /// One finding per device with at least one reason active above `active_ratio_above`.
-pub fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in &inputs.window.devices {
         let Some(ratios) = &d.throttle_active_ratio else {

@@ -22,7 +22,7 @@ pipeline stages are balanced, and whether the slow GPU is throttled or on a slow
 (`nvidia-smi topo -m`); compare per-rank step times.";
 
 /// The job a process belongs to.
-pub fn job_key(inputs: &Inputs<'_>, pid: u32) -> JobKey {
+pub(crate) fn job_key(inputs: &Inputs<'_>, pid: u32) -> JobKey {
     let w = inputs.workloads.get(&pid);
     if let Some(uid) = w.and_then(|w| w.pod_uid.clone()) {
         return JobKey::PodUid(uid);
@@ -34,7 +34,7 @@ pub fn job_key(inputs: &Inputs<'_>, pid: u32) -> JobKey {
 }
 
 /// One finding per job on two or more GPUs with uneven utilisation.
-pub fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
     let mut jobs: BTreeMap<JobKey, Vec<&ProcessWindow>> = BTreeMap::new();
     for p in &inputs.window.processes {
         jobs.entry(job_key(inputs, p.pid)).or_default().push(p);

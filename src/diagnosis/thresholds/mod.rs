@@ -588,17 +588,17 @@ impl Thresholds {
 }
 
 /// Durations in the config file as humantime strings (`"10m"`, `"1h 30m"`) or integer seconds.
-pub mod duration_serde {
+pub(crate) mod duration_serde {
     use std::time::Duration;
 
     use serde::de::{self, Visitor};
     use serde::{Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         struct V;
         impl Visitor<'_> for V {
             type Value = Duration;
