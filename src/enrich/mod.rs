@@ -18,7 +18,7 @@ pub(crate) mod grpc;
 pub(crate) mod history;
 pub(crate) mod http;
 pub(crate) mod identity;
-pub(crate) mod intake;
+pub mod intake;
 pub(crate) mod peer;
 pub mod spans;
 

@@ -9,7 +9,7 @@ pub(crate) mod charts;
 pub(crate) mod child;
 pub(crate) mod html;
 pub(crate) mod model;
-pub(crate) mod otlp_json;
+pub mod otlp_json;
 pub(crate) mod recorder;
 pub(crate) mod spans;
 pub(crate) mod summary;
