@@ -37,7 +37,7 @@ pub enum WindowKind {
 
 impl WindowKind {
     /// The name docs and the exported schema use.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WindowKind::Gauge => "gauge",
             WindowKind::Last => "last",
@@ -82,7 +82,7 @@ pub enum DcgmValue {
 
 impl DcgmScale {
     /// `value`, in its field's unit (ratio, bytes, °C, W, MHz, J), in dcgm-exporter's.
-    pub fn convert(self, value: f64) -> DcgmValue {
+    pub(crate) fn convert(self, value: f64) -> DcgmValue {
         const MIB: u64 = 1 << 20;
         match self {
             DcgmScale::Percent => DcgmValue::Int((value * 100.0).round() as i64),
@@ -95,7 +95,7 @@ impl DcgmScale {
 
     /// dcgm-exporter's unit of a series in this scale, for a field whose metric is in the UCUM
     /// `unit`, as the docs write it.
-    pub fn unit(self, unit: &str) -> String {
+    pub(crate) fn unit(self, unit: &str) -> String {
         match (self, unit) {
             (DcgmScale::Percent, _) => "%".into(),
             (DcgmScale::Mebibytes, _) => "MiB".into(),
@@ -107,7 +107,7 @@ impl DcgmScale {
     }
 
     /// The name docs and the exported schema use.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DcgmScale::Percent => "percent",
             DcgmScale::Mebibytes => "mebibytes",
@@ -150,7 +150,7 @@ pub struct FieldSpec {
 impl FieldSpec {
     /// UCUM unit of the sampled value: the metric's, per second for a rate the window
     /// integrates.
-    pub fn unit(&self) -> &'static str {
+    pub(crate) fn unit(&self) -> &'static str {
         let unit = self.metric.id.spec().unit;
         match (self.window, unit) {
             (WindowKind::IntegratedRate, "By") => "By/s",
@@ -168,7 +168,7 @@ impl FieldSpec {
 
 impl DeviceField {
     /// This field's row of [`DEVICE_FIELDS`].
-    pub fn spec(self) -> &'static FieldSpec {
+    pub(crate) fn spec(self) -> &'static FieldSpec {
         &DEVICE_FIELDS[self as usize]
     }
 }

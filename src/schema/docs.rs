@@ -13,10 +13,10 @@ use super::metrics::{MetricSpec, Section, METRICS};
 use super::source::{Scale, Source, SourceKind};
 
 /// The command that regenerates the tables, for error messages.
-pub const REGENERATE: &str = "cargo run --example schema_docs";
+pub(crate) const REGENERATE: &str = "cargo run --example schema_docs";
 
 /// The metric reference table of one resource section, in Markdown.
-pub fn metric_table(section: Section) -> String {
+pub(crate) fn metric_table(section: Section) -> String {
     let mut out = String::from(
         "| name | instrument | unit | attributes | NVML source | notes |\n\
          | --- | --- | --- | --- | --- | --- |\n",
@@ -56,7 +56,7 @@ pub fn metric_table(section: Section) -> String {
 /// names ([`GPM_METRIC_NAMES`](super::GPM_METRIC_NAMES)): the docs name exactly what sampling
 /// reads and the benchmark floor and device check repeat, so they cannot drift apart. Empty for
 /// a metric no field feeds (families, /proc, spans), whose `source` text says it all.
-pub fn field_sources(spec: &MetricSpec) -> Vec<String> {
+pub(crate) fn field_sources(spec: &MetricSpec) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for field in DEVICE_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
         let text = source_text(field.source, spec.unit);
@@ -112,7 +112,7 @@ fn cell(text: &str) -> String {
 }
 
 /// The generated blocks of docs/metrics.md: (marker name, content).
-pub fn metrics_md_blocks() -> Vec<(&'static str, String)> {
+pub(crate) fn metrics_md_blocks() -> Vec<(&'static str, String)> {
     vec![
         ("device-metrics", metric_table(Section::Device)),
         ("process-metrics", metric_table(Section::Process)),
@@ -123,7 +123,7 @@ pub fn metrics_md_blocks() -> Vec<(&'static str, String)> {
 ///
 /// # Errors
 /// A message naming the marker when the page lacks it.
-pub fn replace_block(doc: &str, name: &str, content: &str) -> Result<String, String> {
+pub(crate) fn replace_block(doc: &str, name: &str, content: &str) -> Result<String, String> {
     let begin = format!("<!-- BEGIN GENERATED: {name} -->\n");
     let end = format!("<!-- END GENERATED: {name} -->");
     let start = doc
@@ -149,8 +149,9 @@ pub fn regenerate_metrics_md(doc: &str) -> Result<String, String> {
         })
 }
 
-/// Where docs/schema.json is, from the repository root.
-pub const SCHEMA_JSON: &str = "docs/schema.json";
+/// Where docs/schema.json is, from the repository root (for the drift test).
+#[cfg(test)]
+const SCHEMA_JSON: &str = "docs/schema.json";
 
 /// A field's metric, as docs/schema.json writes it.
 fn metric_json(metric: &FieldMetric) -> Value {
@@ -167,7 +168,7 @@ fn metric_json(metric: &FieldMetric) -> Value {
 
 /// docs/schema.json: every device field (key, NVML source, unit, window kind, metric, dcgm
 /// name) and every GPM field, in table order.
-pub fn schema_json() -> String {
+pub(crate) fn schema_json() -> String {
     let device_fields: Vec<Value> = DEVICE_FIELDS
         .iter()
         .map(|spec| {

@@ -23,13 +23,6 @@ pub struct GpmFieldSpec {
     pub dcgm: Option<DcgmSeries>,
 }
 
-impl GpmField {
-    /// This field's row of [`GPM_FIELDS`].
-    pub fn spec(self) -> &'static GpmFieldSpec {
-        &GPM_FIELDS[self as usize]
-    }
-}
-
 impl GpmFieldSpec {
     const fn of(self, field: GpmField) -> Self {
         Self { field, ..self }
@@ -37,7 +30,7 @@ impl GpmFieldSpec {
 
     /// The `nvml.h` name of its GPM metric (`NVML_GPM_METRIC_SM_UTIL`), from
     /// [`GPM_METRIC_NAMES`].
-    pub fn c_name(&self) -> &'static str {
+    pub(crate) fn c_name(&self) -> &'static str {
         gpm_metric_name(self.nvml).unwrap_or_else(|| {
             panic!(
                 "{}: {:?} has no row in GPM_METRIC_NAMES",

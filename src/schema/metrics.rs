@@ -66,7 +66,7 @@ pub struct MetricSpec {
 
 impl MetricId {
     /// This metric's row of [`METRICS`].
-    pub const fn spec(self) -> &'static MetricSpec {
+    pub(crate) const fn spec(self) -> &'static MetricSpec {
         &METRICS[self as usize]
     }
 }

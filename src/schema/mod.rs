@@ -17,13 +17,13 @@
 //!
 //! Pure data: depends on nothing else in gpulse.
 
-pub mod device;
+pub(crate) mod device;
 pub mod docs;
-pub mod gpm;
-pub mod metrics;
-pub mod source;
-pub mod throttle;
-pub mod values;
+pub(crate) mod gpm;
+pub(crate) mod metrics;
+pub(crate) mod source;
+pub(crate) mod throttle;
+pub(crate) mod values;
 
 pub use device::{
     field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
@@ -34,5 +34,6 @@ pub use gpm::{
 };
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
 pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
-pub use throttle::{throttle_reason_names, throttle_reasons};
-pub use values::{serialize_keyed, FieldReport, FieldValues, ReportValue};
+pub(crate) use throttle::{throttle_reason_names, throttle_reasons};
+pub(crate) use values::serialize_keyed;
+pub use values::{FieldReport, FieldValues, ReportValue};

@@ -23,19 +23,19 @@ macro_rules! nvml_calls {
             pub const ALL: &'static [NvmlCall] = &[$( NvmlCall::$call, )*];
 
             /// The C function `nvml.h` declares.
-            pub const fn c_name(self) -> &'static str {
+            pub(crate) const fn c_name(self) -> &'static str {
                 match self { $( NvmlCall::$call => $c_name, )* }
             }
 
             /// The arguments after the device handle that make this call (`nvml.h` constant
             /// names), empty when the function takes none.
-            pub const fn arguments(self) -> &'static [&'static str] {
+            pub(crate) const fn arguments(self) -> &'static [&'static str] {
                 match self { $( NvmlCall::$call => &[$($arg),*], )* }
             }
 
             /// The members of the answer that fields read, in the order sampling returns them
             /// (`nvml.h` struct member names); empty when the answer is one number.
-            pub const fn members(self) -> &'static [&'static str] {
+            pub(crate) const fn members(self) -> &'static [&'static str] {
                 match self { $( NvmlCall::$call => &[$($member),*], )* }
             }
         }
@@ -76,7 +76,7 @@ nvml_calls! {
 
 impl NvmlCall {
     /// Where in the answer `member` is, as sampling returns it (0 for a one-number answer).
-    pub fn member_index(self, member: &str) -> Option<usize> {
+    pub(crate) fn member_index(self, member: &str) -> Option<usize> {
         match self.members() {
             [] => member.is_empty().then_some(0),
             members => members.iter().position(|m| *m == member),
@@ -84,7 +84,7 @@ impl NvmlCall {
     }
 
     /// The call as docs write it: `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`.
-    pub fn display(self) -> String {
+    pub(crate) fn display(self) -> String {
         match self.arguments() {
             [] => self.c_name().to_string(),
             args => format!("{}({})", self.c_name(), args.join(", ")),
@@ -115,12 +115,12 @@ macro_rules! nvml_field_ids {
             pub const ALL: &'static [NvmlFieldId] = &[$( NvmlFieldId::$id, )*];
 
             /// The constant `nvml.h` defines (`NVML_FI_DEV_MEMORY_TEMP`).
-            pub const fn c_name(self) -> &'static str {
+            pub(crate) const fn c_name(self) -> &'static str {
                 match self { $( NvmlFieldId::$id => $c_name, )* }
             }
 
             /// Its number (`fieldId` of `nvmlFieldValue_t`).
-            pub const fn id(self) -> u32 {
+            pub(crate) const fn id(self) -> u32 {
                 match self { $( NvmlFieldId::$id => $value, )* }
             }
         }
@@ -134,7 +134,7 @@ nvml_field_ids! {
 }
 
 /// The function every [`NvmlFieldId`] is read through.
-pub const FIELD_VALUES_FUNCTION: &str = "nvmlDeviceGetFieldValues";
+pub(crate) const FIELD_VALUES_FUNCTION: &str = "nvmlDeviceGetFieldValues";
 
 impl std::fmt::Display for NvmlFieldId {
     /// As docs write it: `nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)`.
@@ -155,7 +155,7 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// The C function `nvml.h` declares.
-    pub const fn c_name(self) -> &'static str {
+    pub(crate) const fn c_name(self) -> &'static str {
         match self {
             SourceKind::Call(call) => call.c_name(),
             SourceKind::FieldId(_) => FIELD_VALUES_FUNCTION,
@@ -163,18 +163,10 @@ impl SourceKind {
     }
 
     /// The arguments after the device handle, as `nvml.h` names them (for a field id, the id).
-    pub fn arguments(self) -> Vec<&'static str> {
+    pub(crate) fn arguments(self) -> Vec<&'static str> {
         match self {
             SourceKind::Call(call) => call.arguments().to_vec(),
             SourceKind::FieldId(id) => vec![id.c_name()],
-        }
-    }
-
-    /// The members of the answer fields read (none for a field id: its value is one number).
-    pub const fn members(self) -> &'static [&'static str] {
-        match self {
-            SourceKind::Call(call) => call.members(),
-            SourceKind::FieldId(_) => &[],
         }
     }
 }
@@ -202,7 +194,7 @@ pub enum Scale {
 }
 
 impl Scale {
-    pub const fn factor(self) -> f64 {
+    pub(crate) const fn factor(self) -> f64 {
         match self {
             Scale::One => 1.0,
             Scale::PercentToRatio => 0.01,
@@ -212,7 +204,7 @@ impl Scale {
     }
 
     /// The name docs and the exported schema use.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Scale::One => "one",
             Scale::PercentToRatio => "percent_to_ratio",
@@ -233,7 +225,7 @@ pub struct Source {
 
 impl Source {
     /// The whole answer of `call`, as it is.
-    pub const fn of(call: NvmlCall) -> Self {
+    pub(crate) const fn of(call: NvmlCall) -> Self {
         Self {
             kind: SourceKind::Call(call),
             member: "",
@@ -242,7 +234,7 @@ impl Source {
     }
 
     /// The value of field id `id`, as it is.
-    pub const fn field_id(id: NvmlFieldId) -> Self {
+    pub(crate) const fn field_id(id: NvmlFieldId) -> Self {
         Self {
             kind: SourceKind::FieldId(id),
             member: "",
@@ -251,14 +243,14 @@ impl Source {
     }
 
     /// The member `member` of the answer.
-    pub const fn member(call: NvmlCall, member: &'static str) -> Self {
+    pub(crate) const fn member(call: NvmlCall, member: &'static str) -> Self {
         Self {
             member,
             ..Self::of(call)
         }
     }
 
-    pub const fn scaled(self, scale: Scale) -> Self {
+    pub(crate) const fn scaled(self, scale: Scale) -> Self {
         Self { scale, ..self }
     }
 }

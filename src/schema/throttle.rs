@@ -9,7 +9,7 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 /// nvml.h) and name, from nvml-wrapper's `ThrottleReasons` flags (lower case, as exported in
 /// `nvidia.gpu.throttle.reason`), in bit order. An alias of an earlier bit (the deprecated
 /// `USER_DEFINED_CLOCKS`) and the empty `NONE` are not reasons of their own and are left out.
-pub fn throttle_reasons() -> &'static [(u64, &'static str)] {
+pub(crate) fn throttle_reasons() -> &'static [(u64, &'static str)] {
     static REASONS: LazyLock<Vec<(u64, &'static str)>> = LazyLock::new(|| {
         ThrottleReasons::all()
             .iter_names()
@@ -27,7 +27,7 @@ fn lower_snake(name: &'static str) -> &'static str {
 
 /// Names of the throttle reasons set in `bits`, in bit order; bits this build does not know are
 /// named `other`, once.
-pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
+pub(crate) fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
     let reasons = throttle_reasons();
     let mut names: Vec<&'static str> = reasons
         .iter()

@@ -17,12 +17,12 @@ impl FieldValues {
         self.0[field as usize]
     }
 
-    pub fn set(&mut self, field: DeviceField, value: Option<f64>) {
+    pub(crate) fn set(&mut self, field: DeviceField, value: Option<f64>) {
         self.0[field as usize] = value;
     }
 
     /// Every field with its value, in table order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static FieldSpec, Option<f64>)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static FieldSpec, Option<f64>)> + '_ {
         DEVICE_FIELDS.iter().zip(self.0.iter().copied())
     }
 }
@@ -49,14 +49,14 @@ pub struct FieldReport(pub [ReportValue; FIELD_COUNT]);
 
 impl FieldReport {
     /// One tick's values as NVML gave them.
-    pub fn of_values(values: &FieldValues) -> Self {
+    pub(crate) fn of_values(values: &FieldValues) -> Self {
         Self(std::array::from_fn(|i| {
             ReportValue::sampled(&DEVICE_FIELDS[i], values.0[i])
         }))
     }
 
     /// The reported value of a field, `None` when unknown.
-    pub fn get(&self, field: DeviceField) -> Option<f64> {
+    pub(crate) fn get(&self, field: DeviceField) -> Option<f64> {
         match self.0[field as usize] {
             ReportValue::Whole(v) => Some(v as f64),
             ReportValue::Fraction(v) => Some(v),
@@ -72,7 +72,7 @@ impl Serialize for FieldReport {
 }
 
 /// Serialises `values` as a map under `keys` (a table's keys, in its order).
-pub fn serialize_keyed<S: Serializer, T: Serialize>(
+pub(crate) fn serialize_keyed<S: Serializer, T: Serialize>(
     serializer: S,
     keys: impl Iterator<Item = &'static str>,
     values: &[T],
@@ -94,7 +94,7 @@ pub enum ReportValue {
 
 impl ReportValue {
     /// A sampled value: a rate stays fractional; whole quantities are rounded.
-    pub fn sampled(spec: &FieldSpec, value: Option<f64>) -> Self {
+    pub(crate) fn sampled(spec: &FieldSpec, value: Option<f64>) -> Self {
         match value.filter(|v| v.is_finite()) {
             None => Self::Unknown,
             Some(v) if spec.whole && spec.window != WindowKind::IntegratedRate => {
