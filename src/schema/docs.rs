@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 
 use super::device::{FieldMetric, DEVICE_FIELDS};
-use super::gpm::GPM_FIELDS;
+use super::gpm::{GPM_FIELDS, MIG_PROCESS_GPM};
 use super::metrics::{MetricSpec, Section, METRICS};
 use super::source::{Scale, Source, SourceKind};
 
@@ -32,10 +32,13 @@ pub(crate) fn metric_table(section: Section) -> String {
         if !spec.source.is_empty() {
             sources.push(cell(spec.source));
         }
-        let source = match (sources.is_empty(), base) {
-            (true, Some(_)) => "same".to_string(),
-            (true, None) => "—".to_string(),
-            (false, _) => sources.join(", "),
+        let mig = mig_process_sources(spec);
+        let source = match (sources.is_empty(), mig.is_empty(), base) {
+            (true, true, Some(_)) => "same".to_string(),
+            (true, true, None) => "—".to_string(),
+            (false, true, _) => sources.join(", "),
+            (true, false, _) => mig.join("; "),
+            (false, false, _) => format!("{}; {}", sources.join(", "), mig.join("; ")),
         };
         let notes = match spec.notes {
             "" => String::new(),
@@ -76,6 +79,28 @@ pub(crate) fn field_sources(spec: &MetricSpec) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The GPM metrics of the MIG instance a process metric takes for a process alone on it
+/// ([`MIG_PROCESS_GPM`]), by their `nvml.h` names, written after the metric's own source: "on
+/// MIG, `hw.gpu.task` = `general` is its instance's GPM `NVML_GPM_METRIC_GRAPHICS_UTIL` (…)".
+pub(crate) fn mig_process_sources(spec: &MetricSpec) -> Vec<String> {
+    MIG_PROCESS_GPM
+        .iter()
+        .filter(|(_, metric)| metric.id == spec.id)
+        .map(|(field, metric)| {
+            let gpm = format!(
+                "GPM `{}` (`nvmlGpmMigSampleGet`, % → ratio)",
+                GPM_FIELDS[*field as usize].c_name()
+            );
+            match metric.attribute {
+                Some((key, value)) => {
+                    format!("on MIG, `{key}` = `{value}` is its instance's {gpm}")
+                }
+                None => format!("its MIG instance's {gpm}"),
+            }
+        })
+        .collect()
 }
 
 /// `nvmlDeviceGetMemoryInfo_v2().used`, `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`,

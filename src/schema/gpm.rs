@@ -2,7 +2,9 @@
 //! their own because they are read together from one GPM sample pair, for a GPU and for each of
 //! its MIG instances, and a window keeps the same summary (mean, min, max) of every one,
 //! exported as the metric's mean with its `.max`/`.min` companions. Declared like
-//! [`DEVICE_FIELDS`](super::DEVICE_FIELDS): enum and rows in one macro, count derived.
+//! [`DEVICE_FIELDS`](super::DEVICE_FIELDS): enum and rows in one macro, count derived. Beside
+//! them, [`MIG_PROCESS_GPM`]: the process metrics a process alone on its MIG instance takes
+//! from the instance's GPM fields.
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 
@@ -161,6 +163,40 @@ gpm_fields! {
         dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", Float)),
 }
 
+/// The process metric each GPM field feeds for a process alone on its MIG GPU instance, which
+/// takes the instance's activity (`nvmlGpmMigSampleGet`) as its own: NVML gives no per-process
+/// utilisation on MIG, and the graphics engine's activity stands in for the `general` task
+/// (DCGM's advice on MIG: `GR_ENGINE_ACTIVE` in place of GPU-Util). The export builder pushes
+/// these, and docs/metrics.md names each metric's source from them.
+pub(crate) static MIG_PROCESS_GPM: [(GpmField, FieldMetric); 4] = [
+    (
+        GpmField::GraphicsActivity,
+        metric_with(M::ProcessGpuUtilization, "hw.gpu.task", "general").extremes(
+            M::ProcessGpuUtilizationMax,
+            Some(M::ProcessGpuUtilizationMin),
+        ),
+    ),
+    (
+        GpmField::SmActivity,
+        metric(M::ProcessGpuSmActivity)
+            .extremes(M::ProcessGpuSmActivityMax, Some(M::ProcessGpuSmActivityMin)),
+    ),
+    (
+        GpmField::DramActivity,
+        metric(M::ProcessGpuDramActivity).extremes(
+            M::ProcessGpuDramActivityMax,
+            Some(M::ProcessGpuDramActivityMin),
+        ),
+    ),
+    (
+        GpmField::TensorActivity,
+        metric_with(M::ProcessGpuPipeActivity, PIPE, "tensor").extremes(
+            M::ProcessGpuPipeActivityMax,
+            Some(M::ProcessGpuPipeActivityMin),
+        ),
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +216,27 @@ mod tests {
             for (other, other_name, _) in &GPM_METRIC_NAMES[i + 1..] {
                 assert!(id != other && name != other_name, "{name} twice");
             }
+        }
+    }
+
+    /// Each MIG process row feeds a process metric, with the companions named after it, from
+    /// a GPM field of its own.
+    #[test]
+    fn mig_process_rows_feed_process_metrics_with_their_companions() {
+        use super::super::metrics::Section;
+        for (i, (field, metric)) in MIG_PROCESS_GPM.iter().enumerate() {
+            let spec = metric.id.spec();
+            assert_eq!(spec.section, Section::Process, "{}", spec.name);
+            for (companion, suffix) in [(metric.max, "max"), (metric.min, "min")] {
+                assert_eq!(
+                    companion.map(|m| m.spec().name),
+                    Some(format!("{}.{suffix}", spec.name).as_str())
+                );
+            }
+            assert!(
+                MIG_PROCESS_GPM[i + 1..].iter().all(|(f, _)| f != field),
+                "{field:?} twice"
+            );
         }
     }
 

@@ -368,7 +368,7 @@ metric_table! {
     ProcessGpuUtilization: "process.gpu.utilization", Gauge, "1", Process,
         "Mean ratio of the window the process kept the GPU task busy.",
         attributes "`hw.id`, `gpu.index`, `hw.gpu.task` = `general` (SM) | `encoder` | `decoder`",
-        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`); on MIG, `general` is its instance's GPM `GRAPHICS_UTIL`",
+        source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`)",
         notes "window mean. On MIG (no per-process figures there) only a process alone on its GPU instance has a point: `general` = the instance's graphics-engine activity (DCGM's advice: `GR_ENGINE_ACTIVE` in place of GPU-Util), `hw.id` = the `MIG-…` UUID";
     ProcessGpuUtilizationMax: "process.gpu.utilization.max", Gauge, "1", Process,
         "Highest sampled process.gpu.utilization in the window.",
@@ -400,7 +400,7 @@ metric_table! {
     ProcessGpuSmActivity: "process.gpu.sm.activity", Gauge, "1", Process,
         "Mean ratio of the MIG instance's SMs with a warp resident, for the process alone on it.",
         attributes "`hw.id` (the `MIG-…` UUID), `hw.parent`, `gpu.index`, `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
-        source "its MIG instance's GPM `SM_UTIL` (`nvmlGpmMigSampleGet`)",
+        source "",
         notes "window mean; only for a process alone on its MIG GPU instance in the window (the instance's activity is then its own; several processes on one instance get no point: NVML cannot split it), see [shared-gpus.md](shared-gpus.md#mig)";
     ProcessGpuSmActivityMax: "process.gpu.sm.activity.max", Gauge, "1", Process,
         "Highest process.gpu.sm.activity between two GPM samples in the window.",
@@ -415,7 +415,7 @@ metric_table! {
     ProcessGpuDramActivity: "process.gpu.dram.activity", Gauge, "1", Process,
         "Mean ratio of the MIG instance's DRAM bandwidth used, for the process alone on it.",
         attributes "as `process.gpu.sm.activity`",
-        source "its MIG instance's GPM `DRAM_BW_UTIL`",
+        source "",
         notes "window mean; as `process.gpu.sm.activity`";
     ProcessGpuDramActivityMax: "process.gpu.dram.activity.max", Gauge, "1", Process,
         "Highest process.gpu.dram.activity between two GPM samples in the window.",
@@ -430,7 +430,7 @@ metric_table! {
     ProcessGpuPipeActivity: "process.gpu.pipe.activity", Gauge, "1", Process,
         "Mean ratio of time the MIG instance's tensor pipes were active, for the process alone on it.",
         attributes "as `process.gpu.sm.activity`, `nvidia.gpu.pipe` = `tensor`",
-        source "its MIG instance's GPM `ANY_TENSOR_UTIL`",
+        source "",
         notes "window mean; as `process.gpu.sm.activity`";
     ProcessGpuPipeActivityMax: "process.gpu.pipe.activity.max", Gauge, "1", Process,
         "Highest process.gpu.pipe.activity between two GPM samples in the window.",
@@ -495,7 +495,8 @@ metric_table! {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{docs::field_sources, DEVICE_FIELDS, GPM_FIELDS};
+    use super::super::docs::{field_sources, mig_process_sources};
+    use super::super::{DEVICE_FIELDS, GPM_FIELDS, MIG_PROCESS_GPM};
     use super::*;
 
     #[test]
@@ -536,7 +537,10 @@ mod tests {
             assert!(spec.description.ends_with('.'), "{}", spec.name);
             let companion = spec.name.ends_with(".max") || spec.name.ends_with(".min");
             assert!(
-                companion || !spec.source.is_empty() || !field_sources(spec).is_empty(),
+                companion
+                    || !spec.source.is_empty()
+                    || !field_sources(spec).is_empty()
+                    || !mig_process_sources(spec).is_empty(),
                 "{} has no source",
                 spec.name
             );
@@ -544,12 +548,21 @@ mod tests {
     }
 
     /// A metric's hand-written source never repeats a call its device fields already name, nor
-    /// a GPM metric its GPM fields name (by its `nvml.h` name or the short one after
-    /// `NVML_GPM_METRIC_`): the typed source is the one description, so the two cannot disagree.
+    /// a GPM metric its GPM fields (or, for a process metric, the MIG instance's GPM fields it
+    /// takes) name, by its `nvml.h` name or the short one after `NVML_GPM_METRIC_`: the typed
+    /// source is the one description, so the two cannot disagree.
     #[test]
     fn no_source_text_repeats_a_fields_call() {
         for spec in &METRICS {
-            for field in GPM_FIELDS.iter().filter(|f| f.metric.id == spec.id) {
+            let mig = MIG_PROCESS_GPM
+                .iter()
+                .filter(|(_, m)| m.id == spec.id)
+                .map(|(field, _)| &GPM_FIELDS[*field as usize]);
+            for field in GPM_FIELDS
+                .iter()
+                .filter(|f| f.metric.id == spec.id)
+                .chain(mig)
+            {
                 let name = field.c_name();
                 let short = name.trim_start_matches("NVML_GPM_METRIC_");
                 assert!(

@@ -29,6 +29,7 @@ pub use device::{
     field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
     FieldRead, FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
 };
+pub(crate) use gpm::MIG_PROCESS_GPM;
 pub use gpm::{
     gpm_metric_name, GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT, GPM_METRIC_NAMES,
 };

@@ -11,7 +11,7 @@ use crate::export::metrics::encoding::{AttributeSetId, MetricsBatch, PointAttrib
 use crate::export::resource::{kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{GpmWindow, MigInstanceWindow, ProcessWindow};
-use crate::schema::{GpmField, MetricId};
+use crate::schema::{GpmField, MetricId, MIG_PROCESS_GPM};
 
 use MetricId as M;
 
@@ -125,9 +125,9 @@ pub(super) fn push_process_device<'w>(
     base
 }
 
-/// A process alone on its MIG GPU instance: the instance's GPM activity as its own. NVML gives
-/// no per-process utilisation on MIG; the graphics engine's activity stands in for the `general`
-/// task (DCGM's advice on MIG: `GR_ENGINE_ACTIVE` in place of GPU-Util).
+/// A process alone on its MIG GPU instance: the instance's GPM activity as its own, as the
+/// schema's [`MIG_PROCESS_GPM`] maps it (the `general` task from the graphics engine's activity,
+/// unless the process has its own `general` utilisation).
 fn push_instance_activity(
     b: &mut MetricsBuilder,
     base: AttributeSetId,
@@ -135,59 +135,16 @@ fn push_instance_activity(
     own_general: bool,
     gauge_span: Span,
 ) {
-    let family = |mean, max, min| Family {
-        mean,
-        max: Some(max),
-        min: Some(min),
-    };
-    let rows = [
-        (
-            GpmField::GraphicsActivity,
-            family(
-                M::ProcessGpuUtilization,
-                M::ProcessGpuUtilizationMax,
-                M::ProcessGpuUtilizationMin,
-            ),
-            Some(("hw.gpu.task", "general")),
-        ),
-        (
-            GpmField::SmActivity,
-            family(
-                M::ProcessGpuSmActivity,
-                M::ProcessGpuSmActivityMax,
-                M::ProcessGpuSmActivityMin,
-            ),
-            None,
-        ),
-        (
-            GpmField::DramActivity,
-            family(
-                M::ProcessGpuDramActivity,
-                M::ProcessGpuDramActivityMax,
-                M::ProcessGpuDramActivityMin,
-            ),
-            None,
-        ),
-        (
-            GpmField::TensorActivity,
-            family(
-                M::ProcessGpuPipeActivity,
-                M::ProcessGpuPipeActivityMax,
-                M::ProcessGpuPipeActivityMin,
-            ),
-            Some(("nvidia.gpu.pipe", "tensor")),
-        ),
-    ];
-    for (field, fam, attribute) in rows {
-        if own_general && field == GpmField::GraphicsActivity {
+    for (field, metric) in &MIG_PROCESS_GPM {
+        if own_general && *field == GpmField::GraphicsActivity {
             continue;
         }
-        let Some(g) = gpm.gauge(field) else { continue };
-        let attrs = match attribute {
+        let Some(g) = gpm.gauge(*field) else { continue };
+        let attrs = match metric.attribute {
             Some((key, value)) => with(base, key, value),
             None => PointAttributes::of(base),
         };
-        push_gauge(b, fam, attrs, gauge_span, &g);
+        push_gauge(b, Family::of(metric), attrs, gauge_span, &g);
     }
 }
 
