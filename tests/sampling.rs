@@ -545,3 +545,60 @@ fn a_field_id_the_device_does_not_give_is_absent_whole_call_or_per_value() {
         );
     }
 }
+
+/// Two H100s with NVLink; GPU 0 refuses `nvmlDeviceGetFieldValues` (`NO_PERMISSION`, as a
+/// driver does for an unprivileged container on some fields). NVLink follows the same rule as
+/// the field-id rows: a refusal is the device not giving it, so GPU 0's links are left out,
+/// not asked again and not counted as an NVML error, while GPU 1's links are read every tick.
+const NVLINK_REFUSED: &str = r#"
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-e0000000-1111-4111-8111-111111111111"
+[device.nvlink]
+links = 4
+tx_kibps = 1024
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-e1111111-1111-4111-8111-111111111111"
+[device.nvlink]
+links = 4
+tx_kibps = 1024
+
+[[fault]]
+kind = "error"
+device = 0
+field = "field_values"
+error = "no_permission"
+"#;
+
+#[test]
+fn nvlink_refused_with_no_permission_is_absent_not_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut sampler, lib) = sampler_in_process(dir.path(), NVLINK_REFUSED);
+    const TICKS: usize = 4;
+    let mut per_tick = Vec::new();
+    for tick in 0..TICKS {
+        let before = call_counts(&lib);
+        let snapshot = sampler.sample().expect("the sampler reads nvml-sim");
+        per_tick.push(made(&before, &call_counts(&lib)));
+        let links: Vec<usize> = snapshot.devices.iter().map(|d| d.nvlink.len()).collect();
+        assert_eq!(links, [0, 4], "tick {tick}: only GPU 1 gives its links");
+    }
+    assert_eq!(
+        sampler.error_counts().clone(),
+        BTreeMap::new(),
+        "a refusal is absence, not an NVML error"
+    );
+    // The first tick asks GPU 0 its field-id rows and its link count (both refused) and GPU 1
+    // those and its links' counters. Then GPU 0 is asked nothing, and GPU 1 only its links'
+    // counters (its field-id row, the HBM temperature, is absent in the scenario).
+    assert_eq!(per_tick[0].get("nvmlDeviceGetFieldValues"), Some(&5));
+    for (tick, calls) in per_tick.iter().enumerate().skip(1) {
+        assert_eq!(
+            calls.get("nvmlDeviceGetFieldValues"),
+            Some(&1),
+            "tick {tick}: {calls:?}"
+        );
+    }
+}

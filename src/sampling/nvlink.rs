@@ -10,8 +10,10 @@
 //! error counters `NVLINK_ERROR_DL_CRC` / `_REPLAY` / `_RECOVERY` (scoped), and, for links 0–11
 //! where NVML numbers them, the legacy `NVLINK_CRC_DATA_ERROR_COUNT_Ln` (data CRC errors, a
 //! separate counter on pre-Hopper links; Hopper answers `NOT_SUPPORTED`). A field the device
-//! does not give comes back as `None`; a GPU without NVLink (a PCIe board) gives no links and is
-//! said once at info level, with no error counted after that.
+//! does not give comes back as `None`. A GPU without NVLink (a PCIe board), or one whose driver
+//! refuses the calls (`NOT_SUPPORTED`, `NO_PERMISSION`, a missing symbol: `calls::is_absent`, the
+//! sampler's one rule for absence), gives no links: said once at info level, not asked again and
+//! not counted as an NVML error.
 
 use std::collections::HashMap;
 
@@ -25,6 +27,7 @@ use nvml_wrapper_sys::bindings::field_id::{
 };
 use nvml_wrapper_sys::bindings::{self as sys, nvmlFieldValue_t};
 
+use super::calls::is_absent;
 use super::model::NvLinkSample;
 
 /// `NVML_NVLINK_MAX_LINKS` of nvml.h (R535 and newer): the most links NVML numbers.
@@ -158,14 +161,6 @@ impl NvLinkReader {
         }
         outcome
     }
-}
-
-/// A failure that means "this device or library has no NVLink to read", not a fault.
-fn is_absent(e: &NvmlError) -> bool {
-    matches!(
-        e,
-        NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound
-    )
 }
 
 /// The link whose counter a field value holds: its scope, or the link in a legacy id.
