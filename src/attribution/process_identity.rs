@@ -90,6 +90,18 @@ pub(super) fn lookup<'c>(
     pid: u32,
     known: Option<&Stat>,
 ) -> (Lookup<'c>, bool) {
+    // The common case, every window for every process that stays: the table's `stat` says the
+    // cached process is still the same one, so nothing is read, copied or built.
+    if let Some(stat) = known {
+        if cache
+            .get(&pid)
+            .is_some_and(|entry| entry.start_time_ticks == stat.start_time_ticks)
+        {
+            let entry = cache.get_mut(&pid).expect("found just above");
+            entry.generation = generation;
+            return (Lookup::Found(&entry.identity), false);
+        }
+    }
     let dir = ProcDir::new(&settings.proc_root, pid);
     let read = match known {
         Some(stat) => Ok(Some(stat.clone())),

@@ -91,7 +91,7 @@ pub struct Series {
 impl Series {
     pub(crate) fn summaries(
         &self,
-    ) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator {
+    ) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator + Clone {
         self.summaries.iter()
     }
 

@@ -145,45 +145,53 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 
 /// The trend of a series' last-value memory points, or `None` when its shape already rules
 /// growth out: fewer than three (or `min_windows`) points, shorter than `min_duration`, fewer
-/// than two rising quarter transitions, or not ending at its maximum. Those checks are linear;
-/// the slope, quadratic in the points, is fitted only for the series that pass, which on a
-/// node of long, flat training jobs is almost none.
+/// than two rising quarter transitions, or not ending at its maximum. Those checks are linear
+/// and read the series in place; the points are copied out, and the slope (quadratic in them)
+/// fitted, only for the series that pass, which on a node of long, flat training jobs is almost
+/// none. Every process is checked every export window, so this is on the window's hot path.
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
     let origin = first.end;
-    let points: Vec<(f64, f64)> = series
-        .summaries()
-        .filter_map(|s| {
-            let m = s.gpu_memory_last_bytes?;
-            let t = s.end.duration_since(origin).ok()?.as_secs_f64();
-            Some((t, m as f64))
-        })
-        .collect();
-    fit_points(&points, first.start, t)
+    let points = series.summaries().filter_map(move |s| {
+        let m = s.gpu_memory_last_bytes?;
+        let t = s.end.duration_since(origin).ok()?.as_secs_f64();
+        Some((t, m as f64))
+    });
+    fit_points(points, first.start, t)
 }
 
-/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first.
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first. The points are
+/// walked for the shape checks and collected only when those pass.
 pub(crate) fn fit_points(
-    points: &[(f64, f64)],
+    points: impl Iterator<Item = (f64, f64)> + Clone,
     first_start: SystemTime,
     t: &MemoryGrowth,
 ) -> Option<Trend> {
-    if points.len() < t.min_windows.max(3) {
+    let (count, first, last) = points
+        .clone()
+        .fold((0usize, None, None), |(n, first, _), (t, _)| {
+            (n + 1, first.or(Some(t)), Some(t))
+        });
+    let (Some(first), Some(last)) = (first, last) else {
+        return None;
+    };
+    if count < t.min_windows.max(3) {
         return None;
     }
-    let span = points[points.len() - 1].0 - points[0].0;
+    let span = last - first;
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (rising_quarters, ends_at_max) = quarters(points, span);
+    let (rising_quarters, ends_at_max) = quarters(points.clone(), first, span);
     if rising_quarters < 2 || !ends_at_max {
         return None;
     }
-    let slope = theil_sen(&subsample(points, MAX_FIT_POINTS))?;
+    let points: Vec<(f64, f64)> = points.collect();
+    let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
     Some(Trend {
         slope,
         span_seconds: span,
-        points: points.len(),
+        points: count,
         rising_quarters,
         ends_at_max,
         first_start,
@@ -220,7 +228,8 @@ fn allocator_trend(
             Some((p.at.duration_since(origin).ok()?.as_secs_f64(), v as f64))
         })
         .collect();
-    fit_points(&xy, origin, t).filter(|trend| trend.slope >= t.min_rate_bytes_per_second)
+    fit_points(xy.iter().copied(), origin, t)
+        .filter(|trend| trend.slope >= t.min_rate_bytes_per_second)
 }
 
 /// Growth of the per-epoch peaks of `max_allocated` (the companion resets it at each epoch
@@ -401,17 +410,23 @@ fn subsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn quarters(points: &[(f64, f64)], span: f64) -> (u32, bool) {
-    let t0 = points[0].0;
+/// Over the four quarters of `span` from `t0`, each one's highest point: how many times a
+/// quarter with points is higher than the one before, and whether the last is the highest.
+fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (u32, bool) {
     let mut max = [f64::NEG_INFINITY; 4];
-    for &(t, m) in points {
+    for (t, m) in points {
         let q = (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize;
         max[q] = max[q].max(m);
     }
-    let filled: Vec<f64> = max.into_iter().filter(|m| m.is_finite()).collect();
-    let rising = filled.windows(2).filter(|w| w[1] > w[0]).count() as u32;
-    let overall = filled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let ends_at_max = filled.last().is_some_and(|&l| l >= overall);
+    let (mut rising, mut overall, mut previous) = (0, f64::NEG_INFINITY, None);
+    for m in max.into_iter().filter(|m| m.is_finite()) {
+        if previous.is_some_and(|p| m > p) {
+            rising += 1;
+        }
+        overall = overall.max(m);
+        previous = Some(m);
+    }
+    let ends_at_max = previous.is_some_and(|last| last >= overall);
     (rising, ends_at_max)
 }
 
