@@ -151,14 +151,8 @@ impl Exporter {
             }
             None => MetricsBatch::default(),
         };
-        let points = batch.point_count() as u64;
-        let window = if points > 0 {
-            batch.encode()
-        } else {
-            Vec::new()
-        };
         // One metrics request per export interval: gpulse's own health rides in it.
-        let (body, points) = self.telemetry.add_to_window(window, points);
+        let (body, points) = self.telemetry.window_request(&batch);
         if points > 0 {
             // The queue itself logs (rate-limited) when its bound makes it drop.
             self.queue

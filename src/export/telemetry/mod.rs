@@ -1,9 +1,9 @@
 //! gpulse's own health (`gpulse.*` metrics) on the OpenTelemetry SDK: an `SdkMeterProvider` with
 //! the node's resource whose observable instruments read one [`HealthReading`] per collection.
 //! The provider's reader is a `ManualReader`: the pipeline collects once per export window, on
-//! its own tick, and the health rides in that window's metrics request (spliced into the node
-//! resource, [`SelfTelemetry::add_to_window`]), so one request per window goes out, as before the
-//! SDK, and no reader thread wakes on a timer of its own.
+//! its own tick, and the health rides in that window's metrics request (written into the node
+//! resource as the request is encoded, [`SelfTelemetry::window_request`]), so one request per
+//! window goes out, as before the SDK, and no reader thread wakes on a timer of its own.
 //!
 //! This module owns the instrument names, units and attributes of the health metrics and when
 //! they are read; where the numbers come from is the caller's ([`super::exporter`]), given as a
@@ -25,10 +25,11 @@ use opentelemetry_sdk::metrics::{
 use opentelemetry_sdk::Resource;
 use prost::Message as _;
 
-use crate::export::metrics::data_point_count;
-use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
+use crate::export::metrics::{data_point_count, MetricsBatch};
 
-mod splice;
+/// `ResourceMetrics.scope_metrics`: the field the health's scopes are written as.
+const SCOPE_METRICS_FIELD: u32 = 2;
+use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 
 /// gpulse's health at one collection. Totals are since gpulse started.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -136,33 +137,38 @@ impl SelfTelemetry {
         (points > 0).then_some((request, points))
     }
 
-    /// One export window's metrics request with gpulse's health added: `window` is the encoded
-    /// window request (empty when the window had no sample) and `points` its data points. The
-    /// health's scope metrics join the window's first resource, the node's (the window builder
-    /// always writes it first), so a backend sees one node entity and one request per window;
-    /// without a window the health goes out alone on the node resource. Returns the body and
-    /// its data points (0: nothing to send).
-    pub fn add_to_window(&self, window: Vec<u8>, points: u64) -> (Vec<u8>, u64) {
+    /// One export window's metrics request, encoded, with gpulse's health added, and its data
+    /// points (0: nothing to send). The health's scope metrics end the window's first resource,
+    /// the node's (the window builder always writes it first), so a backend sees one node entity
+    /// and one request per window; a window without points sends the health alone on the node
+    /// resource.
+    pub fn window_request(&self, window: &MetricsBatch) -> (Vec<u8>, u64) {
+        let points = window.point_count() as u64;
         let Some((health, health_points)) = self.collect() else {
-            return (window, points);
+            return if points > 0 {
+                (window.encode(), points)
+            } else {
+                (Vec::new(), 0)
+            };
         };
-        if window.is_empty() {
+        if points == 0 {
             return (health.encode_to_vec(), health_points);
         }
-        let scopes = health
+        let mut scopes = Vec::new();
+        for scope in health
             .resource_metrics
             .iter()
-            .flat_map(|rm| &rm.scope_metrics);
-        let mut body = window;
-        if !splice::into_first_resource(&mut body, scopes) {
-            // Not a request this module can splice into (no first resource): keep both, the
-            // health as a resource of its own.
-            body.extend_from_slice(&health.encode_to_vec());
+            .flat_map(|rm| &rm.scope_metrics)
+        {
+            prost::encoding::message::encode(SCOPE_METRICS_FIELD, scope, &mut scopes);
         }
-        (body, points + health_points)
+        (
+            window.encode_with_first_resource_scopes(&scopes),
+            points + health_points,
+        )
     }
 
-    /// Stops the provider. The last window (`add_to_window` at shutdown) already carried the
+    /// Stops the provider. The last window (`window_request` at shutdown) already carried the
     /// last health reading.
     pub fn shutdown(&self) {
         if let Err(e) = self.provider.shutdown() {
@@ -585,30 +591,50 @@ mod tests {
 
     #[test]
     fn the_health_joins_the_windows_node_resource_in_one_request() {
+        use crate::export::metrics::encoding::{BatchPoint, PointAttributes};
+        use crate::schema::MetricId;
+        use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
         let telemetry = started(Box::new(reading));
-        let node_rm = collected(&telemetry).resource_metrics.remove(0);
-        // A window request of two resources: the node's device metrics, then a process.
-        let mut window = ExportMetricsServiceRequest {
-            resource_metrics: vec![node_rm.clone(), node_rm],
+        let node = collected(&telemetry).resource_metrics[0]
+            .resource
+            .clone()
+            .expect("the health's node resource");
+        // A window of two resources, the node's device metrics and then a process's, one point
+        // each.
+        let point = |metric| BatchPoint {
+            metric,
+            attributes: PointAttributes::NONE,
+            start: 1,
+            end: 2,
+            value: number_data_point::Value::AsDouble(0.5),
         };
-        for rm in &mut window.resource_metrics {
-            rm.scope_metrics[0].metrics.truncate(1);
-        }
-        let window_points = point_count(&window);
-        let (body, points_sent) = telemetry.add_to_window(window.encode_to_vec(), window_points);
+        let mut window = MetricsBatch::default();
+        window.push_resource(node, vec![point(MetricId::GpuUtilization)]);
+        window.push_resource(
+            opentelemetry_proto::tonic::resource::v1::Resource::default(),
+            vec![point(MetricId::ProcessGpuMemoryUsage)],
+        );
+        let (body, points_sent) = telemetry.window_request(&window);
         let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
+        let expected = window.clone().into_request();
         assert_eq!(points_sent, point_count(&sent));
         assert_eq!(sent.resource_metrics.len(), 2, "no resource of its own");
         assert_eq!(sent.resource_metrics[0].scope_metrics.len(), 2);
-        assert_eq!(sent.resource_metrics[1], window.resource_metrics[1]);
+        assert_eq!(
+            sent.resource_metrics[0].scope_metrics[0],
+            expected.resource_metrics[0].scope_metrics[0],
+            "the window's own scope first, as it was"
+        );
+        assert_eq!(sent.resource_metrics[1], expected.resource_metrics[1]);
         let health = &sent.resource_metrics[0].scope_metrics[1];
         assert!(health
             .metrics
             .iter()
             .any(|m| m.name == "gpulse.sample.stalled"));
 
-        // A window without samples: the health alone, on the node resource.
-        let (body, points_sent) = telemetry.add_to_window(Vec::new(), 0);
+        // A window without points: the health alone, on the node resource.
+        let (body, points_sent) = telemetry.window_request(&MetricsBatch::default());
         let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
         assert!(points_sent > 0);
         assert_eq!(sent.resource_metrics.len(), 1);
