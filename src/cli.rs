@@ -73,8 +73,8 @@ pub enum Command {
 /// `gpulse record [OPTIONS] -- CMD [ARGS...]`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct RecordArgs {
-    /// Where to write the HTML report, or `none`. [default: gpulse-record-<time>.html in the
-    /// current directory]
+    /// Where to write the HTML report, or `none`; by default `gpulse-record-<time>.html` in the
+    /// current directory.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 

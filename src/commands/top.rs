@@ -7,7 +7,7 @@
 //! so it sleeps until a sample or a key arrives: no polling, nothing redrawn between them.
 //!
 //! With `--otlp-receiver-grpc/-http` top also runs `run`'s OTLP receiver, on a local
-//! [`Intake`](crate::enrich::Intake) that forwards nothing: the PyTorch companion's step spans
+//! [`Intake`] that forwards nothing: the PyTorch companion's step spans
 //! feed the same framework evidence `run`'s rules read, so the view shows each rank's step
 //! figures and marks the straggler `rank_straggler` names.
 

@@ -130,7 +130,7 @@ impl MigInstanceInfo {
 }
 
 /// The MIG profile in NVML's name of a MIG device, e.g. `3g.40gb`: NVML names a MIG device
-/// "<GPU name> MIG <profile>" (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same);
+/// `"<GPU name> MIG <profile>"` (nvidia-smi and dcgm-exporter's `GPU_I_PROFILE` show the same);
 /// the whole name when it does not follow that form.
 pub(crate) fn mig_profile(name: &str) -> &str {
     name.rsplit_once("MIG ").map_or(name, |(_, p)| p)
@@ -220,7 +220,7 @@ impl DeviceSample {
 }
 
 /// GPM activity of one device over the interval between two GPM samples, one ratio (0–1) per
-/// [`GpmField`] (see [`GPM_FIELDS`](crate::schema::GPM_FIELDS) for what each measures); `None`
+/// [`GpmField`] (see [`GPM_FIELDS`] for what each measures); `None`
 /// when the device does not give the metric. Serialises as the report keys.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct GpmActivity([Option<f64>; GPM_FIELD_COUNT]);

@@ -134,7 +134,7 @@ pub struct DeviceWindow {
     pub status: DeviceStatus,
     /// Samples in this window in which the device was lost.
     pub lost_samples: u32,
-    /// The scalar fields (see [`DEVICE_FIELDS`](crate::schema::DEVICE_FIELDS)).
+    /// The scalar fields (see [`DEVICE_FIELDS`]).
     pub fields: FieldWindows,
     /// Throttle reasons: for each reason bit seen active, the ratio (0–1) of the window's samples
     /// with a known throttle state in which it was active. Empty map with `Some` = none active.

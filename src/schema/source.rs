@@ -218,7 +218,8 @@ impl Scale {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Source {
     pub kind: SourceKind,
-    /// One of [`SourceKind::members`], or empty when the answer is one number.
+    /// One of the members of the call's answer (`NvmlCall::members`), or empty when the answer is
+    /// one number.
     pub member: &'static str,
     pub scale: Scale,
 }

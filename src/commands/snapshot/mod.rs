@@ -1,4 +1,4 @@
-//! `gpulse snapshot`: one sample (or a short window, [`window`]), printed as a table that reads
+//! `gpulse snapshot`: one sample (or a short window, [`window()`]), printed as a table that reads
 //! like `nvidia-smi` with a process section, or as JSON — the stable contract other tools read
 //! (`null` where NVML gave nothing). Printing lives in [`render`].
 
@@ -18,7 +18,7 @@ use crate::pipeline::SnapshotReport;
 use crate::sampling::{Sampler, SessionError, Snapshot, WindowAggregator};
 
 /// Takes one sample (or, with a `window`, samples for that long: see
-/// [`window`]), resolves its processes' workloads as `run` would, and renders it
+/// [`window()`]), resolves its processes' workloads as `run` would, and renders it
 /// in the configured format.
 ///
 /// # Errors

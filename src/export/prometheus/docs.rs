@@ -1,6 +1,6 @@
 //! The generated tables of docs/prometheus.md: every metric of the schema's
-//! [`METRICS`](crate::schema::METRICS) with the Prometheus name this module's translation
-//! ([`names::metric_name`]) gives it (`prometheus-names`), and every dcgm-exporter series
+//! [`METRICS`] with the Prometheus name this module's translation
+//! ([`names::metric_name`](super::names::metric_name)) gives it (`prometheus-names`), and every dcgm-exporter series
 //! `--prometheus-names dcgm` serves, from the schema's dcgm names (`dcgm-names`), each between
 //! `<!-- BEGIN/END GENERATED: ... -->` markers. They live here, not in `schema::docs`, because
 //! the translation and the series are the Prometheus exporter's. `cargo run --example
