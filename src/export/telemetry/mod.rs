@@ -26,10 +26,10 @@ use opentelemetry_sdk::Resource;
 use prost::Message as _;
 
 use crate::export::metrics::{data_point_count, MetricsBatch};
+use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 
 /// `ResourceMetrics.scope_metrics`: the field the health's scopes are written as.
 const SCOPE_METRICS_FIELD: u32 = 2;
-use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 
 /// gpulse's health at one collection. Totals are since gpulse started.
 #[derive(Debug, Clone, Default, PartialEq)]
