@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
-use gpulse::sampling::Sampler;
+use gpulse::sampling::{Sampler, Snapshot};
 use gpulse::schema::DeviceField;
 use serde_json::Value;
 
@@ -117,6 +117,13 @@ pub fn made(
         .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
         .filter(|(_, n)| *n > 0)
         .collect()
+}
+
+/// One sample of an in-process sampler and the NVML calls it made, per function.
+fn sample_counting_calls(sampler: &mut Sampler, lib: &Path) -> (Snapshot, BTreeMap<String, u64>) {
+    let before = call_counts(lib);
+    let snapshot = sampler.sample().expect("the sampler reads nvml-sim");
+    (snapshot, made(&before, &call_counts(lib)))
 }
 
 fn snapshot_json(scenario: &str) -> Value {
@@ -511,9 +518,8 @@ fn a_field_id_the_device_does_not_give_is_absent_whole_call_or_per_value() {
     const TICKS: u64 = 4;
     let mut per_tick = Vec::new();
     for tick in 0..TICKS {
-        let before = call_counts(&lib);
-        let snapshot = sampler.sample().expect("the sampler reads nvml-sim");
-        per_tick.push(made(&before, &call_counts(&lib)));
+        let (snapshot, calls) = sample_counting_calls(&mut sampler, &lib);
+        per_tick.push(calls);
         let temperatures: Vec<Option<f64>> = snapshot
             .devices
             .iter()
@@ -579,9 +585,8 @@ fn nvlink_refused_with_no_permission_is_absent_not_an_error() {
     const TICKS: usize = 4;
     let mut per_tick = Vec::new();
     for tick in 0..TICKS {
-        let before = call_counts(&lib);
-        let snapshot = sampler.sample().expect("the sampler reads nvml-sim");
-        per_tick.push(made(&before, &call_counts(&lib)));
+        let (snapshot, calls) = sample_counting_calls(&mut sampler, &lib);
+        per_tick.push(calls);
         let links: Vec<usize> = snapshot.devices.iter().map(|d| d.nvlink.len()).collect();
         assert_eq!(links, [0, 4], "tick {tick}: only GPU 1 gives its links");
     }

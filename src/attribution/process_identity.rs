@@ -5,6 +5,7 @@
 //! minute). A process that exits keeps its cached identity for the window that still reports
 //! it. The `Attributor` decides which PIDs to look up and what to do with the answers.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
@@ -90,22 +91,13 @@ pub(super) fn lookup<'c>(
     pid: u32,
     known: Option<&Stat>,
 ) -> (Lookup<'c>, bool) {
-    // The common case, every window for every process that stays: the table's `stat` says the
-    // cached process is still the same one, so nothing is read, copied or built.
-    if let Some(stat) = known {
-        if cache
-            .get(&pid)
-            .is_some_and(|entry| entry.start_time_ticks == stat.start_time_ticks)
-        {
-            let entry = cache.get_mut(&pid).expect("found just above");
-            entry.generation = generation;
-            return (Lookup::Found(&entry.identity), false);
-        }
-    }
-    let dir = ProcDir::new(&settings.proc_root, pid);
+    // Every window, for every process that stays, the table's `stat` confirms the cached
+    // identity: it is borrowed, and the process's directory is only named when something must
+    // be read.
+    let dir = || ProcDir::new(&settings.proc_root, pid);
     let read = match known {
-        Some(stat) => Ok(Some(stat.clone())),
-        None => dir.stat(),
+        Some(stat) => Ok(Some(Cow::Borrowed(stat))),
+        None => dir().stat().map(|stat| stat.map(Cow::Owned)),
     };
     let stat = match read {
         Ok(Some(stat)) => stat,
@@ -132,6 +124,7 @@ pub(super) fn lookup<'c>(
         .get(&pid)
         .is_some_and(|entry| entry.start_time_ticks == stat.start_time_ticks);
     if !fresh {
+        let dir = dir();
         let identity = read_identity(pid, &dir, &stat, passwd, settings);
         // Reused between the first read and now: what was read may mix two processes.
         let still_same =
