@@ -38,14 +38,13 @@
 
 use serde::Serialize;
 
+use super::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 use crate::values::{parse_resource_attributes, ResourceAttributesError};
 
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 pub const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
-/// The resource attribute the PyTorch companion names its job with.
-pub(crate) const COMPANION_JOB_ID_ATTRIBUTE: &str = "pytorch.distributed.job.id";
 /// torchrun's default `--rdzv-id`: not a job's name.
 const TORCHELASTIC_PLACEHOLDER_RUN_ID: &str = "none";
 
@@ -254,8 +253,8 @@ fn job_of(
     has_rank: bool,
 ) -> Option<JobId> {
     let var = |value: &Option<String>| value.as_deref().and_then(named);
-    let from_attributes = attribute(resource_attributes, COMPANION_JOB_ID_ATTRIBUTE)
-        .map(|id| (id, JobIdSource::ResourceAttributes));
+    let from_attributes =
+        attribute(resource_attributes, JOB_ID).map(|id| (id, JobIdSource::ResourceAttributes));
     let from_torchelastic = || {
         var(&env.torchelastic_run_id)
             .filter(|id| !id.eq_ignore_ascii_case(TORCHELASTIC_PLACEHOLDER_RUN_ID))
@@ -288,15 +287,9 @@ fn rank_of(env: &OtelEnvironment, resource_attributes: &[(String, String)]) -> O
             })
     };
     Some(EnvRank {
-        rank: number("pytorch.distributed.rank", [&env.rank, &env.slurm_procid])?,
-        world_size: number(
-            "pytorch.distributed.world_size",
-            [&env.world_size, &env.slurm_ntasks],
-        )?,
-        local_rank: number(
-            "pytorch.distributed.local_rank",
-            [&env.local_rank, &env.slurm_localid],
-        ),
+        rank: number(RANK, [&env.rank, &env.slurm_procid])?,
+        world_size: number(WORLD_SIZE, [&env.world_size, &env.slurm_ntasks])?,
+        local_rank: number(LOCAL_RANK, [&env.local_rank, &env.slurm_localid]),
     })
 }
 

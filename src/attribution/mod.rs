@@ -1,6 +1,7 @@
 //! Attribution: from the host PIDs NVML reports to `Workload`s — container, pod, namespaced PID,
 //! executable, owner, the process's own service name and its job — read from a procfs root and the
-//! kubelet pod-resources API.
+//! kubelet pod-resources API, and from what the process says about itself through gpulse's
+//! receiver (`sent_identity`), which outranks its environment.
 //!
 //! `WindowAttributor` turns a whole window into the stage's one output, an `AttributedWindow`;
 //! `Attributor` resolves single processes (fallbacks, pod names) through the per-PID cache of
@@ -25,6 +26,7 @@ mod process_identity;
 pub mod procfiles;
 pub mod procfs;
 pub mod rollup_table;
+pub mod sent_identity;
 pub mod settings;
 pub mod usage;
 pub mod windows;
@@ -40,7 +42,8 @@ pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
     DEFAULT_KUBELET_SOCKET,
 };
+pub use sent_identity::{DistributedIdentity, SentIdentity};
 pub use settings::{AttributionSettings, DEFAULT_PROC_ROOT, HOST_PROC_ENV};
 pub use usage::UsageTracker;
 pub use windows::{OwnPod, WindowAttributor};
-pub use workload::{AttributionMethod, ProcessUsage, Workload};
+pub use workload::{AttributionMethod, IdentitySource, ProcessUsage, Workload};

@@ -15,7 +15,7 @@ use super::cgroup::{parse_cgroup, CgroupIdentity};
 use super::environ::{resolve_identity, scan_environ, OtelIdentity};
 use super::procfs::{executable_name, parse_cmdline, parse_passwd, ProcDir, Stat};
 use super::settings::AttributionSettings;
-use super::workload::{AttributionMethod, Workload};
+use super::workload::{AttributionMethod, IdentitySource, Workload};
 
 /// How often the `passwd` database is re-read, at most (only when a new process needs it).
 const PASSWD_MAX_AGE: Duration = Duration::from_secs(60);
@@ -72,6 +72,14 @@ pub(super) fn workload_of(
         namespace_name: None,
         container_name: None,
         service_name: identity.otel.service_name.clone(),
+        identity_source: if identity.otel.service_name.is_some()
+            || !identity.otel.resource_attributes.is_empty()
+            || identity.otel.rank.is_some()
+        {
+            IdentitySource::Environment
+        } else {
+            IdentitySource::Default
+        },
         resource_attributes: identity.otel.resource_attributes.clone(),
         job_id: identity.otel.job.as_ref().map(|job| job.id.clone()),
         job_id_source: identity.otel.job.as_ref().map(|job| job.source),

@@ -10,6 +10,7 @@ use super::accounting::{GpuAccountant, Prices};
 use super::attributed::{visible_pids, AttributedWindow};
 use super::attributor::Attributor;
 use super::parents::ParentWatch;
+use super::sent_identity::SentIdentity;
 use super::settings::AttributionSettings;
 use super::workload::Workload;
 use crate::sampling::Window;
@@ -63,16 +64,17 @@ impl WindowAttributor {
 
     /// Every process of `window` with its workload, CPU/memory use and parent liveness.
     pub fn attribute(&mut self, window: Window) -> AttributedWindow {
-        self.attribute_with_companion_job_ids(window, &HashMap::new())
+        self.attribute_with_sent_identities(window, &HashMap::new())
     }
 
-    /// As [`Self::attribute`], with the job ids the PyTorch companion reported by PID
-    /// (`pytorch.distributed.job.id`): a process's own word outranks its environment, and it is
-    /// adopted before the accounts are rolled up, so the job's roll-up uses it.
-    pub(crate) fn attribute_with_companion_job_ids(
+    /// As [`Self::attribute`], with what each process said about itself through gpulse's
+    /// receiver, by PID (its service, rank and job): a process's own word outranks its
+    /// environment, and it is adopted before the accounts are rolled up, so the job's roll-up
+    /// and every consumer of the window name the process as it names itself.
+    pub(crate) fn attribute_with_sent_identities(
         &mut self,
         window: Window,
-        companion_job_ids: &HashMap<u32, String>,
+        sent_identities: &HashMap<u32, SentIdentity>,
     ) -> AttributedWindow {
         // One read of each process's `stat` for identity, usage and the parent check.
         let table = self.attributor.process_table(&window);
@@ -82,9 +84,9 @@ impl WindowAttributor {
                 own.apply(workload);
             }
         }
-        for (pid, job_id) in companion_job_ids {
+        for (pid, sent) in sent_identities {
             if let Some(workload) = workloads.get_mut(pid) {
-                workload.adopt_companion_job_id(job_id);
+                workload.adopt_sent_identity(sent);
             }
         }
         let visible = visible_pids(&workloads);

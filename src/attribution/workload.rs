@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::environ::{EnvRank, JobIdSource};
+use super::sent_identity::SentIdentity;
 
 /// How a workload was tied to the process NVML listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,18 +42,23 @@ pub struct Workload {
     pub pod_name: Option<String>,
     pub namespace_name: Option<String>,
     pub container_name: Option<String>,
-    /// `service.name` from the process's own `OTEL_SERVICE_NAME` (or `service.name` in its
-    /// `OTEL_RESOURCE_ATTRIBUTES`); `None` when it set neither.
+    /// The process's own `service.name`: what its telemetry's resource says when gpulse's
+    /// receiver hears it, else its `OTEL_SERVICE_NAME` (or `service.name` in its
+    /// `OTEL_RESOURCE_ATTRIBUTES`); `None` when nothing named it.
     pub service_name: Option<String>,
-    /// The process's own `OTEL_RESOURCE_ATTRIBUTES`, parsed, in order.
+    /// Where `service_name`, the adopted attributes and the rank came from.
+    pub identity_source: IdentitySource,
+    /// The process's own resource attributes: its `OTEL_RESOURCE_ATTRIBUTES`, parsed, in order,
+    /// with what its telemetry's resource says of `service.namespace`, `service.version`,
+    /// `deployment.environment.name` and `pytorch.distributed.backend` set over them.
     pub resource_attributes: Vec<(String, String)>,
     /// The job the process belongs to (`gpulse.job.id`): the companion's
     /// `pytorch.distributed.job.id`, else the process's environment (`environ` says the order).
     pub job_id: Option<String>,
     /// Where `job_id` came from.
     pub job_id_source: Option<JobIdSource>,
-    /// Its rank in the job, from its environment (`RANK`/`WORLD_SIZE`/`LOCAL_RANK` or SLURM's);
-    /// the rank its own spans give, when a receiver hears them, is in the training evidence.
+    /// Its rank in the job: what its telemetry's resource says (`pytorch.distributed.*`), else
+    /// its environment (`RANK`/`WORLD_SIZE`/`LOCAL_RANK` or SLURM's).
     pub rank: Option<EnvRank>,
     pub attributed_by: AttributionMethod,
 }
@@ -73,6 +79,7 @@ impl Workload {
             namespace_name: None,
             container_name: None,
             service_name: None,
+            identity_source: IdentitySource::Default,
             resource_attributes: Vec::new(),
             job_id: None,
             job_id_source: None,
@@ -92,6 +99,43 @@ impl Workload {
         }
     }
 
+    /// Takes what the process said about itself through gpulse's receiver, over what its
+    /// environment said: its `service.name`, the `service.*`, `deployment.environment.name` and
+    /// backend attributes, its rank and its job. What it did not say stays as the environment
+    /// gave it; gpulse's own observations (PIDs, container, pod) are not touched.
+    pub fn adopt_sent_identity(&mut self, sent: &SentIdentity) {
+        if sent.is_empty() {
+            return;
+        }
+        self.identity_source = IdentitySource::Telemetry;
+        if let Some(name) = &sent.service_name {
+            self.service_name = Some(name.clone());
+        }
+        for (key, value) in &sent.attributes {
+            match self.resource_attributes.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1.clone_from(value),
+                None => self.resource_attributes.push((key.clone(), value.clone())),
+            }
+        }
+        let Some(distributed) = &sent.distributed else {
+            return;
+        };
+        if let Some(job_id) = &distributed.job_id {
+            self.adopt_companion_job_id(job_id);
+        }
+        // A rank without a world size keeps the environment's world size; with neither, the
+        // workload has no rank (the training evidence still carries the sent one).
+        let env = self.rank;
+        let world_size = distributed.world_size.or(env.map(|r| r.world_size));
+        if let Some(world_size) = world_size {
+            self.rank = Some(EnvRank {
+                rank: distributed.rank,
+                world_size,
+                local_rank: distributed.local_rank.or(env.and_then(|r| r.local_rank)),
+            });
+        }
+    }
+
     /// `service.name` as the OpenTelemetry specification defaults it:
     /// the process's own, else `unknown_service:<executable>`, else `unknown_service`.
     pub fn effective_service_name(&self) -> String {
@@ -100,6 +144,37 @@ impl Workload {
             (None, Some(exe)) => format!("unknown_service:{exe}"),
             (None, None) => "unknown_service".to_string(),
         }
+    }
+}
+
+/// Where a workload's `service.name`, adopted attributes and rank came from, highest first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentitySource {
+    /// The resource of the telemetry the process sent through gpulse's receiver.
+    Telemetry,
+    /// The process's environment (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `RANK`…).
+    Environment,
+    /// Neither: `service.name` is the specification's `unknown_service:<executable>`.
+    #[default]
+    Default,
+}
+
+impl IdentitySource {
+    /// The value of `gpulse.identity.source`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            IdentitySource::Telemetry => "telemetry",
+            IdentitySource::Environment => "environment",
+            IdentitySource::Default => "default",
+        }
+    }
+
+    /// The source `as_str` names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Telemetry, Self::Environment, Self::Default]
+            .into_iter()
+            .find(|source| source.as_str() == name)
     }
 }
 

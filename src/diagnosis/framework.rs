@@ -22,6 +22,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+pub use crate::attribution::DistributedIdentity;
+use crate::attribution::SentIdentity;
+
 /// The companion's metric names (examples/pytorch, `cuda_memory.py`).
 pub(crate) const ALLOCATED: &str = "pytorch.cuda.memory.allocated";
 pub(crate) const RESERVED: &str = "pytorch.cuda.memory.reserved";
@@ -33,11 +36,7 @@ pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 /// span (`distributed.py`).
 pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = "pytorch.distributed.collective.wait";
 /// The companion's resource attributes naming the process's place in a distributed job.
-pub(crate) const RANK: &str = "pytorch.distributed.rank";
-pub(crate) const LOCAL_RANK: &str = "pytorch.distributed.local_rank";
-pub(crate) const WORLD_SIZE: &str = "pytorch.distributed.world_size";
-pub(crate) const BACKEND: &str = "pytorch.distributed.backend";
-pub(crate) const JOB_ID: &str = "pytorch.distributed.job.id";
+pub(crate) use crate::attribution::sent_identity::{BACKEND, JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 /// DataLoader settings on the companion's run and epoch spans.
 pub(crate) const LOADER_ATTRIBUTES: [&str; 5] = [
     "pytorch.dataloader.num_workers",
@@ -139,18 +138,6 @@ impl LoaderSettings {
     }
 }
 
-/// A process's place in a torch.distributed job, from the companion's resource.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct DistributedIdentity {
-    pub rank: u32,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    pub backend: Option<String>,
-    /// Equal on every rank of one job (`TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`, or the rendezvous
-    /// address); `None` when the launcher gave none, and then the rank is compared with nobody.
-    pub job_id: Option<String>,
-}
-
 /// Bounds of the [`FrameworkHistory`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FrameworkLimits {
@@ -179,7 +166,8 @@ struct ProcessRecord {
     /// `pytorch.distributed.collective.wait` of each step: `end` is the step's end.
     collective_waits: VecDeque<SpanTiming>,
     loader: LoaderSettings,
-    distributed: Option<DistributedIdentity>,
+    /// What the process said about itself on its resources (its service, rank and job).
+    sent: SentIdentity,
     /// The end of the first step heard from this process (how long it has been observed, beyond
     /// what the bounded rings still hold).
     first_step_end: Option<SystemTime>,
@@ -282,14 +270,12 @@ impl FrameworkHistory {
         );
     }
 
-    /// Records where `pid` sits in a distributed job (the latest resource wins).
-    pub(crate) fn record_distributed(
-        &mut self,
-        pid: u32,
-        identity: DistributedIdentity,
-        at: SystemTime,
-    ) {
-        self.process(pid, at).distributed = Some(identity);
+    /// Records what a resource `pid` sent says about the process (its service, rank and job),
+    /// merged with what it said before: the first value of each stays (`SentIdentity::merge`).
+    pub(crate) fn record_sent_identity(&mut self, pid: u32, sent: SentIdentity, at: SystemTime) {
+        if !sent.is_empty() {
+            self.process(pid, at).sent.merge(sent);
+        }
     }
 
     /// Records a finished `data_wait` span of `pid`.
@@ -341,15 +327,13 @@ impl FrameworkHistory {
         self.processes.is_empty()
     }
 
-    /// The job id each process's companion reported (`pytorch.distributed.job.id` on its
-    /// telemetry's resource), by PID: what attribution adopts over the process's environment.
-    pub(crate) fn companion_job_ids(&self) -> HashMap<u32, String> {
+    /// What each process said about itself through the receiver, by PID: what attribution
+    /// adopts over the process's environment (`Workload::adopt_sent_identity`).
+    pub(crate) fn sent_identities(&self) -> HashMap<u32, SentIdentity> {
         self.processes
             .iter()
-            .filter_map(|(pid, record)| {
-                let job = record.distributed.as_ref()?.job_id.as_deref()?;
-                Some((*pid, job.to_string()))
-            })
+            .filter(|(_, record)| !record.sent.is_empty())
+            .map(|(pid, record)| (*pid, record.sent.clone()))
             .collect()
     }
 
@@ -380,7 +364,7 @@ impl FrameworkHistory {
                     steps,
                     loader: record.loader.clone(),
                     cpu_quota_cores: None,
-                    distributed: record.distributed.clone(),
+                    distributed: record.sent.distributed.clone(),
                 },
             );
         }

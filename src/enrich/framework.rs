@@ -2,7 +2,8 @@
 //! allocator gauges (`pytorch.cuda.memory.allocated`, `.reserved`, `.max_allocated`, each point
 //! with `hw.id`), its `step` and `data_wait` spans, and the DataLoader settings on its run and
 //! epoch spans, the `pytorch.distributed.collective.wait` of each step span and the resource's
-//! `pytorch.distributed.*` rank and job. Each resource is tied to its process as spans are for enrichment (`identity`,
+//! `pytorch.distributed.*` rank and job, and what every resource says of its process's
+//! identity (`service.name`, `service.*`, its rank: `record_identities`). Each resource is tied to its process as spans are for enrichment (`identity`,
 //! then the connection's peer); what belongs to a known GPU process goes into the diagnosis
 //! stage's [`FrameworkHistory`]. The requests themselves are forwarded unchanged.
 
@@ -12,8 +13,11 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberDataPoint};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_semantic_conventions::resource::SERVICE_NAME;
 
 use super::spans::ResourcePids;
+use crate::attribution::sent_identity::{SentIdentity, ADOPTED_ATTRIBUTES};
 use crate::diagnosis::framework::{
     AllocatorPoint, DistributedIdentity, FrameworkHistory, LoaderSettings, SpanTiming, ALLOCATED,
     BACKEND, COLLECTIVE_WAIT_ATTRIBUTE, DATA_WAIT_SPAN, JOB_ID, LOADER_ATTRIBUTES, LOCAL_RANK,
@@ -57,13 +61,6 @@ pub(crate) fn record_metrics(
     let mut recorded = 0;
     for (rm, pid) in request.resource_metrics.iter().zip(pids) {
         let Some((pid, _)) = *pid else { continue };
-        if let Some(identity) = rm
-            .resource
-            .as_ref()
-            .and_then(|r| distributed(&r.attributes))
-        {
-            history.record_distributed(pid, identity, SystemTime::now());
-        }
         for m in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
             let points: &[NumberDataPoint] = match &m.data {
                 Some(metric::Data::Gauge(g)) => &g.data_points,
@@ -108,13 +105,6 @@ pub(crate) fn record_spans(
     let mut recorded = 0;
     for (rs, pid) in request.resource_spans.iter().zip(pids) {
         let Some((pid, _)) = *pid else { continue };
-        if let Some(identity) = rs
-            .resource
-            .as_ref()
-            .and_then(|r| distributed(&r.attributes))
-        {
-            history.record_distributed(pid, identity, SystemTime::now());
-        }
         for span in rs.scope_spans.iter().flat_map(|ss| &ss.spans) {
             let end = span.end_time_unix_nano;
             let start = span.start_time_unix_nano;
@@ -153,6 +143,41 @@ pub(crate) fn record_spans(
         }
     }
     recorded
+}
+
+/// Records what each resource whose process is known says about that process (its service,
+/// rank and job: `SentIdentity`), whatever the signal; `resources` in the order of `pids`.
+pub(crate) fn record_identities<'a>(
+    history: &mut FrameworkHistory,
+    resources: impl IntoIterator<Item = Option<&'a Resource>>,
+    pids: &ResourcePids,
+) {
+    let now = SystemTime::now();
+    for (resource, pid) in resources.into_iter().zip(pids) {
+        let (Some(resource), Some((pid, _))) = (resource, *pid) else {
+            continue;
+        };
+        history.record_sent_identity(pid, sent_identity(&resource.attributes), now);
+    }
+}
+
+/// What one resource says about its process.
+fn sent_identity(attributes: &[KeyValue]) -> SentIdentity {
+    let strings = attributes
+        .iter()
+        .filter(|kv| ADOPTED_ATTRIBUTES.contains(&kv.key.as_str()))
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(value) => Some((kv.key.as_str(), value.as_str())),
+            _ => None,
+        });
+    let service_name = attributes
+        .iter()
+        .find(|kv| kv.key == SERVICE_NAME)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(name) => Some(name.as_str()),
+            _ => None,
+        });
+    SentIdentity::from_resource(service_name, strings, distributed(attributes))
 }
 
 /// The process's rank and job from the companion's resource attributes; `None` without a rank.
@@ -368,7 +393,10 @@ mod tests {
             }],
         };
         let mut h = FrameworkHistory::default();
-        record_spans(&mut h, &request, &vec![Some((9, MatchedBy::Resource))]);
+        let pids = vec![Some((9, MatchedBy::Resource))];
+        let resources = request.resource_spans.iter().map(|rs| rs.resource.as_ref());
+        record_identities(&mut h, resources, &pids);
+        record_spans(&mut h, &request, &pids);
         let e = h.evidence(&[9], time_of(T0 + 5_000_000_000), Duration::from_secs(60));
         let p = e.process(9).unwrap();
         let identity = p.distributed.as_ref().unwrap();

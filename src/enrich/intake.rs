@@ -32,6 +32,7 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
 use super::history::HistoryHandle;
@@ -220,7 +221,7 @@ impl Intake {
                 let decoded =
                     ExportMetricsServiceRequest::decode(body.clone()).map_err(malformed)?;
                 let items = data_point_count(&decoded) as u64;
-                self.note_allocator_metrics(&decoded, peer).await;
+                self.note_metrics(&decoded, peer).await;
                 (
                     EncodedRequest::new(body, items),
                     Accepted { items, enriched: 0 },
@@ -229,6 +230,7 @@ impl Intake {
             Signal::Logs => {
                 let decoded = ExportLogsServiceRequest::decode(body.clone()).map_err(malformed)?;
                 let items = log_record_count(&decoded) as u64;
+                self.note_logs(&decoded, peer).await;
                 (
                     EncodedRequest::new(body, items),
                     Accepted { items, enriched: 0 },
@@ -307,8 +309,11 @@ impl Intake {
         }
         let pids = self.resolve(&request, peer).await;
         if let Some(framework) = &self.framework {
+            let mut framework = framework.lock();
+            let resources = request.resource_spans.iter().map(|rs| rs.resource.as_ref());
+            super::framework::record_identities(&mut framework, resources, &pids);
             if super::framework::has_framework_spans(&request) {
-                super::framework::record_spans(&mut framework.lock(), &request, &pids);
+                super::framework::record_spans(&mut framework, &request, &pids);
             }
         }
         if self.queue.is_none() {
@@ -338,25 +343,54 @@ impl Intake {
         )
     }
 
-    /// Keeps the allocator gauges of known GPU processes for diagnosis.
-    async fn note_allocator_metrics(
+    /// Keeps what a metrics request says of known GPU processes for diagnosis and attribution:
+    /// each resource's identity, and the allocator gauges.
+    async fn note_metrics(
         self: &Arc<Self>,
         request: &ExportMetricsServiceRequest,
         peer: Option<Peer>,
     ) {
+        let resources = request
+            .resource_metrics
+            .iter()
+            .map(|rm| rm.resource.as_ref());
+        let Some(pids) = self.resolve_for_framework(resources.clone(), peer).await else {
+            return;
+        };
         let Some(framework) = &self.framework else {
             return;
         };
-        if self.history.read().is_empty() || !super::framework::has_allocator_metrics(request) {
-            return;
+        let mut framework = framework.lock();
+        super::framework::record_identities(&mut framework, resources, &pids);
+        if super::framework::has_allocator_metrics(request) {
+            super::framework::record_metrics(&mut framework, request, &pids);
         }
-        let keys = request
-            .resource_metrics
-            .iter()
-            .map(|rm| ResourceKey::of(rm.resource.as_ref()))
-            .collect();
-        let pids = self.resolve_keys(keys, peer).await;
-        super::framework::record_metrics(&mut framework.lock(), request, &pids);
+    }
+
+    /// Keeps what each resource of a logs request says of its known GPU process (its
+    /// identity), so an application that sends only logs is named as it names itself too.
+    async fn note_logs(self: &Arc<Self>, request: &ExportLogsServiceRequest, peer: Option<Peer>) {
+        let resources = request.resource_logs.iter().map(|rl| rl.resource.as_ref());
+        let Some(pids) = self.resolve_for_framework(resources.clone(), peer).await else {
+            return;
+        };
+        if let Some(framework) = &self.framework {
+            super::framework::record_identities(&mut framework.lock(), resources, &pids);
+        }
+    }
+
+    /// The process of each resource, when there is a framework history to write and GPU
+    /// processes to match; `None` when neither would be of use.
+    async fn resolve_for_framework<'a>(
+        self: &Arc<Self>,
+        resources: impl Iterator<Item = Option<&'a Resource>>,
+        peer: Option<Peer>,
+    ) -> Option<ResourcePids> {
+        if self.framework.is_none() || self.history.read().is_empty() {
+            return None;
+        }
+        let keys = resources.map(ResourceKey::of).collect();
+        Some(self.resolve_keys(keys, peer).await)
     }
 
     /// The process of each resource: from its attributes, else from the connection.
@@ -568,6 +602,126 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, IntakeError::Malformed { .. }), "{err}");
+    }
+
+    /// Whatever the signal, and without any companion span or gauge, what a known process's
+    /// resource says of it (its service, version, rank) is kept for attribution; an unknown
+    /// process's is not, and a process's first word stays.
+    #[tokio::test]
+    async fn every_signal_tells_the_identity_of_a_known_process() {
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        use opentelemetry_proto::tonic::metrics::v1::{
+            metric, Gauge, Metric, ResourceMetrics, ScopeMetrics,
+        };
+
+        use crate::diagnosis::framework::{FrameworkHandle, FrameworkLimits};
+
+        let text = |key: &str, value: &str| KeyValue {
+            key: key.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(value.into())),
+            }),
+            ..Default::default()
+        };
+        let resource = |pid: i64, name: &str| {
+            let attributes = vec![
+                text("service.name", name),
+                text("service.version", "3"),
+                KeyValue {
+                    key: "process.pid".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::IntValue(pid)),
+                    }),
+                    ..Default::default()
+                },
+            ];
+            Some(Resource {
+                attributes,
+                ..Default::default()
+            })
+        };
+        let metrics = |pid, name: &str| ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: resource(pid, name),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "app.queue.depth".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![Default::default()],
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let logs = |pid, name: &str| ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: resource(pid, name),
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord::default()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut spans = ExportTraceServiceRequest::decode(traces(42, 101, 103)).unwrap();
+        spans.resource_spans[0].resource = resource(42, "from-spans");
+
+        for (signal, body, expected) in [
+            (
+                Signal::Metrics,
+                metrics(42, "from-metrics").encode_to_vec(),
+                "from-metrics",
+            ),
+            (
+                Signal::Logs,
+                logs(42, "from-logs").encode_to_vec(),
+                "from-logs",
+            ),
+            (Signal::Traces, spans.encode_to_vec(), "from-spans"),
+        ] {
+            let (plain, queue) = intake(1 << 20, Duration::ZERO);
+            let framework = FrameworkHandle::new(FrameworkLimits::default());
+            let intake = Arc::new(
+                Intake::new(queue, plain.history().clone(), plain.settings.clone())
+                    .with_framework(framework.clone()),
+            );
+            intake
+                .accept(signal, Bytes::from(body), None)
+                .await
+                .unwrap();
+            // A process gpulse does not know names nobody.
+            intake
+                .accept(
+                    Signal::Metrics,
+                    Bytes::from(metrics(7, "stranger").encode_to_vec()),
+                    None,
+                )
+                .await
+                .unwrap();
+            // A later, different name does not replace the first.
+            intake
+                .accept(
+                    Signal::Logs,
+                    Bytes::from(logs(42, "second-word").encode_to_vec()),
+                    None,
+                )
+                .await
+                .unwrap();
+            let sent = framework.lock().sent_identities();
+            assert_eq!(sent.len(), 1, "{signal:?}: only pid 42: {sent:?}");
+            assert_eq!(
+                sent[&42].service_name.as_deref(),
+                Some(expected),
+                "{signal:?}"
+            );
+            assert_eq!(
+                sent[&42].attributes,
+                vec![("service.version".to_string(), "3".to_string())]
+            );
+        }
     }
 
     #[tokio::test]

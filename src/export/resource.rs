@@ -10,6 +10,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 use crate::attribution::{AttributionMethod, Workload};
 
 /// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
@@ -190,14 +191,18 @@ pub fn attribution_method_name(method: AttributionMethod) -> &'static str {
 
 /// The resource of one GPU process, in three layers, each overriding the one before:
 ///
-/// 1. `service.name` = `Workload::effective_service_name` (the process's own, or the
-///    specification's `unknown_service:<executable>` default);
-/// 2. the process's own `OTEL_RESOURCE_ATTRIBUTES` (so `service.namespace`, `service.version`,
-///    `deployment.environment.name` match its traces); its `service.name` entry is already
-///    folded into step 1;
+/// 1. `service.name` = `Workload::effective_service_name` (what the process's telemetry says,
+///    else its environment's, else the specification's `unknown_service:<executable>`);
+/// 2. the process's own resource attributes (its `OTEL_RESOURCE_ATTRIBUTES`, with what its
+///    telemetry says of `service.namespace`, `service.version`, `deployment.environment.name`
+///    over them, so they match its traces; its `service.name` entry is already folded into
+///    step 1), then its place in a distributed job as integers (`pytorch.distributed.rank`,
+///    `.local_rank`, `.world_size`, and `.job.id` beside a rank), from its telemetry or its
+///    launcher's variables;
 /// 3. the identity gpulse observed, which always wins: `process.*`, `container.*`, `k8s.*`,
 ///    `host.name` (and `k8s.node.name` when the node knows it), `gpulse.attribution.method`,
-///    and the job (`gpulse.job.id`, `gpulse.job.id.source`) when one is known.
+///    `gpulse.identity.source` (where steps 1 and 2 came from), and the job (`gpulse.job.id`,
+///    `gpulse.job.id.source`) when one is known.
 ///
 /// The join key with the application's own telemetry: `container.id` + `process.vpid` here
 /// equals `container.id` + `process.pid` there.
@@ -207,6 +212,16 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
     for (key, value) in &workload.resource_attributes {
         if key != "service.name" {
             attrs.set(kv_str(key, value.as_str()));
+        }
+    }
+    if let Some(rank) = workload.rank {
+        attrs.set(kv_int(RANK, i64::from(rank.rank)));
+        attrs.set(kv_int(WORLD_SIZE, i64::from(rank.world_size)));
+        if let Some(local_rank) = rank.local_rank {
+            attrs.set(kv_int(LOCAL_RANK, i64::from(local_rank)));
+        }
+        if let Some(job_id) = &workload.job_id {
+            attrs.set(kv_str(JOB_ID, job_id.as_str()));
         }
     }
     attrs.set(kv_int("process.pid", i64::from(workload.pid)));
@@ -237,6 +252,10 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
     attrs.set(kv_str(
         "gpulse.attribution.method",
         attribution_method_name(workload.attributed_by),
+    ));
+    attrs.set(kv_str(
+        "gpulse.identity.source",
+        workload.identity_source.as_str(),
     ));
     if let Some(source) = workload.job_id_source {
         attrs.set(kv_str("gpulse.job.id.source", source.as_str()));
@@ -363,8 +382,10 @@ mod tests {
             namespace_name: Some("ml".into()),
             container_name: Some("trainer".into()),
             service_name: Some("trainer".into()),
+            identity_source: crate::attribution::IdentitySource::Telemetry,
             resource_attributes: vec![
                 ("service.name".into(), "ignored-here".into()),
+                ("pytorch.distributed.rank".into(), "9".into()),
                 ("service.namespace".into(), "research".into()),
                 ("process.pid".into(), "1".into()),
                 ("container.id".into(), "spoofed".into()),
@@ -373,7 +394,11 @@ mod tests {
             ],
             job_id: Some("run-7".into()),
             job_id_source: Some(crate::attribution::JobIdSource::TorchElastic),
-            rank: None,
+            rank: Some(crate::attribution::EnvRank {
+                rank: 3,
+                world_size: 4,
+                local_rank: None,
+            }),
             attributed_by: AttributionMethod::HostPid,
         }
     }
@@ -404,6 +429,12 @@ mod tests {
         assert_eq!(attr_str(&r, "gpulse.attribution.method"), Some("host_pid"));
         assert_eq!(attr_str(&r, "gpulse.job.id"), Some("run-7"));
         assert_eq!(attr_str(&r, "gpulse.job.id.source"), Some("torchelastic"));
+        assert_eq!(attr_str(&r, "gpulse.identity.source"), Some("telemetry"));
+        // The rank as an integer, over a text one among the process's own attributes.
+        assert_eq!(attr(&r, RANK), Some(&any_value::Value::IntValue(3)));
+        assert_eq!(attr(&r, WORLD_SIZE), Some(&any_value::Value::IntValue(4)));
+        assert_eq!(attr(&r, LOCAL_RANK), None);
+        assert_eq!(attr_str(&r, JOB_ID), Some("run-7"));
         assert_eq!(
             attr(&r, "process.command_line"),
             None,
@@ -428,6 +459,8 @@ mod tests {
         assert_eq!(attr(&r, "process.vpid"), None);
         assert_eq!(attr(&r, "container.id"), None);
         assert_eq!(attr(&r, "gpulse.job.id"), None);
+        assert_eq!(attr(&r, RANK), None);
+        assert_eq!(attr_str(&r, "gpulse.identity.source"), Some("default"));
         assert_eq!(
             attr_str(&r, "gpulse.attribution.method"),
             Some("unresolved")

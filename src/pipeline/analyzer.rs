@@ -90,11 +90,12 @@ impl Analyzer {
 
     /// Attributes `window`, runs the rules over it and publishes the result to observers.
     pub(crate) fn analyze(&mut self, window: Window) -> Analysis {
-        // The companion's job id is adopted before the accounts roll processes up by job.
-        let companion_job_ids = self.framework.lock().companion_job_ids();
+        // What each process said about itself (service, rank, job) is adopted before the
+        // accounts roll processes up by job.
+        let sent_identities = self.framework.lock().sent_identities();
         let attributed = Arc::new(
             self.attribution
-                .attribute_with_companion_job_ids(window, &companion_job_ids),
+                .attribute_with_sent_identities(window, &sent_identities),
         );
         let framework = self.framework_evidence(&attributed);
         let events = self
@@ -171,16 +172,17 @@ fn own_pod(downward: &DownwardApi) -> Option<OwnPod> {
 mod tests {
     use super::*;
 
-    /// The companion's job id (`pytorch.distributed.job.id` on its telemetry) is the process's
-    /// job, over what its environment says, and the job's roll-up is under it. The process is
-    /// this test's own, so attribution reads a real `/proc` entry.
+    /// What the process's telemetry says of itself (its service, rank and the companion's
+    /// `pytorch.distributed.job.id`) is its identity, over what its environment says, and the
+    /// job's roll-up is under it. The process is this test's own, so attribution reads a real
+    /// `/proc` entry.
     #[test]
-    fn the_companions_job_id_is_adopted_before_the_roll_up() {
+    fn what_the_process_sends_is_adopted_before_the_roll_up() {
         use std::time::{Duration, UNIX_EPOCH};
 
         use crate::attribution::accounting::GroupKind;
         use crate::attribution::JobIdSource;
-        use crate::diagnosis::framework::DistributedIdentity;
+        use crate::attribution::{DistributedIdentity, IdentitySource, SentIdentity};
         use crate::sampling::{DeviceInfo, DeviceWindow, ProcessKind, ProcessWindow};
 
         let pid = std::process::id();
@@ -236,19 +238,30 @@ mod tests {
             before.workloads[&pid].job_id_source,
             Some(JobIdSource::Companion)
         );
-        analyzer.framework().lock().record_distributed(
+        analyzer.framework().lock().record_sent_identity(
             pid,
-            DistributedIdentity {
-                rank: 0,
-                job_id: Some("run-42".into()),
-                ..DistributedIdentity::default()
-            },
+            SentIdentity::from_resource(
+                Some("ddp-bar"),
+                [("service.namespace", "ml")],
+                Some(DistributedIdentity {
+                    rank: 3,
+                    world_size: Some(4),
+                    job_id: Some("run-42".into()),
+                    ..DistributedIdentity::default()
+                }),
+            ),
             SystemTime::now(),
         );
         let after = analyzer.analyze(window(20)).attributed;
         let workload = &after.workloads[&pid];
         assert_eq!(workload.job_id.as_deref(), Some("run-42"));
         assert_eq!(workload.job_id_source, Some(JobIdSource::Companion));
+        assert_eq!(workload.service_name.as_deref(), Some("ddp-bar"));
+        assert_eq!(workload.identity_source, IdentitySource::Telemetry);
+        assert_eq!(workload.rank.map(|r| (r.rank, r.world_size)), Some((3, 4)));
+        assert!(workload
+            .resource_attributes
+            .contains(&("service.namespace".into(), "ml".into())));
         let job = after
             .accounts
             .rollups

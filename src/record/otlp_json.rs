@@ -23,8 +23,9 @@ use super::model::{
     DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, SpanKind,
     SpanMark, IDLE_BELOW,
 };
-use crate::attribution::environ::JobIdSource;
-use crate::attribution::{AttributionMethod, Workload};
+use crate::attribution::environ::{EnvRank, JobIdSource};
+use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, UNKNOWN_SERVICE, WORLD_SIZE};
+use crate::attribution::{AttributionMethod, IdentitySource, Workload};
 use crate::schema::throttle_reasons;
 
 /// Why a recording could not be read.
@@ -157,6 +158,7 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
     let gpulse_keys = |key: &str| {
         key == "service.name"
             || key == "host.name"
+            || [RANK, LOCAL_RANK, WORLD_SIZE, JOB_ID].contains(&key)
             || ["process.", "container.", "k8s.", "gpulse."]
                 .iter()
                 .any(|prefix| key.starts_with(prefix))
@@ -179,7 +181,11 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
         pod_name: get("k8s.pod.name"),
         namespace_name: get("k8s.namespace.name"),
         container_name: get("k8s.container.name"),
-        service_name: get("service.name").filter(|name| !name.starts_with("unknown_service")),
+        service_name: get("service.name").filter(|name| !name.starts_with(UNKNOWN_SERVICE)),
+        identity_source: resource
+            .get("gpulse.identity.source")
+            .and_then(|name| IdentitySource::from_name(name))
+            .unwrap_or_default(),
         resource_attributes,
         job_id: get("gpulse.job.id"),
         job_id_source: resource.get("gpulse.job.id.source").and_then(|name| {
@@ -193,8 +199,7 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
             .into_iter()
             .find(|source| source.as_str() == name)
         }),
-        // Not on the resource: the rank rides in the training metrics' attributes.
-        rank: None,
+        rank: rank_of(resource),
         attributed_by: match resource
             .get("gpulse.attribution.method")
             .map(String::as_str)
@@ -204,6 +209,17 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
             _ => AttributionMethod::Unresolved,
         },
     }
+}
+
+/// The rank `process_resource` wrote (`pytorch.distributed.rank` and `.world_size`, with
+/// `.local_rank` when known).
+fn rank_of(resource: &HashMap<String, String>) -> Option<EnvRank> {
+    let number = |key: &str| resource.get(key)?.parse::<u32>().ok();
+    Some(EnvRank {
+        rank: number(RANK)?,
+        world_size: number(WORLD_SIZE)?,
+        local_rank: number(LOCAL_RANK),
+    })
 }
 
 #[derive(Default)]
