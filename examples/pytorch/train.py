@@ -89,6 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--start-timeout", type=float, default=120.0, metavar="SECONDS")
     parser.add_argument(
+        "--service-name",
+        default=None,
+        help="service.name set in code (OTEL_SERVICE_NAME, when set, still wins)",
+    )
+    parser.add_argument(
         "--fail-at-step",
         type=int,
         default=None,
@@ -207,7 +212,11 @@ def main(argv=None) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    tel = TrainingTelemetry(model_name=args.model, memory_summary_after=args.memory_summary_after)
+    tel = TrainingTelemetry(
+        model_name=args.model,
+        service_name=args.service_name,
+        memory_summary_after=args.memory_summary_after,
+    )
     if world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -15,9 +15,7 @@ is skipped with the reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,10 +25,8 @@ from typing import Dict, List
 import pytest
 
 from conftest import EXAMPLE_DIR, require_torch
-
-REPO = EXAMPLE_DIR.parents[1]
-TRAIN = EXAMPLE_DIR / "train.py"
-SINK = EXAMPLE_DIR / "otlp_sink.py"
+from e2e import SINK, TRAIN, built_binaries, fail_or_skip, findings, free_port, stop, wait_until
+WHAT = "the straggler end-to-end test"
 RANKS = 4
 SLOW_RANK = 2
 JOBS = ("slow-job", "even-job")
@@ -55,12 +51,6 @@ min_steps = 5
 [diagnosis.idle_holder]
 enabled = false
 """
-
-
-def _fail_or_skip(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and the straggler test could not run: {reason}", pytrace=False)
-    pytest.skip(f"the straggler end-to-end test did NOT run: {reason}")
 
 
 def scenario(jobs: Dict[str, List[int]]) -> str:
@@ -91,71 +81,12 @@ def env_name(job: str, rank: int) -> str:
     return f"{job.replace('-', '_').upper()}_RANK{rank}_PID"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, what: str, watch=()):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for process in watch:
-            assert process.poll() is None, f"{process.args[:2]} exited ({process.returncode}) {what}"
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s {what}"
-        time.sleep(0.1)
-
-
-def stop(process, timeout: float = 20.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def findings(path: Path) -> List[dict]:
-    """Every finding log record the sink received, its attributes flattened."""
-    found = []
-    if not path.exists():
-        return found
-    for line in path.read_text().splitlines():
-        request = json.loads(line)
-        for resource_logs in request.get("resourceLogs", []):
-            resource = flatten(resource_logs.get("resource", {}).get("attributes", []))
-            for scope in resource_logs.get("scopeLogs", []):
-                for record in scope.get("logRecords", []):
-                    attributes = flatten(record.get("attributes", []))
-                    if "gpulse.diagnosis.rule" in attributes:
-                        found.append(
-                            {"resource": resource, "attributes": attributes, "body": record}
-                        )
-    return found
-
-
-def flatten(attributes: List[dict]) -> Dict[str, object]:
-    out = {}
-    for kv in attributes:
-        value = kv.get("value", {})
-        for kind in ("stringValue", "intValue", "doubleValue", "boolValue"):
-            if kind in value:
-                out[kv["key"]] = int(value[kind]) if kind == "intValue" else value[kind]
-    return out
-
-
 def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_path):
     require_torch()
-    gpulse_bin = Path(os.environ.get("GPULSE_BIN", REPO / "target" / "debug" / "gpulse"))
-    sim_lib = Path(os.environ.get("NVML_SIM_LIB", REPO / "target" / "debug" / "libnvidia_ml.so"))
-    for built in (gpulse_bin, sim_lib):
-        if not built.exists():
-            _fail_or_skip(f"{built} is missing: run `cargo build --workspace` first")
+    gpulse_bin, sim_lib = built_binaries(WHAT)
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.exists():
-        _fail_or_skip(f"{torchrun} is missing (it comes with torch)")
+        fail_or_skip(WHAT, f"{torchrun} is missing (it comes with torch)")
 
     out = tmp_path / "otlp.jsonl"
     go = tmp_path / "go"

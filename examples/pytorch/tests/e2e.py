@@ -1,0 +1,103 @@
+"""What the end-to-end tests share: gpulse's binaries, free ports, waiting on and stopping real
+processes, and reading the OTLP/JSON lines otlp_sink.py writes.
+
+Not a test module; imported by the ``test_*_e2e.py`` tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from conftest import EXAMPLE_DIR
+
+REPO = EXAMPLE_DIR.parents[1]
+TRAIN = EXAMPLE_DIR / "train.py"
+SINK = EXAMPLE_DIR / "otlp_sink.py"
+
+
+def fail_or_skip(what: str, reason: str) -> None:
+    """Skips the test saying it did not run, or fails it under ``CI=true``."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {what} could not run: {reason}", pytrace=False)
+    pytest.skip(f"{what} did NOT run: {reason}")
+
+
+def built_binaries(what: str) -> Tuple[Path, Path]:
+    """The gpulse binary and nvml-sim's library that ``cargo build --workspace`` makes."""
+    gpulse_bin = Path(os.environ.get("GPULSE_BIN", REPO / "target" / "debug" / "gpulse"))
+    sim_lib = Path(os.environ.get("NVML_SIM_LIB", REPO / "target" / "debug" / "libnvidia_ml.so"))
+    for built in (gpulse_bin, sim_lib):
+        if not built.exists():
+            fail_or_skip(what, f"{built} is missing: run `cargo build --workspace` first")
+    return gpulse_bin, sim_lib
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, what: str, watch=()):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for process in watch:
+            assert process.poll() is None, f"{process.args[:2]} exited ({process.returncode}) {what}"
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s {what}"
+        time.sleep(0.1)
+
+
+def stop(process, timeout: float = 20.0) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def flatten(attributes: List[dict]) -> Dict[str, object]:
+    """OTLP/JSON attributes as a dict; ints as ints."""
+    out = {}
+    for kv in attributes:
+        value = kv.get("value", {})
+        for kind in ("stringValue", "intValue", "doubleValue", "boolValue"):
+            if kind in value:
+                out[kv["key"]] = int(value[kind]) if kind == "intValue" else value[kind]
+    return out
+
+
+def requests(path: Path) -> Iterator[dict]:
+    """Every request otlp_sink.py wrote, in the order it received them; a last line the sink is
+    still writing (no newline yet) is left for the next read."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines(keepends=True):
+        if line.endswith("\n"):
+            yield json.loads(line)
+
+
+def findings(path: Path) -> List[dict]:
+    """Every finding log record the sink received, its attributes flattened."""
+    found = []
+    for request in requests(path):
+        for resource_logs in request.get("resourceLogs", []):
+            resource = flatten(resource_logs.get("resource", {}).get("attributes", []))
+            for scope in resource_logs.get("scopeLogs", []):
+                for record in scope.get("logRecords", []):
+                    attributes = flatten(record.get("attributes", []))
+                    if "gpulse.diagnosis.rule" in attributes:
+                        found.append(
+                            {"resource": resource, "attributes": attributes, "body": record}
+                        )
+    return found
