@@ -642,3 +642,48 @@ fn every_interval_of_an_outage_arrives_after_it_in_order() {
         );
     }
 }
+
+/// `.max`/`.min` companions ride only when the configuration puts two or more samples in every
+/// window: at a 200 ms sample with a 200 ms export no window has them (each holds one sample,
+/// whose extremes are its mean), at 200 ms / 400 ms every window does. Real processes hold GPU 0.
+#[test]
+fn companions_follow_the_samples_a_window_holds() {
+    let workloads = [Command::new("sleep").arg("30").spawn().expect("sleep")];
+    let pids: Vec<u32> = workloads.iter().map(Child::id).collect();
+    let companions_per_window = |export: &str| {
+        let receiver = Receiver::start(ReceiverOptions::default());
+        let gpulse = Gpulse::start(
+            SCENARIO,
+            &pids,
+            &["--sample-interval", "200ms", "--export-interval", export],
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+            ],
+        );
+        let requests =
+            receiver.wait_for(|r| window_requests(r).len() >= 4, Duration::from_secs(30));
+        let (status, stderr) = gpulse.terminate();
+        assert!(status.success(), "exit {status}: {stderr}");
+        window_requests(&requests)
+            .iter()
+            .map(|request| {
+                let names = metric_names(request);
+                assert!(names.contains(&"process.gpu.utilization"), "{names:?}");
+                names
+                    .into_iter()
+                    .filter(|n| !is_health_metric(n))
+                    .filter(|n| n.ends_with(".max") || n.ends_with(".min"))
+                    .count()
+            })
+            .collect::<Vec<usize>>()
+    };
+    let one_sample = companions_per_window("200ms");
+    assert!(one_sample.iter().all(|&n| n == 0), "{one_sample:?}");
+    let two_samples = companions_per_window("400ms");
+    assert!(two_samples.iter().all(|&n| n > 0), "{two_samples:?}");
+    for mut workload in workloads {
+        let _ = workload.kill();
+        let _ = workload.wait();
+    }
+}

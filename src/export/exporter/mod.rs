@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::config::otlp::ExporterKind;
 use crate::config::{Config, SignalSinks, Sink};
 use crate::export::logs::{findings_request, log_record_count};
-use crate::export::metrics::{metrics_batch_cached, MetricsBatch, ProcessResources};
+use crate::export::metrics::{metrics_batch_cached, Extremes, MetricsBatch, ProcessResources};
 use crate::export::queue::{
     BackoffPolicy, Count, DeliveryQueue, FlushReport, QueueHandle, QueueLimits, QueueStats,
 };
@@ -35,6 +35,8 @@ pub struct Exporter {
     telemetry: SelfTelemetry,
     /// The process resources of the last window, encoded: reused while a process stays.
     resources: ProcessResources,
+    /// Whether gauges carry `.max`/`.min`: fixed by the sample and export intervals.
+    extremes: Extremes,
     /// Where gpulse's own metrics and findings go; an `Off` signal is never built nor queued.
     sinks: SignalSinks,
     /// The signals no transport carries: the receivers' intake must not queue them.
@@ -99,6 +101,7 @@ impl Exporter {
             sender,
             telemetry,
             resources: ProcessResources::new(),
+            extremes: Extremes::for_intervals(config.sample_interval, config.export_interval),
             sinks: config.sinks,
             not_forwarded,
             destinations,
@@ -146,9 +149,13 @@ impl Exporter {
 
     fn export_metrics(&mut self, analysis: Option<&Analysis>) {
         let batch = match analysis {
-            Some(a) => {
-                metrics_batch_cached(&a.attributed, &a.training, &self.node, &mut self.resources)
-            }
+            Some(a) => metrics_batch_cached(
+                &a.attributed,
+                &a.training,
+                &self.node,
+                &mut self.resources,
+                self.extremes,
+            ),
             None => MetricsBatch::default(),
         };
         // One metrics request per export interval: gpulse's own health rides in it.

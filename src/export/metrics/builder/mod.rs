@@ -20,7 +20,8 @@
 //! - A value that is `None` (or not finite) yields no data point: unknown is never reported as 0.
 //!   A metric with no data point is left out of the request.
 //! - Gauges: `time_unix_nano` = window end, `start_time_unix_nano` = window start, value = the
-//!   window mean (`.max`/`.min` companions carry the extremes). Sums are cumulative: start =
+//!   window mean; `.max`/`.min` companions carry the extremes when the configuration puts more
+//!   than one sample in a window ([`Extremes`]). Sums are cumulative: start =
 //!   `counters_start` (devices) or `first_seen` (processes).
 //!
 //! Pure functions, no I/O. gpulse's own health (`gpulse.export.*`, `gpulse.sample.*`...) is not
@@ -32,6 +33,8 @@ mod process;
 mod resources;
 #[cfg(test)]
 mod tests;
+
+use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
@@ -46,16 +49,45 @@ use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{Gauge, ProcessWindow};
 use crate::schema::{FieldMetric, MetricId};
 
+/// Whether the gauges of a window carry their `.max`/`.min` companions.
+///
+/// A window of one sample has max = min = mean: its companions would repeat the mean (39 % of a
+/// request's points at 1 s sampling with a 1 s export). Whether they are sent is decided from
+/// the configuration, never from one window's sample count, so that a backend never sees the
+/// companion series come and go with the sampler's jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extremes {
+    /// With each gauge, its companions.
+    Sent,
+    /// The means alone.
+    Omitted,
+}
+
+impl Extremes {
+    /// Sent when every export window is configured to hold at least two samples
+    /// (`export_interval` ≥ 2 × `sample_interval`); omitted otherwise, as a window of one
+    /// sample (or, between one and two, sometimes one) has nothing to add to its mean.
+    pub fn for_intervals(sample_interval: Duration, export_interval: Duration) -> Self {
+        if export_interval >= sample_interval.saturating_mul(2) {
+            Extremes::Sent
+        } else {
+            Extremes::Omitted
+        }
+    }
+}
+
 /// Collects the data points of one resource, in any metric order (the batch sorts them); a
 /// metric with no point never reaches the request.
 pub(super) struct MetricsBuilder {
     pub(super) points: Vec<BatchPoint>,
+    extremes: Extremes,
 }
 
 impl MetricsBuilder {
-    pub(super) fn new(points_hint: usize) -> Self {
+    pub(super) fn new(points_hint: usize, extremes: Extremes) -> Self {
         Self {
             points: Vec::with_capacity(points_hint),
+            extremes,
         }
     }
 
@@ -133,11 +165,13 @@ pub(super) fn push_gauge(
     span: Span,
     g: &Gauge,
 ) {
-    if let Some(id) = fam.max {
-        b.push(id, attrs.clone(), span, Value::F64(g.max));
-    }
-    if let Some(id) = fam.min {
-        b.push(id, attrs.clone(), span, Value::F64(g.min));
+    if b.extremes == Extremes::Sent {
+        if let Some(id) = fam.max {
+            b.push(id, attrs.clone(), span, Value::F64(g.max));
+        }
+        if let Some(id) = fam.min {
+            b.push(id, attrs.clone(), span, Value::F64(g.min));
+        }
     }
     b.push(fam.mean, attrs, span, Value::F64(g.mean));
 }
@@ -157,20 +191,22 @@ pub fn metrics_batch_with_training(
     training: &TrainingWindow,
     node: &NodeIdentity,
 ) -> MetricsBatch {
-    build(attributed, training, node, None)
+    build(attributed, training, node, None, Extremes::Sent)
 }
 
 /// [`metrics_batch_with_training`], taking each process's resource from `resources` (kept from
-/// the windows before while the process and its workload stay) and keeping this window's there:
-/// what `gpulse run` exports each window. The request's bytes are the same.
+/// the windows before while the process and its workload stay) and keeping this window's there,
+/// with the gauges' companions as `extremes` says: what `gpulse run` exports each window. The
+/// request's bytes are the same as a fresh build's.
 pub fn metrics_batch_cached(
     attributed: &AttributedWindow,
     training: &TrainingWindow,
     node: &NodeIdentity,
     resources: &mut ProcessResources,
+    extremes: Extremes,
 ) -> MetricsBatch {
     resources.begin(node);
-    let batch = build(attributed, training, node, Some(&mut *resources));
+    let batch = build(attributed, training, node, Some(&mut *resources), extremes);
     resources.end();
     batch
 }
@@ -180,6 +216,7 @@ fn build(
     training: &TrainingWindow,
     node: &NodeIdentity,
     mut resources: Option<&mut ProcessResources>,
+    extremes: Extremes,
 ) -> MetricsBatch {
     let window = &attributed.window;
     let gauge_span = Span {
@@ -195,7 +232,7 @@ fn build(
     let by_pid = rows_by_pid.chunk_by(|a, b| a.pid == b.pid);
     let mut batch = MetricsBatch::with_capacity(1 + window.processes.len());
 
-    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48);
+    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48, extremes);
     for device in &window.devices {
         let base = device::push_device(
             &mut node_builder,
@@ -223,7 +260,7 @@ fn build(
     let mut device_sets = process::DeviceSets::default();
     for rows in by_pid {
         let pid = rows[0].pid;
-        let mut b = MetricsBuilder::new(rows.len() * 8 + 3);
+        let mut b = MetricsBuilder::new(rows.len() * 8 + 3, extremes);
         for p in rows {
             let mig = window
                 .mig_instance_of(p.pid, &p.device_uuid)

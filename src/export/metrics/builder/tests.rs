@@ -851,7 +851,7 @@ fn training_figures_are_points_of_the_process_with_its_rank() {
 /// the same request.
 fn assert_cached_equals_fresh(attributed: &AttributedWindow, kept: &mut ProcessResources) {
     let training = TrainingWindow::default();
-    let cached = metrics_batch_cached(attributed, &training, &node(), kept);
+    let cached = metrics_batch_cached(attributed, &training, &node(), kept, Extremes::Sent);
     let fresh = metrics_batch_with_training(attributed, &training, &node());
     assert_eq!(cached.encode(), fresh.encode());
     assert_eq!(cached.into_request(), fresh.into_request());
@@ -899,8 +899,14 @@ fn kept_process_resources_give_the_bytes_of_a_fresh_build_window_after_window() 
     let b_named = named(20, Some("learned"));
     let learned = attributed_of(2, &[a.clone(), b_named.clone()]);
     assert_cached_equals_fresh(&learned, &mut kept);
-    let request = metrics_batch_cached(&learned, &TrainingWindow::default(), &node(), &mut kept)
-        .into_request();
+    let request = metrics_batch_cached(
+        &learned,
+        &TrainingWindow::default(),
+        &node(),
+        &mut kept,
+        Extremes::Sent,
+    )
+    .into_request();
     let resource = process_resource_of(&request, 20).resource.as_ref().unwrap();
     let service = resource
         .attributes
@@ -939,7 +945,7 @@ fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
         ..node()
     };
     let training = TrainingWindow::default();
-    let cached = metrics_batch_cached(&attributed, &training, &renamed, &mut kept);
+    let cached = metrics_batch_cached(&attributed, &training, &renamed, &mut kept, Extremes::Sent);
     let fresh = metrics_batch_with_training(&attributed, &training, &renamed);
     assert_eq!(cached.encode(), fresh.encode());
     let request = cached.into_request();
@@ -952,4 +958,78 @@ fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
         .find(|kv| kv.key == "host.name")
         .and_then(|kv| kv.value.as_ref()?.value.clone());
     assert_eq!(host, Some(s("node-b")));
+}
+
+/// A window built with `Extremes::Omitted` is the same request less every `.max`/`.min`
+/// companion, and the intervals decide which one a run gets.
+#[test]
+fn companions_are_left_out_when_windows_hold_one_sample() {
+    let mut d = bare_device(0);
+    d.fields
+        .set_gauge(DeviceField::UtilizationGpu, Some(g(0.6, 0.2, 0.95, 0.5)));
+    d.fields
+        .set_gauge(DeviceField::Power, Some(g(350.0, 100.0, 700.0, 300.0)));
+    let mut p = process(42, 0);
+    p.sm_utilization = Some(g(0.5, 0.4, 0.6, 0.5));
+    let attributed = AttributedWindow {
+        window: window(vec![d], vec![p]),
+        ..attributed_of(1, &[named(42, Some("trainer"))])
+    };
+    let build_with = |extremes| {
+        let mut kept = ProcessResources::new();
+        metrics_batch_cached(
+            &attributed,
+            &TrainingWindow::default(),
+            &node(),
+            &mut kept,
+            extremes,
+        )
+        .into_request()
+    };
+    let names = |req: &ExportMetricsServiceRequest| -> Vec<String> {
+        req.resource_metrics
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+            .map(|m| m.name.clone())
+            .collect()
+    };
+    let is_companion = |name: &str| name.ends_with(".max") || name.ends_with(".min");
+    let (sent, omitted) = (build_with(Extremes::Sent), build_with(Extremes::Omitted));
+    let sent_names = names(&sent);
+    for companion in [
+        "hw.gpu.utilization.max",
+        "hw.gpu.utilization.min",
+        "hw.power.max",
+        "process.gpu.utilization.max",
+    ] {
+        assert!(sent_names.iter().any(|n| n == companion), "{companion}");
+    }
+    let without: Vec<String> = sent_names
+        .into_iter()
+        .filter(|n| !is_companion(n))
+        .collect();
+    assert_eq!(names(&omitted), without);
+    let mut trimmed = sent.clone();
+    for rm in &mut trimmed.resource_metrics {
+        for sm in &mut rm.scope_metrics {
+            sm.metrics.retain(|m| !is_companion(&m.name));
+        }
+    }
+    assert_eq!(omitted, trimmed, "the same request less the companions");
+
+    let ms = Duration::from_millis;
+    for (sample, export, expected) in [
+        (1000, 1000, Extremes::Omitted),
+        (1000, 1500, Extremes::Omitted),
+        (1000, 2000, Extremes::Sent),
+        (100, 1000, Extremes::Sent),
+        (1000, 10_000, Extremes::Sent),
+    ] {
+        assert_eq!(
+            Extremes::for_intervals(ms(sample), ms(export)),
+            expected,
+            "{sample} ms / {export} ms"
+        );
+    }
 }
