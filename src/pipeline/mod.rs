@@ -8,8 +8,10 @@ pub mod analyzer;
 pub mod report;
 pub mod sampler_thread;
 pub mod view;
+pub mod window_loop;
 
 pub use analyzer::{Analysis, Analyzer};
 pub use report::SnapshotReport;
 pub use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
 pub use view::{View, ViewReceiver};
+pub use window_loop::{IntakePlan, Upstream, WindowLoop};

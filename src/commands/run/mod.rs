@@ -1,8 +1,8 @@
 //! `gpulse run`: the sidecar pipeline. It only moves values between the stages:
 //!
 //! ```text
-//! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ Analyzer
-//!   (attribution + diagnosis, published to observers) ──▶ metrics + logs requests
+//! sampler thread ──Snapshot──▶ WindowLoop (aggregator, then every export interval the
+//!   Analyzer: attribution + diagnosis, published to observers) ──▶ metrics + logs requests
 //!   ──▶ delivery queue (a lane per signal) ──▶ transports
 //! ```
 //!
@@ -24,10 +24,13 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
+use crate::enrich::SpanObserver;
 use crate::export::transport::TransportBuildError;
 use crate::export::Exporter;
-use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread};
-use crate::sampling::{SessionError, WindowAggregator};
+use crate::pipeline::{
+    Analyzer, IntakePlan, SamplerHealth, SamplerSettings, SamplerThread, Upstream, WindowLoop,
+};
+use crate::sampling::{SessionError, Snapshot};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
 #[derive(Debug, thiserror::Error)]
@@ -76,12 +79,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            Some(snapshot) = pipeline.snapshots.recv() => {
-                if let Some(receivers) = &pipeline.receivers {
-                    receivers.intake.history().record(&snapshot);
-                }
-                pipeline.aggregator.add(&snapshot);
-            }
+            Some(snapshot) = pipeline.snapshots.recv() => pipeline.windows.add(&snapshot),
             _ = export_tick.tick() => {
                 pipeline.watch_sampler(watchdog_after);
                 pipeline.export_window();
@@ -113,26 +111,22 @@ async fn shutdown_signal() {
 
 struct Pipeline {
     snapshots: mpsc::Receiver<Snapshot>,
-    aggregator: WindowAggregator,
     sampler: Option<SamplerThread>,
     sampler_health: Arc<SamplerHealth>,
-    analyzer: Analyzer,
+    /// Snapshots → windows → analyses, with the local OTLP receivers (`--otlp-receiver-*`).
+    windows: WindowLoop,
     /// The node identity, the delivery queue and gpulse's own health metrics.
     exporter: Exporter,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
-    /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
-    receivers: Option<crate::enrich::Receivers>,
     /// `/metrics` (`--prometheus-addr`).
     _prometheus: Option<prometheus::MetricsEndpoint>,
 }
 
-use crate::sampling::Snapshot;
-
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
-        let analyzer = Analyzer::new(config);
+        let mut windows = WindowLoop::new(Analyzer::new(config));
 
         // Enough room for a few export intervals of snapshots; the thread never waits on it.
         let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
@@ -148,7 +142,7 @@ impl Pipeline {
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
-        let exporter = Exporter::start(config, Arc::clone(&sampler_health), analyzer.subscribe())?;
+        let exporter = Exporter::start(config, Arc::clone(&sampler_health), windows.subscribe())?;
         tracing::info!(
             nvml_lib = %config.nvml_lib.display(),
             sample_interval = ?config.sample_interval,
@@ -164,25 +158,25 @@ impl Pipeline {
                     addr,
                     Arc::clone(&sampler_health),
                     config.sample_interval,
-                    analyzer.subscribe(),
+                    windows.subscribe(),
                 )
                 .await
                 .map_err(|source| RunError::Health { addr, source })?,
             ),
             None => None,
         };
-        let receivers = if config.otlp_receiver.enabled() {
-            Some(start_receivers(config, &analyzer, &exporter).await?)
-        } else {
-            None
-        };
+        if config.otlp_receiver.enabled() {
+            windows
+                .start_receivers(intake_plan(config, &exporter, None))
+                .await?;
+        }
         let prometheus = match config.prometheus.addr {
             Some(addr) => Some(
                 prometheus::start(
                     addr,
                     config.prometheus,
                     exporter.node().clone(),
-                    analyzer.subscribe(),
+                    windows.subscribe(),
                 )
                 .await
                 .map_err(|source| RunError::Prometheus { addr, source })?,
@@ -192,14 +186,12 @@ impl Pipeline {
         warn_if_no_processes_visible(&config.proc_root);
         Ok(Self {
             snapshots,
-            aggregator: WindowAggregator::new(),
             sampler: Some(sampler),
             sampler_health,
-            analyzer,
+            windows,
             exporter,
             stall_reported: false,
             _health_server: health_server,
-            receivers,
             _prometheus: prometheus,
         })
     }
@@ -225,13 +217,7 @@ impl Pipeline {
 
     /// Closes the window and queues its requests. Never waits on the network.
     fn export_window(&mut self) {
-        let analysis = self.aggregator.take().map(|window| {
-            let analysis = self.analyzer.analyze(window);
-            if let Some(receivers) = &self.receivers {
-                receivers.intake.history().note_window(&analysis.attributed);
-            }
-            analysis
-        });
+        let analysis = self.windows.close_window();
         // Logged whatever the logs exporter: with `none` (Prometheus-only) these lines and the
         // /metrics findings gauge are what the on-call engineer has.
         if let Some(analysis) = &analysis {
@@ -241,16 +227,14 @@ impl Pipeline {
     }
 
     async fn shutdown(mut self) {
-        if let Some(receivers) = &self.receivers {
-            receivers.stop();
-        }
+        self.windows.stop_receivers();
         if let Some(sampler) = self.sampler.take() {
             if !sampler.stop(Duration::from_secs(2)) {
                 tracing::warn!("the sampler thread is stuck in an NVML call; leaving it behind");
             }
         }
         while let Ok(snapshot) = self.snapshots.try_recv() {
-            self.aggregator.add(&snapshot);
+            self.windows.add(&snapshot);
         }
         self.export_window();
         let outcome = self.exporter.shutdown(SHUTDOWN_FLUSH).await;
@@ -267,33 +251,25 @@ impl Pipeline {
     }
 }
 
-/// The local OTLP receiver (`--otlp-receiver-*`): what it accepts is enriched, feeds the
-/// framework evidence, and is forwarded through the exporter's queue when a transport carries
-/// its signal.
-async fn start_receivers(
+/// How `run` and `record` build the receivers' intake (`--otlp-receiver-*`): what it accepts is
+/// enriched, feeds the framework evidence, and is forwarded through the exporter's queue when a
+/// transport carries its signal.
+pub(super) fn intake_plan(
     config: &Config,
-    analyzer: &Analyzer,
     exporter: &Exporter,
-) -> Result<crate::enrich::Receivers, crate::enrich::ReceiverError> {
-    let history =
-        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval);
-    let intake = crate::enrich::Intake::new(
-        exporter.queue().clone(),
-        history,
-        crate::enrich::IntakeSettings {
-            proc_root: config.proc_root.clone(),
+    span_observer: Option<SpanObserver>,
+) -> IntakePlan {
+    IntakePlan {
+        receiver: config.otlp_receiver,
+        sample_interval: config.sample_interval,
+        proc_root: config.proc_root.clone(),
+        upstream: Some(Upstream {
+            queue: exporter.queue().clone(),
             max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-            max_wait: config.sample_interval,
-        },
-    )
-    .with_framework(analyzer.framework())
-    .without_forwarding(exporter.not_forwarded());
-    crate::enrich::Receivers::start(
-        config.otlp_receiver.grpc,
-        config.otlp_receiver.http,
-        Arc::new(intake),
-    )
-    .await
+            not_forwarded: exporter.not_forwarded().to_vec(),
+        }),
+        span_observer,
+    }
 }
 
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
