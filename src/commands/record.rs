@@ -1,5 +1,5 @@
 //! `gpulse record -- CMD` and `gpulse report`: thin wiring. `record` starts the command, runs
-//! the same sampler, window and [`Analyzer`] as `gpulse run` while it lives, feeds a
+//! the same sampler and [`WindowLoop`] as `gpulse run` while it lives, feeds a
 //! [`Recorder`] and, when an OTLP endpoint was set, the same [`Exporter`] as `run`; when the
 //! command exits it flushes the export for a few seconds at most, prints the summary, writes the
 //! report and returns the command's exit status. The recording's stages live in
@@ -18,14 +18,12 @@ use crate::config::otlp::ExporterKind;
 use crate::config::{Config, SignalSinks, Sink};
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
-use crate::pipeline::Analyzer;
-use crate::pipeline::{SamplerSettings, SamplerThread};
+use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
 use crate::record::summary::{ExportSummary, Summary};
 use crate::record::{html, otlp_json};
-use crate::sampling::WindowAggregator;
 
 /// Why a recording's outputs could not be written, or a report not made.
 #[derive(Debug, thiserror::Error)]
@@ -219,15 +217,14 @@ async fn watch(
             export: None,
         };
     };
-    let mut analyzer = Analyzer::new(config);
+    let mut windows = WindowLoop::new(Analyzer::new(config));
     let mut exporter = Exporter::with_transports(
         config,
         transports,
         Arc::clone(&sampler.health),
-        analyzer.subscribe(),
+        windows.subscribe(),
     );
-    let (receivers, spans) = start_receivers(config, &analyzer, &exporter).await;
-    let mut aggregator = WindowAggregator::new();
+    let spans = start_receivers(config, &mut windows, &exporter).await;
     let mut tick = tokio::time::interval_at(
         Instant::now() + config.export_interval,
         config.export_interval,
@@ -238,23 +235,10 @@ async fn watch(
             biased;
             exit = &mut exited => break (exit.unwrap_or(CommandExit::Code(1)), SystemTime::now()),
             Some(snapshot) = snapshots.recv() => {
-                if let Some(receivers) = &receivers {
-                    receivers.intake.history().record(&snapshot);
-                }
                 recorder.add(&snapshot);
-                aggregator.add(&snapshot);
+                windows.add(&snapshot);
             }
-            _ = tick.tick() => {
-                let analysis = aggregator.take().map(|window| analyzer.analyze(window));
-                if let Some(analysis) = &analysis {
-                    if let Some(receivers) = &receivers {
-                        receivers.intake.history().note_window(&analysis.attributed);
-                    }
-                    recorder.observe_findings(&analysis.events);
-                    recorder.observe_workloads(&analysis.attributed);
-                }
-                exporter.export(analysis.as_ref());
-            }
+            _ = tick.tick() => close_window(&mut windows, recorder, &mut exporter),
         }
     };
     if !sampler.stop(Duration::from_secs(2)) {
@@ -262,17 +246,10 @@ async fn watch(
     }
     while let Ok(snapshot) = snapshots.try_recv() {
         recorder.add(&snapshot);
-        aggregator.add(&snapshot);
+        windows.add(&snapshot);
     }
-    let last = aggregator.take().map(|window| analyzer.analyze(window));
-    if let Some(analysis) = &last {
-        recorder.observe_findings(&analysis.events);
-        recorder.observe_workloads(&analysis.attributed);
-    }
-    exporter.export(last.as_ref());
-    if let Some(receivers) = &receivers {
-        receivers.stop();
-    }
+    close_window(&mut windows, recorder, &mut exporter);
+    windows.stop_receivers();
     if let Some(spans) = spans {
         spans.try_iter().for_each(|span| recorder.add_span(span));
     }
@@ -285,44 +262,36 @@ async fn watch(
     }
 }
 
+/// Closes the window: the recorder keeps its findings and workloads, the exporter sends it.
+fn close_window(windows: &mut WindowLoop, recorder: &mut Recorder, exporter: &mut Exporter) {
+    let analysis = windows.close_window();
+    if let Some(analysis) = &analysis {
+        recorder.observe_findings(&analysis.events);
+        recorder.observe_workloads(&analysis.attributed);
+    }
+    exporter.export(analysis.as_ref());
+}
+
 /// The local OTLP receiver, when `--otlp-receiver-grpc/-http` asks for one: the companion's
 /// spans join the report, and what it accepts is forwarded through the exporter's queue when an
 /// endpoint carries its signal. It cannot start (a port taken): said, and the recording goes on.
 async fn start_receivers(
     config: &Config,
-    analyzer: &Analyzer,
+    windows: &mut WindowLoop,
     exporter: &Exporter,
-) -> (
-    Option<crate::enrich::Receivers>,
-    Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
-) {
+) -> Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>> {
     if !config.otlp_receiver.enabled() {
-        return (None, None);
+        return None;
     }
     let (observer, spans) = crate::record::spans::collector();
-    let intake = crate::enrich::Intake::new(
-        exporter.queue().clone(),
-        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval),
-        crate::enrich::IntakeSettings {
-            proc_root: config.proc_root.clone(),
-            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-            max_wait: config.sample_interval,
-        },
-    )
-    .with_framework(analyzer.framework())
-    .with_span_observer(observer)
-    .without_forwarding(exporter.not_forwarded());
-    match crate::enrich::Receivers::start(
-        config.otlp_receiver.grpc,
-        config.otlp_receiver.http,
-        Arc::new(intake),
-    )
-    .await
+    match windows
+        .start_receivers(super::run::intake_plan(config, exporter, Some(observer)))
+        .await
     {
-        Ok(receivers) => (Some(receivers), Some(spans)),
+        Ok(()) => Some(spans),
         Err(e) => {
             tracing::error!("{e}; recording without the companion's spans");
-            (None, None)
+            None
         }
     }
 }
