@@ -15,7 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::cli::{RecordArgs, ReportArgs};
 use crate::config::otlp::ExporterKind;
-use crate::config::{Config, SignalSinks, Sink};
+use crate::config::{Config, ExportSettings, SignalSinks, Sink};
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
 use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
@@ -51,21 +51,21 @@ pub enum RecordError {
 /// waiting for their prompt, and a dead endpoint must not hold it for the 10 s `run` allows.
 pub(crate) const EXPORT_FLUSH: Duration = Duration::from_secs(3);
 
-/// The configuration the exporter gets: `config` when an OTLP endpoint was set explicitly,
-/// else every sink off, so that recording a job never sends anything to a default
-/// `localhost:4318` nobody asked for (and the receiver forwards nothing).
-fn export_config(config: &Config) -> Config {
-    let mut config = config.clone();
-    if !config.otlp_endpoint_explicit {
-        config.sinks = SignalSinks {
+/// The settings the exporter gets: `run`'s when an OTLP endpoint was set explicitly, else
+/// every sink off, so that recording a job never sends anything to a default `localhost:4318`
+/// nobody asked for (and the receiver forwards nothing).
+fn export_settings(settings: &ExportSettings) -> ExportSettings {
+    let mut settings = settings.clone();
+    if !settings.otlp_endpoint_explicit {
+        settings.sinks = SignalSinks {
             metrics: Sink::Off,
             prometheus: false,
             logs: Sink::Off,
             forward: Sink::Off,
         };
-        config.exporter = ExporterKind::Off;
+        settings.exporter = ExporterKind::Off;
     }
-    config
+    settings
 }
 
 /// The report's and the JSON summary's files, opened before the command starts so a bad path
@@ -133,10 +133,10 @@ fn default_report_path(at: SystemTime) -> PathBuf {
 /// # Errors
 /// Only before the command starts: an output file cannot be created, or a setting is refused.
 pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
-    if config.sinks.uses_stdout() {
+    if config.export.sinks.uses_stdout() {
         return Err(RecordError::StdoutExporter);
     }
-    let export = export_config(config);
+    let export = export_settings(&config.export);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpulse-record-rt")
@@ -164,10 +164,10 @@ pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
     let mut recorder = Recorder::new(
         command,
         Some(child.pid()),
-        config.proc_root.clone(),
+        config.common.analysis.proc_root.clone(),
         config.sample_interval,
     );
-    let watched = runtime.block_on(watch(&export, transports, child, &mut recorder));
+    let watched = runtime.block_on(watch(config, &export, transports, child, &mut recorder));
     let recording = recorder.finish(watched.ended, Some(watched.exit));
     write_outputs(&recording, outputs, watched.export.as_ref());
     Ok(watched.exit.exit_code())
@@ -186,6 +186,7 @@ struct Watched {
 /// is one) for [`EXPORT_FLUSH`] at most.
 async fn watch(
     config: &Config,
+    export: &ExportSettings,
     transports: SignalTransports,
     child: RunningCommand,
     recorder: &mut Recorder,
@@ -197,7 +198,7 @@ async fn watch(
     let (tx, mut snapshots) = tokio::sync::mpsc::channel(capacity);
     let sampler = match SamplerThread::spawn(
         SamplerSettings {
-            nvml_lib: config.nvml_lib.clone(),
+            nvml_lib: config.common.nvml_lib.clone(),
             interval: config.sample_interval,
             wait_for_gpu: false,
         },
@@ -217,9 +218,9 @@ async fn watch(
             export: None,
         };
     };
-    let mut windows = WindowLoop::new(Analyzer::new(config));
+    let mut windows = WindowLoop::new(Analyzer::new(&config.common.analysis));
     let mut exporter = Exporter::with_transports(
-        config,
+        export,
         transports,
         Arc::clone(&sampler.health),
         windows.subscribe(),

@@ -122,7 +122,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .build()?;
     let mut windows = {
         let _entered = runtime.enter();
-        WindowLoop::new(Analyzer::for_inspect(config))
+        WindowLoop::new(Analyzer::new(&config.common.analysis))
     };
     let views = windows.subscribe();
     if config.otlp_receiver.enabled() {
@@ -131,7 +131,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         runtime.block_on(windows.start_receivers(IntakePlan {
             receiver: config.otlp_receiver,
             sample_interval: interval,
-            proc_root: config.proc_root.clone(),
+            proc_root: config.common.analysis.proc_root.clone(),
             upstream: None,
             span_observer: None,
         }))?;
@@ -140,7 +140,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
     let (snapshot_tx, mut snapshot_rx) = tokio::sync::mpsc::channel(4);
     let sampler = SamplerThread::spawn(
         SamplerSettings {
-            nvml_lib: config.nvml_lib.clone(),
+            nvml_lib: config.common.nvml_lib.clone(),
             interval,
             wait_for_gpu: false,
         },
@@ -186,7 +186,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .spawn(move || read_keys(&events))?;
 
     let mut app = App::new(interval, host_name(), color);
-    app.family = Family::new(&config.proc_root);
+    app.family = Family::new(&config.common.analysis.proc_root);
     let mut own_cpu = OwnCpu::new();
     let outcome = loop {
         app.last_log = logs.last();

@@ -126,7 +126,7 @@ struct Pipeline {
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
-        let mut windows = WindowLoop::new(Analyzer::new(config));
+        let mut windows = WindowLoop::new(Analyzer::new(&config.common.analysis));
 
         // Enough room for a few export intervals of snapshots; the thread never waits on it.
         let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
@@ -135,16 +135,20 @@ impl Pipeline {
         let (tx, snapshots) = mpsc::channel(capacity);
         let sampler = SamplerThread::spawn(
             SamplerSettings {
-                nvml_lib: config.nvml_lib.clone(),
+                nvml_lib: config.common.nvml_lib.clone(),
                 interval: config.sample_interval,
                 wait_for_gpu: config.wait_for_gpu,
             },
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
-        let exporter = Exporter::start(config, Arc::clone(&sampler_health), windows.subscribe())?;
+        let exporter = Exporter::start(
+            &config.export,
+            Arc::clone(&sampler_health),
+            windows.subscribe(),
+        )?;
         tracing::info!(
-            nvml_lib = %config.nvml_lib.display(),
+            nvml_lib = %config.common.nvml_lib.display(),
             sample_interval = ?config.sample_interval,
             export_interval = ?config.export_interval,
             service.name = %exporter.node().service_name,
@@ -183,7 +187,7 @@ impl Pipeline {
             ),
             None => None,
         };
-        warn_if_no_processes_visible(&config.proc_root);
+        warn_if_no_processes_visible(&config.common.analysis.proc_root);
         Ok(Self {
             snapshots,
             sampler: Some(sampler),
@@ -262,10 +266,10 @@ pub(super) fn intake_plan(
     IntakePlan {
         receiver: config.otlp_receiver,
         sample_interval: config.sample_interval,
-        proc_root: config.proc_root.clone(),
+        proc_root: config.common.analysis.proc_root.clone(),
         upstream: Some(Upstream {
             queue: exporter.queue().clone(),
-            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
+            max_queue_bytes: usize::try_from(config.export.queue.max_bytes).unwrap_or(usize::MAX),
             not_forwarded: exporter.not_forwarded().to_vec(),
         }),
         span_observer,
@@ -275,7 +279,7 @@ pub(super) fn intake_plan(
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
 /// deployment can be told from a misconfigured one at a glance.
 fn log_sinks(config: &Config) {
-    let sinks = &config.sinks;
+    let sinks = &config.export.sinks;
     let metrics = match (sinks.metrics, config.prometheus.addr) {
         (Sink::Off, Some(addr)) => format!("prometheus http://{addr}/metrics"),
         (sink, Some(addr)) => format!("{} and prometheus http://{addr}/metrics", sink.as_str()),
