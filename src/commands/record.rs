@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::cli::{RecordArgs, ReportArgs};
 use crate::config::otlp::ExporterKind;
 use crate::config::{Config, ExportSettings, SignalSinks, Sink};
+use crate::enrich::Receivers;
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
 use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
@@ -225,7 +226,7 @@ async fn watch(
         Arc::clone(&sampler.health),
         windows.subscribe(),
     );
-    let spans = start_receivers(config, &mut windows, &exporter).await;
+    let (receivers, spans) = start_receivers(config, &mut windows, &exporter).await;
     let mut tick = tokio::time::interval_at(
         Instant::now() + config.export_interval,
         config.export_interval,
@@ -250,7 +251,9 @@ async fn watch(
         windows.add(&snapshot);
     }
     close_window(&mut windows, recorder, &mut exporter);
-    windows.stop_receivers();
+    if let Some(receivers) = &receivers {
+        receivers.stop();
+    }
     if let Some(spans) = spans {
         spans.try_iter().for_each(|span| recorder.add_span(span));
     }
@@ -280,19 +283,20 @@ async fn start_receivers(
     config: &Config,
     windows: &mut WindowLoop,
     exporter: &Exporter,
-) -> Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>> {
+) -> (
+    Option<Receivers>,
+    Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
+) {
     if !config.otlp_receiver.enabled() {
-        return None;
+        return (None, None);
     }
     let (observer, spans) = crate::record::spans::collector();
-    match windows
-        .start_receivers(super::run::intake_plan(config, exporter, Some(observer)))
-        .await
-    {
-        Ok(()) => Some(spans),
+    let plan = super::run::intake_plan(config, exporter, Some(observer));
+    match super::receivers::start(plan, windows).await {
+        Ok(receivers) => (Some(receivers), Some(spans)),
         Err(e) => {
             tracing::error!("{e}; recording without the companion's spans");
-            None
+            (None, None)
         }
     }
 }

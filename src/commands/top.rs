@@ -14,9 +14,10 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::receivers::{self, IntakePlan};
 use crate::cli::TopArgs;
 use crate::config::{InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
-use crate::pipeline::{Analyzer, IntakePlan, SamplerSettings, SamplerThread, WindowLoop};
+use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
 use crate::sampling::{SessionError, Snapshot};
 use crate::top::input::{action, Action};
 use crate::top::logs::LogLines;
@@ -125,17 +126,20 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         WindowLoop::new(Analyzer::new(&config.common.analysis))
     };
     let views = windows.subscribe();
-    if config.otlp_receiver.enabled() {
+    let receivers = if config.otlp_receiver.enabled() {
         // Local: it keeps the framework telemetry of the GPU processes for the rules and
         // forwards nothing.
-        runtime.block_on(windows.start_receivers(IntakePlan {
+        let plan = IntakePlan {
             receiver: config.otlp_receiver,
             sample_interval: interval,
             proc_root: config.common.analysis.proc_root.clone(),
             upstream: None,
             span_observer: None,
-        }))?;
-    }
+        };
+        Some(runtime.block_on(receivers::start(plan, &mut windows))?)
+    } else {
+        None
+    };
 
     let (snapshot_tx, mut snapshot_rx) = tokio::sync::mpsc::channel(4);
     let sampler = SamplerThread::spawn(
@@ -234,7 +238,9 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         }
     };
     drop(guard);
-    windows.stop_receivers();
+    if let Some(receivers) = &receivers {
+        receivers.stop();
+    }
     // The thread finishes its current tick; a hung NVML call is left behind, we are exiting.
     sampler.stop(Duration::from_secs(1));
     runtime.shutdown_background();

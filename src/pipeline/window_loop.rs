@@ -3,65 +3,39 @@
 //! with the [`Analysis`] of that window and publishes its [`View`](super::View).
 //!
 //! ```text
-//! Snapshot ──▶ receivers' history (span enrichment)
-//!          └─▶ WindowAggregator ──take──▶ Analyzer (attribution + diagnosis, framework evidence)
-//!                                           ──▶ Analysis, View ──▶ history learns the identities
+//! Snapshot ──▶ observer (the receivers' history: span enrichment)
+//!          └─▶ WindowAggregator ──take──▶ Analyzer (attribution + diagnosis, with the
+//!                framework evidence)  ──▶ Analysis, View ──▶ observer learns the identities
 //! ```
 //!
-//! It owns the one place where what the applications send through the local OTLP receiver
-//! meets the attributed window: the receivers' intake (built here, by [`WindowLoop::start_receivers`])
-//! writes the framework evidence the analyzer reads at [`WindowLoop::close_window`], and the
-//! attributed window's identities go back into the receivers' history for span enrichment.
-//! Each command keeps only its own select loop and its sinks (the exporter, the recorder, the
-//! live view).
-
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+//! It is the one place where what the applications send through the local OTLP receiver meets
+//! the attributed window: the receivers' intake writes the framework evidence
+//! ([`WindowLoop::framework`]) that the analyzer reads at [`WindowLoop::close_window`], and the
+//! receivers' history, registered as the loop's [`WindowObserver`], gets every snapshot and the
+//! identities of every attributed window. The intake itself is built by
+//! `commands::receivers`, above the exporter whose queue it forwards into; this module imports
+//! neither, so that the consumers of the view stay above the pipeline. Each command keeps only
+//! its own select loop and its sinks (the exporter, the recorder, the live view).
 
 use super::analyzer::{Analysis, Analyzer};
 use super::view::ViewReceiver;
-use crate::config::ReceiverSettings;
-use crate::enrich::{
-    HistoryHandle, Intake, IntakeSettings, ReceiverError, Receivers, SpanObserver,
-};
-use crate::export::queue::QueueHandle;
-use crate::export::transport::Signal;
+use crate::attribution::AttributedWindow;
+use crate::diagnosis::FrameworkHandle;
 use crate::sampling::{Snapshot, WindowAggregator};
 
 /// Snapshots in, analysed windows out, with the state kept between windows.
 pub struct WindowLoop {
     aggregator: WindowAggregator,
     analyzer: Analyzer,
-    /// The local OTLP receivers, once started: their history takes every snapshot and the
-    /// identities of every attributed window.
-    receivers: Option<Receivers>,
+    observer: Option<Box<dyn WindowObserver>>,
 }
 
-/// How the receivers' intake is built: what `run`, `record` and `top` tell apart.
-#[derive(Debug)]
-pub struct IntakePlan {
-    /// The addresses to listen on and how far back the history reaches.
-    pub receiver: ReceiverSettings,
-    /// The sample interval: the history's resolution, and how long a span ending after the
-    /// newest sample waits for the next one.
-    pub sample_interval: Duration,
-    /// Where the senders' `/proc` entries are read.
-    pub proc_root: PathBuf,
-    /// Where accepted telemetry goes upstream; `None` forwards nothing (`top`).
-    pub upstream: Option<Upstream>,
-    /// Handed every accepted trace request (`record`'s report).
-    pub span_observer: Option<SpanObserver>,
-}
-
-/// The delivery queue the intake forwards into, shared with gpulse's own telemetry.
-#[derive(Debug)]
-pub struct Upstream {
-    pub queue: QueueHandle,
-    /// The queue's byte bound: the intake refuses rather than evicts.
-    pub max_queue_bytes: usize,
-    /// The signals no transport carries: accepted for diagnosis, never queued.
-    pub not_forwarded: Vec<Signal>,
+/// What learns from the loop besides the analyzer: every snapshot as it arrives, and the
+/// attributed window once it is closed (the local OTLP receivers' history, which enriches the
+/// spans of a process with its GPU usage and needs the identities attribution found).
+pub trait WindowObserver: Send {
+    fn snapshot(&self, snapshot: &Snapshot);
+    fn window(&self, attributed: &AttributedWindow);
 }
 
 impl WindowLoop {
@@ -69,7 +43,7 @@ impl WindowLoop {
         Self {
             aggregator: WindowAggregator::new(),
             analyzer,
-            receivers: None,
+            observer: None,
         }
     }
 
@@ -78,58 +52,152 @@ impl WindowLoop {
         self.analyzer.subscribe()
     }
 
-    /// Builds the receivers' intake as `plan` says (with the analyzer's framework history, so
-    /// that the rules see what the applications send) and starts listening.
-    ///
-    /// # Errors
-    /// [`ReceiverError::Bind`] when an address cannot be bound; the loop then runs without
-    /// receivers.
-    pub async fn start_receivers(&mut self, plan: IntakePlan) -> Result<(), ReceiverError> {
-        let history = HistoryHandle::new(plan.receiver.history, plan.sample_interval);
-        let max_queue_bytes = plan.upstream.as_ref().map_or(0, |up| up.max_queue_bytes);
-        let settings = IntakeSettings {
-            proc_root: plan.proc_root,
-            max_queue_bytes,
-            max_wait: plan.sample_interval,
-        };
-        let mut intake = match plan.upstream {
-            Some(upstream) => Intake::new(upstream.queue, history, settings)
-                .without_forwarding(&upstream.not_forwarded),
-            None => Intake::local(history, settings),
-        }
-        .with_framework(self.analyzer.framework());
-        if let Some(observer) = plan.span_observer {
-            intake = intake.with_span_observer(observer);
-        }
-        let receivers =
-            Receivers::start(plan.receiver.grpc, plan.receiver.http, Arc::new(intake)).await?;
-        self.receivers = Some(receivers);
-        Ok(())
+    /// Where the receivers' intake writes what the training framework sends (allocator gauges,
+    /// step spans, ranks); the analyzer reads it at every window.
+    pub fn framework(&self) -> FrameworkHandle {
+        self.analyzer.framework()
     }
 
-    /// Stops accepting; what the intake already queued is delivered by the queue's flush.
-    pub fn stop_receivers(&self) {
-        if let Some(receivers) = &self.receivers {
-            receivers.stop();
-        }
+    /// Hands `observer` every snapshot and attributed window from now on.
+    pub fn observe(&mut self, observer: impl WindowObserver + 'static) {
+        self.observer = Some(Box::new(observer));
     }
 
-    /// Adds a snapshot to the receivers' history and to the open window.
+    /// Adds a snapshot to the open window (and hands it to the observer).
     pub fn add(&mut self, snapshot: &Snapshot) {
-        if let Some(receivers) = &self.receivers {
-            receivers.intake.history().record(snapshot);
+        if let Some(observer) = &self.observer {
+            observer.snapshot(snapshot);
         }
         self.aggregator.add(snapshot);
     }
 
-    /// Closes the open window, analyses it (publishing its view) and gives the receivers'
-    /// history the identities attribution found. `None` when no snapshot came since the last.
+    /// Closes the open window, analyses it (publishing its view) and hands the observer the
+    /// attributed window. `None` when no snapshot came since the last.
     pub fn close_window(&mut self) -> Option<Analysis> {
         let window = self.aggregator.take()?;
         let analysis = self.analyzer.analyze(window);
-        if let Some(receivers) = &self.receivers {
-            receivers.intake.history().note_window(&analysis.attributed);
+        if let Some(observer) = &self.observer {
+            observer.window(&analysis.attributed);
         }
         Some(analysis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::config::thresholds::Thresholds;
+    use crate::config::AnalysisSettings;
+    use crate::sampling::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
+
+    /// What the observer was handed, in order.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<String>>>);
+
+    impl WindowObserver for Seen {
+        fn snapshot(&self, snapshot: &Snapshot) {
+            let pids: Vec<u32> = snapshot.processes.iter().map(|p| p.pid).collect();
+            self.0.lock().unwrap().push(format!("snapshot {pids:?}"));
+        }
+        fn window(&self, attributed: &AttributedWindow) {
+            let mut pids: Vec<u32> = attributed.workloads.keys().copied().collect();
+            pids.sort_unstable();
+            self.0.lock().unwrap().push(format!("window {pids:?}"));
+        }
+    }
+
+    /// One device with this test's own process on it, so attribution reads a real `/proc`.
+    fn snapshot(pid: u32) -> Snapshot {
+        let info = Arc::new(DeviceInfo {
+            index: 0,
+            uuid: "GPU-loop".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:01:00.0".into(),
+            serial: None,
+            minor_number: Some(0),
+            memory_total_bytes: Some(80 << 30),
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            compute_capability: None,
+            fan_count: None,
+        });
+        Snapshot {
+            at: SystemTime::now(),
+            driver_version: None,
+            cuda_driver_version: None,
+            nvml_version: None,
+            devices: vec![DeviceSample::empty(info, DeviceStatus::Ok)],
+            processes: vec![ProcessSample {
+                pid,
+                device_index: 0,
+                device_uuid: "GPU-loop".into(),
+                kind: ProcessKind::Compute,
+                gpu_memory_bytes: Some(1 << 30),
+                sm_utilization: None,
+                memory_utilization: None,
+                encoder_utilization: None,
+                decoder_utilization: None,
+                mig: None,
+            }],
+            events: Vec::new(),
+        }
+    }
+
+    fn analysis_settings() -> AnalysisSettings {
+        AnalysisSettings {
+            proc_root: PathBuf::from("/proc"),
+            include_command_line: false,
+            read_environ: false,
+            kubelet_socket: None,
+            diagnosis: Thresholds::default(),
+            downward: Default::default(),
+            prices: Default::default(),
+        }
+    }
+
+    /// A window closes only after a snapshot; closing it publishes the view the analysis
+    /// describes, and the observer is handed each snapshot and then the attributed window.
+    #[test]
+    fn snapshots_in_one_analysed_window_out_seen_by_the_observer_and_the_view() {
+        let pid = std::process::id();
+        let mut windows = WindowLoop::new(Analyzer::new(&analysis_settings()));
+        let views = windows.subscribe();
+        let seen = Seen::default();
+        windows.observe(seen.clone());
+
+        assert!(windows.close_window().is_none(), "no snapshot, no window");
+        assert!(
+            views.borrow().is_none(),
+            "nothing published without a window"
+        );
+
+        windows.add(&snapshot(pid));
+        windows.add(&snapshot(pid));
+        let analysis = windows
+            .close_window()
+            .expect("a window after two snapshots");
+        assert!(analysis.attributed.workloads.contains_key(&pid));
+        let view = views
+            .borrow()
+            .clone()
+            .expect("the window's view is published");
+        assert!(Arc::ptr_eq(&view.attributed, &analysis.attributed));
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            [
+                format!("snapshot [{pid}]"),
+                format!("snapshot [{pid}]"),
+                format!("window [{pid}]"),
+            ]
+        );
+
+        assert!(
+            windows.close_window().is_none(),
+            "the window was taken; nothing came since"
+        );
     }
 }

@@ -22,14 +22,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::receivers::{self, IntakePlan, Upstream};
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
-use crate::enrich::SpanObserver;
+use crate::enrich::{Receivers, SpanObserver};
 use crate::export::transport::TransportBuildError;
 use crate::export::Exporter;
-use crate::pipeline::{
-    Analyzer, IntakePlan, SamplerHealth, SamplerSettings, SamplerThread, Upstream, WindowLoop,
-};
+use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop};
 use crate::sampling::{SessionError, Snapshot};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
@@ -113,12 +112,14 @@ struct Pipeline {
     snapshots: mpsc::Receiver<Snapshot>,
     sampler: Option<SamplerThread>,
     sampler_health: Arc<SamplerHealth>,
-    /// Snapshots → windows → analyses, with the local OTLP receivers (`--otlp-receiver-*`).
+    /// Snapshots → windows → analyses.
     windows: WindowLoop,
     /// The node identity, the delivery queue and gpulse's own health metrics.
     exporter: Exporter,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
+    /// The local OTLP receivers (`--otlp-receiver-*`), whose history observes the window loop.
+    receivers: Option<Receivers>,
     /// `/metrics` (`--prometheus-addr`).
     _prometheus: Option<prometheus::MetricsEndpoint>,
 }
@@ -169,11 +170,11 @@ impl Pipeline {
             ),
             None => None,
         };
-        if config.otlp_receiver.enabled() {
-            windows
-                .start_receivers(intake_plan(config, &exporter, None))
-                .await?;
-        }
+        let receivers = if config.otlp_receiver.enabled() {
+            Some(receivers::start(intake_plan(config, &exporter, None), &mut windows).await?)
+        } else {
+            None
+        };
         let prometheus = match config.prometheus.addr {
             Some(addr) => Some(
                 prometheus::start(
@@ -196,6 +197,7 @@ impl Pipeline {
             exporter,
             stall_reported: false,
             _health_server: health_server,
+            receivers,
             _prometheus: prometheus,
         })
     }
@@ -231,7 +233,9 @@ impl Pipeline {
     }
 
     async fn shutdown(mut self) {
-        self.windows.stop_receivers();
+        if let Some(receivers) = &self.receivers {
+            receivers.stop();
+        }
         if let Some(sampler) = self.sampler.take() {
             if !sampler.stop(Duration::from_secs(2)) {
                 tracing::warn!("the sampler thread is stuck in an NVML call; leaving it behind");
@@ -267,11 +271,7 @@ pub(super) fn intake_plan(
         receiver: config.otlp_receiver,
         sample_interval: config.sample_interval,
         proc_root: config.common.analysis.proc_root.clone(),
-        upstream: Some(Upstream {
-            queue: exporter.queue().clone(),
-            max_queue_bytes: usize::try_from(config.export.queue.max_bytes).unwrap_or(usize::MAX),
-            not_forwarded: exporter.not_forwarded().to_vec(),
-        }),
+        upstream: Some(Upstream::through(exporter, &config.export.queue)),
         span_observer,
     }
 }
