@@ -9,46 +9,77 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::attribution::AttributedWindow;
-use crate::config::{QueueLimits, ReceiverSettings};
+use crate::config::{Config, ReceiverSettings};
 use crate::enrich::{
     HistoryHandle, Intake, IntakeSettings, ReceiverError, Receivers, SpanObserver,
 };
+use crate::export::queue::QueueHandle;
+use crate::export::transport::Signal;
 use crate::export::Exporter;
 use crate::pipeline::{WindowLoop, WindowObserver};
 use crate::sampling::Snapshot;
 
-/// How the receivers' intake is built.
+/// How the receivers' intake is built: what `run`, `record` and `top` tell apart.
 #[derive(Debug)]
 pub(crate) struct IntakePlan {
     /// The addresses to listen on and how far back the history reaches.
-    pub receiver: ReceiverSettings,
+    receiver: ReceiverSettings,
     /// The sample interval: the history's resolution, and how long a span ending after the
     /// newest sample waits for the next one.
-    pub sample_interval: Duration,
+    sample_interval: Duration,
     /// Where the senders' `/proc` entries are read.
-    pub proc_root: PathBuf,
-    /// Forwards accepted telemetry through the exporter's queue; `None` forwards nothing (`top`).
-    pub upstream: Option<Upstream>,
+    proc_root: PathBuf,
+    /// Forwards accepted telemetry through the exporter's queue; `None` forwards nothing.
+    upstream: Option<Upstream>,
     /// Handed every accepted trace request (`record`'s report).
-    pub span_observer: Option<SpanObserver>,
+    span_observer: Option<SpanObserver>,
 }
 
 /// The exporter's delivery queue, shared by gpulse's own telemetry and what the intake forwards.
 #[derive(Debug)]
-pub(crate) struct Upstream {
-    queue: crate::export::queue::QueueHandle,
+struct Upstream {
+    queue: QueueHandle,
     /// The queue's byte bound: the intake refuses rather than evicts.
     max_queue_bytes: usize,
     /// The signals no transport carries: accepted for diagnosis, never queued.
-    not_forwarded: Vec<crate::export::transport::Signal>,
+    not_forwarded: Vec<Signal>,
 }
 
-impl Upstream {
-    pub(crate) fn through(exporter: &Exporter, limits: &QueueLimits) -> Self {
+impl IntakePlan {
+    /// `run`'s and `record`'s intake: what it accepts is enriched, feeds the framework evidence,
+    /// and is forwarded through `exporter`'s queue when a transport carries its signal.
+    pub(crate) fn forwarding(
+        config: &Config,
+        exporter: &Exporter,
+        span_observer: Option<SpanObserver>,
+    ) -> Self {
         Self {
-            queue: exporter.queue().clone(),
-            max_queue_bytes: usize::try_from(limits.max_bytes).unwrap_or(usize::MAX),
-            not_forwarded: exporter.not_forwarded().to_vec(),
+            receiver: config.otlp_receiver,
+            sample_interval: config.sample_interval,
+            proc_root: config.common.analysis.proc_root.clone(),
+            upstream: Some(Upstream {
+                queue: exporter.queue().clone(),
+                max_queue_bytes: usize::try_from(config.export.queue.max_bytes)
+                    .unwrap_or(usize::MAX),
+                not_forwarded: exporter.not_forwarded().to_vec(),
+            }),
+            span_observer,
+        }
+    }
+
+    /// `top`'s intake: it keeps the framework telemetry of the GPU processes for the rules and
+    /// forwards nothing (top exports nothing).
+    pub(crate) fn local(
+        receiver: ReceiverSettings,
+        sample_interval: Duration,
+        proc_root: PathBuf,
+    ) -> Self {
+        Self {
+            receiver,
+            sample_interval,
+            proc_root,
+            upstream: None,
+            span_observer: None,
         }
     }
 }

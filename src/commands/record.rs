@@ -13,13 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::receivers::{self, IntakePlan};
 use crate::cli::{RecordArgs, ReportArgs};
 use crate::config::otlp::ExporterKind;
 use crate::config::{Config, ExportSettings, SignalSinks, Sink};
 use crate::enrich::Receivers;
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
-use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
+use crate::pipeline::{snapshot_channel, Analyzer, SamplerSettings, SamplerThread, WindowLoop};
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
@@ -193,10 +194,7 @@ async fn watch(
     recorder: &mut Recorder,
 ) -> Watched {
     let mut exited = child.into_exit_channel();
-    let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
-        .clamp(4, 4096) as usize
-        * 2;
-    let (tx, mut snapshots) = tokio::sync::mpsc::channel(capacity);
+    let (tx, mut snapshots) = snapshot_channel(config.sample_interval, config.export_interval);
     let sampler = match SamplerThread::spawn(
         SamplerSettings {
             nvml_lib: config.common.nvml_lib.clone(),
@@ -291,8 +289,8 @@ async fn start_receivers(
         return (None, None);
     }
     let (observer, spans) = crate::record::spans::collector();
-    let plan = super::run::intake_plan(config, exporter, Some(observer));
-    match super::receivers::start(plan, windows).await {
+    let plan = IntakePlan::forwarding(config, exporter, Some(observer));
+    match receivers::start(plan, windows).await {
         Ok(receivers) => (Some(receivers), Some(spans)),
         Err(e) => {
             tracing::error!("{e}; recording without the companion's spans");

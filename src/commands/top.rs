@@ -127,15 +127,11 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
     };
     let views = windows.subscribe();
     let receivers = if config.otlp_receiver.enabled() {
-        // Local: it keeps the framework telemetry of the GPU processes for the rules and
-        // forwards nothing.
-        let plan = IntakePlan {
-            receiver: config.otlp_receiver,
-            sample_interval: interval,
-            proc_root: config.common.analysis.proc_root.clone(),
-            upstream: None,
-            span_observer: None,
-        };
+        let plan = IntakePlan::local(
+            config.otlp_receiver,
+            interval,
+            config.common.analysis.proc_root.clone(),
+        );
         Some(runtime.block_on(receivers::start(plan, &mut windows))?)
     } else {
         None

@@ -15,6 +15,6 @@ pub mod window_loop;
 
 pub use analyzer::{Analysis, Analyzer};
 pub use report::SnapshotReport;
-pub use sampler_thread::{SamplerHealth, SamplerSettings, SamplerThread};
+pub use sampler_thread::{snapshot_channel, SamplerHealth, SamplerSettings, SamplerThread};
 pub use view::{View, ViewReceiver};
 pub use window_loop::{WindowLoop, WindowObserver};

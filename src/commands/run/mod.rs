@@ -22,13 +22,15 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::receivers::{self, IntakePlan, Upstream};
+use super::receivers::{self, IntakePlan};
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
-use crate::enrich::{Receivers, SpanObserver};
+use crate::enrich::Receivers;
 use crate::export::transport::TransportBuildError;
 use crate::export::Exporter;
-use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop};
+use crate::pipeline::{
+    snapshot_channel, Analyzer, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop,
+};
 use crate::sampling::{SessionError, Snapshot};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
@@ -129,11 +131,7 @@ impl Pipeline {
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
         let mut windows = WindowLoop::new(Analyzer::new(&config.common.analysis));
 
-        // Enough room for a few export intervals of snapshots; the thread never waits on it.
-        let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
-            .clamp(4, 4096) as usize
-            * 2;
-        let (tx, snapshots) = mpsc::channel(capacity);
+        let (tx, snapshots) = snapshot_channel(config.sample_interval, config.export_interval);
         let sampler = SamplerThread::spawn(
             SamplerSettings {
                 nvml_lib: config.common.nvml_lib.clone(),
@@ -171,7 +169,13 @@ impl Pipeline {
             None => None,
         };
         let receivers = if config.otlp_receiver.enabled() {
-            Some(receivers::start(intake_plan(config, &exporter, None), &mut windows).await?)
+            Some(
+                receivers::start(
+                    IntakePlan::forwarding(config, &exporter, None),
+                    &mut windows,
+                )
+                .await?,
+            )
         } else {
             None
         };
@@ -256,23 +260,6 @@ impl Pipeline {
             );
         }
         tracing::info!("gpulse stopped");
-    }
-}
-
-/// How `run` and `record` build the receivers' intake (`--otlp-receiver-*`): what it accepts is
-/// enriched, feeds the framework evidence, and is forwarded through the exporter's queue when a
-/// transport carries its signal.
-pub(super) fn intake_plan(
-    config: &Config,
-    exporter: &Exporter,
-    span_observer: Option<SpanObserver>,
-) -> IntakePlan {
-    IntakePlan {
-        receiver: config.otlp_receiver,
-        sample_interval: config.sample_interval,
-        proc_root: config.common.analysis.proc_root.clone(),
-        upstream: Some(Upstream::through(exporter, &config.export.queue)),
-        span_observer,
     }
 }
 
