@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use super::cost;
 use super::defaults::{
-    DEFAULT_INCLUDE_COMMAND_LINE, DEFAULT_KUBELET_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_NVML_LIB,
-    DEFAULT_PROC_ROOT, DEFAULT_READ_ENVIRON, DEFAULT_SERVICE_NAME,
+    DEFAULT_INCLUDE_COMMAND_LINE, DEFAULT_KUBELET_SOCKET, DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL,
+    DEFAULT_NVML_LIB, DEFAULT_PROC_ROOT, DEFAULT_READ_ENVIRON, DEFAULT_SERVICE_NAME,
 };
 use super::downward::DownwardApi;
 use super::env;
@@ -62,7 +62,7 @@ impl CommonSettings {
             layers.env(env::LOG_FORMAT),
             layers.file("log.format", |f| &f.log.format),
         ]) {
-            None => LogFormat::Text,
+            None => DEFAULT_LOG_FORMAT,
             Some(raw) => match raw.text.trim() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,

@@ -1,14 +1,21 @@
 //! Every default and bound of gpulse's settings, in one place: what a setting is when no flag,
 //! variable or file key gives it, and the limits resolution enforces. The docs
-//! (docs/configuration.md) and the example file (examples/gpulse.toml) quote these values.
+//! (docs/configuration.md) and the example file (examples/gpulse.toml) quote these values. Two
+//! kinds of default stay with their types: where each signal goes (`SignalSinks`' `Default`,
+//! which the OpenTelemetry variables' defaults decide) and the rules' thresholds, documented
+//! rule by rule in the `[diagnosis]` table (`thresholds`).
 
 use std::time::Duration;
+
+use super::otlp::Protocol;
+use super::settings::LogFormat;
 
 /// The NVML library gpulse loads unless told otherwise. nvml-wrapper's own default,
 /// `libnvidia-ml.so`, is the unversioned name that only the driver's development package
 /// installs; the driver itself ships `libnvidia-ml.so.1`.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+pub(crate) const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 
 pub(crate) const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Below this NVML's own counters do not refresh, and the sampler thread would only burn CPU.
@@ -25,7 +32,9 @@ pub(crate) const DEFAULT_READ_ENVIRON: bool = true;
 pub(crate) const DEFAULT_SERVICE_NAME: &str = "gpulse";
 pub(crate) const DEFAULT_QUEUE_MAX_BYTES: u64 = 64 << 20;
 pub(crate) const DEFAULT_QUEUE_MAX_AGE: Duration = Duration::from_secs(300);
-/// Default OTLP/HTTP endpoint (the specification's default protocol for new SDKs).
+/// The specification's default protocol for new SDKs.
+pub(crate) const DEFAULT_PROTOCOL: Protocol = Protocol::HttpProtobuf;
+/// Default OTLP/HTTP endpoint.
 pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
 /// Default OTLP/gRPC endpoint.
 pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";

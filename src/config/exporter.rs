@@ -16,7 +16,9 @@
 
 use std::path::PathBuf;
 
-use super::defaults::{DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_TIMEOUT};
+use super::defaults::{
+    DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_PROTOCOL, DEFAULT_TIMEOUT,
+};
 use super::env::{otlp as var, signal_var};
 use super::error::{ConfigError, Origin, Raw};
 use super::file::{OtlpSignalFile, Value};
@@ -290,7 +292,7 @@ fn resolve_signal(
         |f| &f.protocol,
     ) {
         Some((raw, _)) => raw.parse(parse_protocol)?,
-        None => Protocol::HttpProtobuf,
+        None => DEFAULT_PROTOCOL,
     };
 
     let insecure = match s.pick(None, var::INSECURE, "insecure", |f| &f.insecure) {
