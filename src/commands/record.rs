@@ -20,7 +20,7 @@ use crate::config::{Config, ExportSettings, SignalSinks, Sink};
 use crate::enrich::Receivers;
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
-use crate::pipeline::{snapshot_channel, Analyzer, SamplerSettings, SamplerThread, WindowLoop};
+use crate::pipeline::{snapshot_channel, SamplerSettings, SamplerThread, WindowLoop};
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
@@ -217,7 +217,7 @@ async fn watch(
             export: None,
         };
     };
-    let mut windows = WindowLoop::new(Analyzer::new(&config.common.analysis));
+    let mut windows = WindowLoop::new(&config.common.analysis);
     let mut exporter = Exporter::with_transports(
         export,
         transports,

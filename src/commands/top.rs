@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::receivers::{self, IntakePlan};
 use crate::cli::TopArgs;
 use crate::config::{InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
-use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread, WindowLoop};
+use crate::pipeline::{SamplerSettings, SamplerThread, WindowLoop};
 use crate::sampling::{SessionError, Snapshot};
 use crate::top::input::{action, Action};
 use crate::top::logs::LogLines;
@@ -123,7 +123,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .build()?;
     let mut windows = {
         let _entered = runtime.enter();
-        WindowLoop::new(Analyzer::new(&config.common.analysis))
+        WindowLoop::new(&config.common.analysis)
     };
     let views = windows.subscribe();
     let receivers = if config.otlp_receiver.enabled() {

@@ -9,10 +9,14 @@
 //! ```
 //!
 //! It is the one place where what the applications send through the local OTLP receiver meets
-//! the attributed window: the receivers' intake writes the framework evidence
-//! ([`WindowLoop::framework`]) that the analyzer reads at [`WindowLoop::close_window`], and the
+//! the attributed window: the receivers' intake writes the framework history
+//! ([`WindowLoop::framework`]: allocator gauges, step and collective spans, each rank's
+//! identity) that the analyzer reads at every [`WindowLoop::close_window`], before attribution
+//! rolls processes up (the companion's job id) and before the rules run (the evidence); and the
 //! receivers' history, registered as the loop's [`WindowObserver`], gets every snapshot and the
-//! identities of every attributed window. The intake itself is built by
+//! identities of every attributed window. A feature that needs the receivers' live per-rank
+//! state at each window (a rule, a ledger, an identity the process sends) reads it there, from
+//! the framework history, at `close_window`. The intake itself is built by
 //! `commands::receivers`, above the exporter whose queue it forwards into; this module imports
 //! neither, so that the consumers of the view stay above the pipeline. Each command keeps only
 //! its own select loop and its sinks (the exporter, the recorder, the live view).
@@ -20,6 +24,7 @@
 use super::analyzer::{Analysis, Analyzer};
 use super::view::ViewReceiver;
 use crate::attribution::AttributedWindow;
+use crate::config::AnalysisSettings;
 use crate::diagnosis::FrameworkHandle;
 use crate::sampling::{Snapshot, WindowAggregator};
 
@@ -39,10 +44,13 @@ pub trait WindowObserver: Send {
 }
 
 impl WindowLoop {
-    pub fn new(analyzer: Analyzer) -> Self {
+    /// A loop with no window open yet and no observer. Build it inside the tokio runtime the
+    /// command runs: with a kubelet socket set, attribution keeps the pod list fresh on a task
+    /// of that runtime (outside one it says so, and pod names are not refreshed).
+    pub fn new(settings: &AnalysisSettings) -> Self {
         Self {
             aggregator: WindowAggregator::new(),
-            analyzer,
+            analyzer: Analyzer::new(settings),
             observer: None,
         }
     }
@@ -91,7 +99,6 @@ mod tests {
 
     use super::*;
     use crate::config::thresholds::Thresholds;
-    use crate::config::AnalysisSettings;
     use crate::sampling::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 
     /// What the observer was handed, in order.
@@ -164,7 +171,7 @@ mod tests {
     #[test]
     fn snapshots_in_one_analysed_window_out_seen_by_the_observer_and_the_view() {
         let pid = std::process::id();
-        let mut windows = WindowLoop::new(Analyzer::new(&analysis_settings()));
+        let mut windows = WindowLoop::new(&analysis_settings());
         let views = windows.subscribe();
         let seen = Seen::default();
         windows.observe(seen.clone());

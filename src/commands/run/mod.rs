@@ -29,7 +29,7 @@ use crate::enrich::Receivers;
 use crate::export::transport::TransportBuildError;
 use crate::export::Exporter;
 use crate::pipeline::{
-    snapshot_channel, Analyzer, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop,
+    snapshot_channel, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop,
 };
 use crate::sampling::{SessionError, Snapshot};
 
@@ -129,7 +129,7 @@ struct Pipeline {
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
-        let mut windows = WindowLoop::new(Analyzer::new(&config.common.analysis));
+        let mut windows = WindowLoop::new(&config.common.analysis);
 
         let (tx, snapshots) = snapshot_channel(config.sample_interval, config.export_interval);
         let sampler = SamplerThread::spawn(
