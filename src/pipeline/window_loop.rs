@@ -10,9 +10,10 @@
 //!
 //! It is the one place where what the applications send through the local OTLP receiver meets
 //! the attributed window: the receivers' intake writes the framework history
-//! ([`WindowLoop::framework`]: allocator gauges, step and collective spans, each rank's
-//! identity) that the analyzer reads at every [`WindowLoop::close_window`], before attribution
-//! rolls processes up (the companion's job id) and before the rules run (the evidence); and the
+//! ([`WindowLoop::framework`]: allocator gauges, step and collective spans, what each process
+//! says about itself) that the analyzer reads at every [`WindowLoop::close_window`], before
+//! attribution rolls processes up (the identity a process sent) and before the rules run (the
+//! evidence); and the
 //! receivers' history, registered as the loop's [`WindowObserver`], gets every snapshot and the
 //! identities of every attributed window. A feature that needs the receivers' live per-rank
 //! state at each window (a rule, a ledger, an identity the process sends) reads it there, from
