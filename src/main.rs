@@ -25,7 +25,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Run(args) => {
             let config = Config::resolve(&cli.global, args, &config::process_env)?;
-            init_logging(&config.log);
+            init_logging(&config.common.log);
             for warning in &config.warnings {
                 tracing::warn!("{warning}");
             }
@@ -45,19 +45,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 &config::process_env,
             )?;
             let window = commands::snapshot::window(args)?;
-            init_logging(&quiet_by_default(&config.log));
+            init_logging(&quiet_by_default(&config.common.log));
             print!("{}", commands::snapshot::snapshot(&config, window)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Top(args) => {
             let config = InspectConfig::resolve_for_top(&cli.global, args, &config::process_env)?;
-            let logs = commands::top::init_logging(&quiet_by_default(&config.log));
+            let logs = commands::top::init_logging(&quiet_by_default(&config.common.log));
             commands::top::top(&config, args, logs)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => {
             let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
-            init_logging(&quiet_by_default(&config.log));
+            init_logging(&quiet_by_default(&config.common.log));
             let (text, code) = commands::check::check(&config);
             print!("{text}");
             Ok(ExitCode::from(code))
@@ -65,7 +65,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Record(args) => {
             let config = Config::resolve(&cli.global, &args.run, &config::process_env)?;
             // gpulse shares the terminal with the command: warnings only, unless asked.
-            init_logging(&quiet_by_default(&config.log));
+            init_logging(&quiet_by_default(&config.common.log));
             for warning in &config.warnings {
                 tracing::warn!("{warning}");
             }

@@ -63,7 +63,7 @@ fn err(args: &[&str], env: &Env, file: Option<&LoadedFile>) -> String {
 }
 
 fn otlp(config: &Config) -> (&SignalEndpoint, &SignalEndpoint) {
-    match &config.exporter {
+    match &config.export.exporter {
         ExporterKind::Otlp { metrics, logs, .. } => (metrics, logs),
         other => panic!("expected OTLP, got {other:?}"),
     }
@@ -80,24 +80,24 @@ fn headers(endpoint: &SignalEndpoint) -> Vec<(String, String)> {
 #[test]
 fn defaults() {
     let c = resolved(&[], &Env::default(), None);
-    assert_eq!(c.nvml_lib, PathBuf::from("libnvidia-ml.so.1"));
+    assert_eq!(c.common.nvml_lib, PathBuf::from("libnvidia-ml.so.1"));
     assert_eq!(c.sample_interval, Duration::from_secs(1));
     assert_eq!(c.export_interval, Duration::from_secs(10));
-    assert_eq!(c.proc_root, PathBuf::from("/proc"));
-    assert!(!c.include_command_line);
-    assert!(c.read_environ);
+    assert_eq!(c.common.analysis.proc_root, PathBuf::from("/proc"));
+    assert!(!c.common.analysis.include_command_line);
+    assert!(c.common.analysis.read_environ);
     assert_eq!(
-        c.kubelet_socket,
+        c.common.analysis.kubelet_socket,
         Some(PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"))
     );
     assert_eq!(c.health_addr, None);
     assert!(!c.wait_for_gpu);
-    assert_eq!(c.queue.max_bytes, 64 << 20);
-    assert_eq!(c.queue.max_age, Duration::from_secs(300));
-    assert_eq!(c.service_name, "gpulse");
-    assert!(c.resource_attributes.is_empty());
-    assert_eq!(c.log.filter, "info");
-    assert_eq!(c.log.format, LogFormat::Text);
+    assert_eq!(c.export.queue.max_bytes, 64 << 20);
+    assert_eq!(c.export.queue.max_age, Duration::from_secs(300));
+    assert_eq!(c.export.service_name, "gpulse");
+    assert!(c.export.resource_attributes.is_empty());
+    assert_eq!(c.common.log.filter, "info");
+    assert_eq!(c.common.log.format, LogFormat::Text);
     assert!(c.warnings.is_empty());
     let (metrics, logs) = otlp(&c);
     assert_eq!(metrics.protocol, Protocol::HttpProtobuf);
@@ -153,7 +153,7 @@ fn precedence_flag_beats_env_beats_file_beats_default() {
             flag: ["--service-name", "from-flag"],
             env: ("OTEL_SERVICE_NAME", "from-env"),
             file: "service_name = \"from-file\"",
-            read: |c| c.service_name.clone(),
+            read: |c| c.export.service_name.clone(),
             flag_value: "from-flag",
             env_value: "from-env",
             file_value: "from-file",
@@ -164,7 +164,7 @@ fn precedence_flag_beats_env_beats_file_beats_default() {
             flag: ["--nvml-lib", "/flag/libnvidia-ml.so.1"],
             env: ("GPULSE_NVML_LIB", "/env/libnvidia-ml.so.1"),
             file: "nvml_lib = \"/file/libnvidia-ml.so.1\"",
-            read: |c| c.nvml_lib.display().to_string(),
+            read: |c| c.common.nvml_lib.display().to_string(),
             flag_value: "/flag/libnvidia-ml.so.1",
             env_value: "/env/libnvidia-ml.so.1",
             file_value: "/file/libnvidia-ml.so.1",
@@ -197,7 +197,7 @@ fn precedence_flag_beats_env_beats_file_beats_default() {
             flag: ["--log-level", "debug"],
             env: ("GPULSE_LOG", "warn"),
             file: "[log]\nlevel = \"error\"",
-            read: |c| c.log.filter.clone(),
+            read: |c| c.common.log.filter.clone(),
             flag_value: "debug",
             env_value: "warn",
             file_value: "error",
@@ -208,7 +208,7 @@ fn precedence_flag_beats_env_beats_file_beats_default() {
             flag: ["--queue-max-bytes", "1MiB"],
             env: ("GPULSE_QUEUE_MAX_BYTES", "2MiB"),
             file: "[queue]\nmax_bytes = 3145728",
-            read: |c| c.queue.max_bytes.to_string(),
+            read: |c| c.export.queue.max_bytes.to_string(),
             flag_value: "1048576",
             env_value: "2097152",
             file_value: "3145728",
@@ -265,8 +265,8 @@ fn gpulse_specific_variables_beat_generic_ones() {
     ]);
     let c = resolved(&[], &env, None);
     assert_eq!(c.export_interval, Duration::from_secs(15));
-    assert_eq!(c.service_name, "gpulse-a");
-    assert_eq!(c.log.filter, "debug");
+    assert_eq!(c.export.service_name, "gpulse-a");
+    assert_eq!(c.common.log.filter, "debug");
 
     let env = Env::with(&[
         ("OTEL_METRIC_EXPORT_INTERVAL", "60000"),
@@ -278,7 +278,7 @@ fn gpulse_specific_variables_beat_generic_ones() {
         Duration::from_secs(60),
         "OTEL_METRIC_EXPORT_INTERVAL is milliseconds"
     );
-    assert_eq!(c.log.filter, "info,gpulse=trace");
+    assert_eq!(c.common.log.filter, "info,gpulse=trace");
 }
 
 #[test]
@@ -291,7 +291,7 @@ fn empty_variables_count_as_unset() {
     let c = resolved(&[], &env, None);
     assert_eq!(otlp(&c).0.url, "http://localhost:4318/v1/metrics");
     assert_eq!(c.sample_interval, Duration::from_secs(1));
-    assert_eq!(c.service_name, "gpulse");
+    assert_eq!(c.export.service_name, "gpulse");
 }
 
 #[test]
@@ -299,14 +299,14 @@ fn proc_root_sources() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap();
     let c = resolved(&[], &Env::with(&[("HOST_PROC", path)]), None);
-    assert_eq!(c.proc_root, dir.path());
+    assert_eq!(c.common.analysis.proc_root, dir.path());
     let c = resolved(
         &[],
         &Env::with(&[("HOST_PROC", "/nonexistent"), ("GPULSE_PROC_ROOT", path)]),
         None,
     );
     assert_eq!(
-        c.proc_root,
+        c.common.analysis.proc_root,
         dir.path(),
         "GPULSE_PROC_ROOT wins over HOST_PROC"
     );
@@ -330,14 +330,16 @@ fn switches_flags_env_and_file() {
         &Env::default(),
         None,
     );
-    assert!(c.include_command_line && !c.read_environ && c.wait_for_gpu);
+    assert!(
+        c.common.analysis.include_command_line && !c.common.analysis.read_environ && c.wait_for_gpu
+    );
 
     let env = Env::with(&[
         ("GPULSE_READ_ENVIRON", "false"),
         ("GPULSE_WAIT_FOR_GPU", "1"),
     ]);
     let c = resolved(&[], &env, None);
-    assert!(!c.read_environ && c.wait_for_gpu);
+    assert!(!c.common.analysis.read_environ && c.wait_for_gpu);
 
     let f = file("include_command_line = true\nread_environ = false\n");
     let c = resolved(
@@ -345,8 +347,8 @@ fn switches_flags_env_and_file() {
         &Env::with(&[("GPULSE_INCLUDE_COMMAND_LINE", "no")]),
         Some(&f),
     );
-    assert!(!c.include_command_line, "env beats file");
-    assert!(!c.read_environ);
+    assert!(!c.common.analysis.include_command_line, "env beats file");
+    assert!(!c.common.analysis.read_environ);
 
     let msg = err(&[], &Env::with(&[("GPULSE_WAIT_FOR_GPU", "maybe")]), None);
     assert!(
@@ -358,7 +360,10 @@ fn switches_flags_env_and_file() {
 #[test]
 fn kubelet_socket_none_disables() {
     assert_eq!(
-        resolved(&["--kubelet-socket", "none"], &Env::default(), None).kubelet_socket,
+        resolved(&["--kubelet-socket", "none"], &Env::default(), None)
+            .common
+            .analysis
+            .kubelet_socket,
         None
     );
     let c = resolved(
@@ -366,10 +371,16 @@ fn kubelet_socket_none_disables() {
         &Env::with(&[("GPULSE_KUBELET_SOCKET", "/run/k.sock")]),
         None,
     );
-    assert_eq!(c.kubelet_socket, Some(PathBuf::from("/run/k.sock")));
+    assert_eq!(
+        c.common.analysis.kubelet_socket,
+        Some(PathBuf::from("/run/k.sock"))
+    );
     let f = file("kubelet_socket = \"NONE\"");
     assert_eq!(
-        resolved(&[], &Env::default(), Some(&f)).kubelet_socket,
+        resolved(&[], &Env::default(), Some(&f))
+            .common
+            .analysis
+            .kubelet_socket,
         None
     );
 }
@@ -463,11 +474,13 @@ fn interval_errors_name_the_setting_and_the_limit() {
 #[test]
 fn exporter_choice() {
     assert_eq!(
-        resolved(&["--exporter", "stdout"], &Env::default(), None).exporter,
+        resolved(&["--exporter", "stdout"], &Env::default(), None)
+            .export
+            .exporter,
         ExporterKind::Stdout
     );
     let c = resolved(&[], &Env::with(&[("GPULSE_EXPORTER", "stdout")]), None);
-    assert_eq!(c.exporter, ExporterKind::Stdout);
+    assert_eq!(c.export.exporter, ExporterKind::Stdout);
     let msg = err(&[], &Env::with(&[("GPULSE_EXPORTER", "prometheus")]), None);
     assert!(
         msg.contains("GPULSE_EXPORTER") && msg.contains("--metrics-exporter prometheus"),
@@ -476,7 +489,9 @@ fn exporter_choice() {
     // With stdout the OTLP settings are not read, so a broken one does not stop a debug run.
     let env = Env::with(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpcc")]);
     assert_eq!(
-        resolved(&["--exporter", "stdout"], &env, None).exporter,
+        resolved(&["--exporter", "stdout"], &env, None)
+            .export
+            .exporter,
         ExporterKind::Stdout
     );
 }
@@ -825,9 +840,9 @@ fn resource_attributes_and_service_name() {
     let f =
         file("[resource_attributes]\n\"k8s.cluster.name\" = \"file\"\n\"host.role\" = \"gpu\"\n");
     let c = resolved(&[], &env, Some(&f));
-    assert_eq!(c.service_name, "from-attrs");
+    assert_eq!(c.export.service_name, "from-attrs");
     assert_eq!(
-        c.resource_attributes,
+        c.export.resource_attributes,
         vec![
             ("deployment.environment.name".into(), "prod".into()),
             ("host.role".into(), "gpu".into()),
@@ -837,16 +852,16 @@ fn resource_attributes_and_service_name() {
     // OTEL_SERVICE_NAME beats service.name in OTEL_RESOURCE_ATTRIBUTES (the specification).
     let mut env2 = env.clone();
     env2.0.insert("OTEL_SERVICE_NAME".into(), "svc".into());
-    assert_eq!(resolved(&[], &env2, None).service_name, "svc");
+    assert_eq!(resolved(&[], &env2, None).export.service_name, "svc");
 
     // Malformed: the whole variable is discarded and reported, not fatal.
     let env = Env::with(&[("OTEL_RESOURCE_ATTRIBUTES", "a=1,broken")]);
     let c = resolved(&[], &env, Some(&f));
     assert_eq!(
-        c.resource_attributes.len(),
+        c.export.resource_attributes.len(),
         2,
         "{:?}",
-        c.resource_attributes
+        c.export.resource_attributes
     );
     assert_eq!(c.warnings.len(), 1);
     assert!(
@@ -868,8 +883,8 @@ fn log_settings_are_validated() {
         &Env::default(),
         None,
     );
-    assert_eq!(c.log.format, LogFormat::Json);
-    assert_eq!(c.log.filter, "warn,gpulse::export=debug");
+    assert_eq!(c.common.log.format, LogFormat::Json);
+    assert_eq!(c.common.log.filter, "warn,gpulse::export=debug");
     let msg = err(&[], &Env::with(&[("GPULSE_LOG", "info,gpulse=loud")]), None);
     assert!(
         msg.starts_with("GPULSE_LOG=\"info,gpulse=loud\": not a log filter"),
@@ -922,7 +937,7 @@ fn config_file_from_flag_or_env() {
     let (global, run) = parse_run(&["--config", p]);
     let c = Config::resolve(&global, &run, &Env::default().lookup()).unwrap();
     assert_eq!(c.sample_interval, Duration::from_millis(250));
-    assert_eq!(c.config_file.as_deref(), Some(path.as_path()));
+    assert_eq!(c.common.config_file.as_deref(), Some(path.as_path()));
 
     let env = Env::with(&[("GPULSE_CONFIG", p)]);
     let (global, run) = parse_run(&[]);
@@ -946,12 +961,12 @@ fn example_config_parses_and_matches_the_defaults() {
     let f = LoadedFile::parse(&path, text).unwrap_or_else(|e| panic!("{e}"));
     let mut from_example = resolved(&[], &Env::default(), Some(&f));
     assert_eq!(
-        from_example.config_file.take().as_deref(),
+        from_example.common.config_file.take().as_deref(),
         Some(path.as_path())
     );
     // It names the default endpoint, which is a choice `record` honours (it then exports).
-    assert!(from_example.otlp_endpoint_explicit);
-    from_example.otlp_endpoint_explicit = false;
+    assert!(from_example.export.otlp_endpoint_explicit);
+    from_example.export.otlp_endpoint_explicit = false;
     assert_eq!(from_example, resolved(&[], &Env::default(), None));
 }
 
@@ -974,13 +989,13 @@ fn inspect_config_reads_the_shared_settings() {
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "broken"),
     ]);
     let c = InspectConfig::resolve_with_file(&cli.global, args, &env.lookup(), None).unwrap();
-    assert_eq!(c.nvml_lib, PathBuf::from("/opt/libnvml.so"));
+    assert_eq!(c.common.nvml_lib, PathBuf::from("/opt/libnvml.so"));
     assert_eq!(c.format, OutputFormat::Json);
     assert!(
-        !c.read_environ,
+        !c.common.analysis.read_environ,
         "the environment applies to snapshot/check too"
     );
-    assert_eq!(c.proc_root, PathBuf::from("/proc"));
+    assert_eq!(c.common.analysis.proc_root, PathBuf::from("/proc"));
     let c = InspectConfig::resolve_with_file(
         &GlobalArgs::default(),
         &InspectArgs::default(),
@@ -988,7 +1003,7 @@ fn inspect_config_reads_the_shared_settings() {
         None,
     )
     .unwrap();
-    assert_eq!(c.nvml_lib, PathBuf::from(config::DEFAULT_NVML_LIB));
+    assert_eq!(c.common.nvml_lib, PathBuf::from(config::DEFAULT_NVML_LIB));
 }
 
 #[test]
@@ -996,6 +1011,8 @@ fn diagnosis_table_is_read_and_validated() {
     let f = file("[diagnosis]\nclear_after_windows = 5\n");
     assert_eq!(
         resolved(&[], &Env::default(), Some(&f))
+            .common
+            .analysis
             .diagnosis
             .clear_after_windows,
         5
@@ -1209,7 +1226,9 @@ fn bad_prometheus_settings_say_what_to_write() {
 
 fn sinks(args: &[&str], env: &[(&str, &str)], file_text: Option<&str>) -> SignalSinks {
     let loaded = file_text.map(file);
-    resolved(args, &Env::with(env), loaded.as_ref()).sinks
+    resolved(args, &Env::with(env), loaded.as_ref())
+        .export
+        .sinks
 }
 
 fn sink_pair(s: SignalSinks) -> (Sink, bool, Sink) {
@@ -1219,8 +1238,8 @@ fn sink_pair(s: SignalSinks) -> (Sink, bool, Sink) {
 #[test]
 fn exporters_default_to_otlp_for_both_signals() {
     let c = resolved(&[], &Env::default(), None);
-    assert_eq!(c.sinks, SignalSinks::default());
-    assert!(matches!(c.exporter, ExporterKind::Otlp { .. }));
+    assert_eq!(c.export.sinks, SignalSinks::default());
+    assert!(matches!(c.export.exporter, ExporterKind::Otlp { .. }));
     assert_eq!(c.prometheus.addr, None);
 }
 
@@ -1354,10 +1373,10 @@ fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpcc"),
     ]);
     let c = resolved(&["--otlp-receiver-http", "14318"], &env, None);
-    assert_eq!(c.exporter, ExporterKind::Off);
-    assert_eq!(c.sinks.forward, Sink::Off);
-    assert_eq!(c.sinks.traces_lane(), Sink::Off);
-    assert!(!c.sinks.uses_otlp());
+    assert_eq!(c.export.exporter, ExporterKind::Off);
+    assert_eq!(c.export.sinks.forward, Sink::Off);
+    assert_eq!(c.export.sinks.traces_lane(), Sink::Off);
+    assert!(!c.export.sinks.uses_otlp());
     // An explicit upstream makes the receiver forward (metrics, logs and traces lanes).
     let env = Env::with(&[
         ("OTEL_METRICS_EXPORTER", "prometheus"),
@@ -1368,10 +1387,10 @@ fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
         ),
     ]);
     let c = resolved(&["--otlp-receiver-http", "14318"], &env, None);
-    assert_eq!(c.sinks.forward, Sink::Otlp);
-    assert_eq!(c.sinks.metrics, Sink::Off);
-    assert_eq!(c.sinks.metrics_lane(), Sink::Otlp);
-    match &c.exporter {
+    assert_eq!(c.export.sinks.forward, Sink::Otlp);
+    assert_eq!(c.export.sinks.metrics, Sink::Off);
+    assert_eq!(c.export.sinks.metrics_lane(), Sink::Otlp);
+    match &c.export.exporter {
         ExporterKind::Otlp { traces, .. } => {
             assert_eq!(traces.url, "http://collector:4318/v1/traces")
         }
@@ -1389,7 +1408,7 @@ fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
         &Env::default(),
         None,
     );
-    assert_eq!(c.sinks.forward, Sink::Otlp);
+    assert_eq!(c.export.sinks.forward, Sink::Otlp);
     // Without a receiver there is nothing to forward: an endpoint alone opens no lane.
     let c = resolved(
         &[
@@ -1401,8 +1420,8 @@ fn prometheus_only_reads_no_otlp_setting_and_forwards_nothing() {
         &Env::default(),
         None,
     );
-    assert_eq!(c.sinks.forward, Sink::Off);
-    assert_eq!(c.exporter, ExporterKind::Off);
+    assert_eq!(c.export.sinks.forward, Sink::Off);
+    assert_eq!(c.export.exporter, ExporterKind::Off);
 }
 
 #[test]
@@ -1470,17 +1489,22 @@ fn prometheus_address_from_otel_variables_flag_wins() {
 #[test]
 fn an_endpoint_counts_as_explicit_only_when_some_layer_names_one() {
     let none = Env::default();
-    assert!(!resolved(&[], &none, None).otlp_endpoint_explicit);
+    assert!(!resolved(&[], &none, None).export.otlp_endpoint_explicit);
     assert!(
         !resolved(
             &["--otlp-protocol", "grpc", "--otlp-timeout", "2s"],
             &Env::with(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=b")]),
             Some(&file("[otlp]\ncompression = \"gzip\"\n")),
         )
+        .export
         .otlp_endpoint_explicit,
         "settings other than the endpoint"
     );
-    assert!(resolved(&["--otlp-endpoint", "http://c:4318"], &none, None).otlp_endpoint_explicit);
+    assert!(
+        resolved(&["--otlp-endpoint", "http://c:4318"], &none, None)
+            .export
+            .otlp_endpoint_explicit
+    );
     for var in [
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
@@ -1488,14 +1512,19 @@ fn an_endpoint_counts_as_explicit_only_when_some_layer_names_one() {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     ] {
         let env = Env::with(&[(var, "http://c:4318/v1/x")]);
-        assert!(resolved(&[], &env, None).otlp_endpoint_explicit, "{var}");
+        assert!(
+            resolved(&[], &env, None).export.otlp_endpoint_explicit,
+            "{var}"
+        );
     }
     for text in [
         "[otlp]\nendpoint = \"http://c:4318\"\n",
         "[otlp.logs]\nendpoint = \"http://c:4318/v1/logs\"\n",
     ] {
         assert!(
-            resolved(&[], &none, Some(&file(text))).otlp_endpoint_explicit,
+            resolved(&[], &none, Some(&file(text)))
+                .export
+                .otlp_endpoint_explicit,
             "{text}"
         );
     }

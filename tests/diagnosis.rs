@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpulse::attribution::{AttributedWindow, ProcessUsage, Workload};
+use gpulse::config::thresholds::HistoryLimits;
 use gpulse::diagnosis::check::{
     self, CheckStatus, DeviceFacts, EccCounts, EccMode, Fact, HealthFacts, MemoryFacts, MigMode,
     RemappedRows,
 };
 use gpulse::diagnosis::otlp::{to_log_record, EVENT_NAME};
-use gpulse::diagnosis::thresholds::HistoryLimits;
 use gpulse::diagnosis::{
     Diagnoser, FindingEvent, FindingState, History, RuleId, Severity, Thresholds,
 };

@@ -995,7 +995,7 @@ mod config {
 
     #[test]
     fn traces_go_to_v1_traces_or_their_own_endpoint() {
-        let traces = |env: &[(&str, &str)]| match resolve(&[], env, None).unwrap().exporter {
+        let traces = |env: &[(&str, &str)]| match resolve(&[], env, None).unwrap().export.exporter {
             ExporterKind::Otlp { traces, .. } => traces,
             other => panic!("{other:?}"),
         };
@@ -1019,6 +1019,7 @@ mod config {
             Some("[otlp.traces]\nendpoint = \"http://jaeger:4318/v1/traces\"\n"),
         )
         .unwrap()
+        .export
         .exporter
         {
             ExporterKind::Otlp {

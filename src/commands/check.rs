@@ -17,7 +17,7 @@ use crate::sampling::Sampler;
 ///
 /// NVML failing to open is not an error here: it is the first check, failed, with the reason.
 pub fn check(config: &InspectConfig) -> (String, u8) {
-    let sampler = Sampler::open(&config.nvml_lib);
+    let sampler = Sampler::open(&config.common.nvml_lib);
     let facts = match &sampler {
         Ok(s) => collect_health_facts(Ok(s.nvml().as_ref())),
         Err(e) => collect_health_facts(Err(e.to_string())),
@@ -45,9 +45,9 @@ fn rank_processes(config: &InspectConfig, facts: &HealthFacts) -> Vec<RankProces
         return Vec::new();
     }
     let mut attributor = Attributor::new(AttributionSettings {
-        proc_root: config.proc_root.clone(),
+        proc_root: config.common.analysis.proc_root.clone(),
         include_command_line: false,
-        read_environ: config.read_environ,
+        read_environ: config.common.analysis.read_environ,
         kubelet_socket: None,
     });
     let mut found: Vec<RankProcess> = attributor

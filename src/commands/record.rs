@@ -1,5 +1,5 @@
 //! `gpulse record -- CMD` and `gpulse report`: thin wiring. `record` starts the command, runs
-//! the same sampler, window and [`Analyzer`] as `gpulse run` while it lives, feeds a
+//! the same sampler and [`WindowLoop`] as `gpulse run` while it lives, feeds a
 //! [`Recorder`] and, when an OTLP endpoint was set, the same [`Exporter`] as `run`; when the
 //! command exits it flushes the export for a few seconds at most, prints the summary, writes the
 //! report and returns the command's exit status. The recording's stages live in
@@ -13,19 +13,20 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::receivers::{self, IntakePlan};
 use crate::cli::{RecordArgs, ReportArgs};
 use crate::config::otlp::ExporterKind;
-use crate::config::{Config, SignalSinks, Sink};
+use crate::config::{Config, ExportSettings, SignalSinks, Sink};
+use crate::enrich::Receivers;
+use crate::export::metrics::Extremes;
 use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
-use crate::pipeline::Analyzer;
-use crate::pipeline::{SamplerSettings, SamplerThread};
+use crate::pipeline::{snapshot_channel, SamplerSettings, SamplerThread, WindowLoop};
 use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
 use crate::record::summary::{ExportSummary, Summary};
 use crate::record::{html, otlp_json};
-use crate::sampling::WindowAggregator;
 
 /// Why a recording's outputs could not be written, or a report not made.
 #[derive(Debug, thiserror::Error)]
@@ -53,21 +54,21 @@ pub enum RecordError {
 /// waiting for their prompt, and a dead endpoint must not hold it for the 10 s `run` allows.
 pub(crate) const EXPORT_FLUSH: Duration = Duration::from_secs(3);
 
-/// The configuration the exporter gets: `config` when an OTLP endpoint was set explicitly,
-/// else every sink off, so that recording a job never sends anything to a default
-/// `localhost:4318` nobody asked for (and the receiver forwards nothing).
-fn export_config(config: &Config) -> Config {
-    let mut config = config.clone();
-    if !config.otlp_endpoint_explicit {
-        config.sinks = SignalSinks {
+/// The settings the exporter gets: `run`'s when an OTLP endpoint was set explicitly, else
+/// every sink off, so that recording a job never sends anything to a default `localhost:4318`
+/// nobody asked for (and the receiver forwards nothing).
+fn export_settings(settings: &ExportSettings) -> ExportSettings {
+    let mut settings = settings.clone();
+    if !settings.otlp_endpoint_explicit {
+        settings.sinks = SignalSinks {
             metrics: Sink::Off,
             prometheus: false,
             logs: Sink::Off,
             forward: Sink::Off,
         };
-        config.exporter = ExporterKind::Off;
+        settings.exporter = ExporterKind::Off;
     }
-    config
+    settings
 }
 
 /// The report's and the JSON summary's files, opened before the command starts so a bad path
@@ -135,10 +136,10 @@ fn default_report_path(at: SystemTime) -> PathBuf {
 /// # Errors
 /// Only before the command starts: an output file cannot be created, or a setting is refused.
 pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
-    if config.sinks.uses_stdout() {
+    if config.export.sinks.uses_stdout() {
         return Err(RecordError::StdoutExporter);
     }
-    let export = export_config(config);
+    let export = export_settings(&config.export);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpulse-record-rt")
@@ -166,10 +167,10 @@ pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
     let mut recorder = Recorder::new(
         command,
         Some(child.pid()),
-        config.proc_root.clone(),
+        config.common.analysis.proc_root.clone(),
         config.sample_interval,
     );
-    let watched = runtime.block_on(watch(&export, transports, child, &mut recorder));
+    let watched = runtime.block_on(watch(config, &export, transports, child, &mut recorder));
     let recording = recorder.finish(watched.ended, Some(watched.exit));
     write_outputs(&recording, outputs, watched.export.as_ref());
     Ok(watched.exit.exit_code())
@@ -188,18 +189,16 @@ struct Watched {
 /// is one) for [`EXPORT_FLUSH`] at most.
 async fn watch(
     config: &Config,
+    export: &ExportSettings,
     transports: SignalTransports,
     child: RunningCommand,
     recorder: &mut Recorder,
 ) -> Watched {
     let mut exited = child.into_exit_channel();
-    let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
-        .clamp(4, 4096) as usize
-        * 2;
-    let (tx, mut snapshots) = tokio::sync::mpsc::channel(capacity);
+    let (tx, mut snapshots) = snapshot_channel(config.sample_interval, config.export_interval);
     let sampler = match SamplerThread::spawn(
         SamplerSettings {
-            nvml_lib: config.nvml_lib.clone(),
+            nvml_lib: config.common.nvml_lib.clone(),
             interval: config.sample_interval,
             wait_for_gpu: false,
         },
@@ -219,15 +218,15 @@ async fn watch(
             export: None,
         };
     };
-    let mut analyzer = Analyzer::new(config);
+    let mut windows = WindowLoop::new(&config.common.analysis);
     let mut exporter = Exporter::with_transports(
-        config,
+        export,
+        Extremes::for_intervals(config.sample_interval, config.export_interval),
         transports,
         Arc::clone(&sampler.health),
-        analyzer.subscribe(),
+        windows.subscribe(),
     );
-    let (receivers, spans) = start_receivers(config, &analyzer, &exporter).await;
-    let mut aggregator = WindowAggregator::new();
+    let (receivers, spans) = start_receivers(config, &mut windows, &exporter).await;
     let mut tick = tokio::time::interval_at(
         Instant::now() + config.export_interval,
         config.export_interval,
@@ -238,23 +237,10 @@ async fn watch(
             biased;
             exit = &mut exited => break (exit.unwrap_or(CommandExit::Code(1)), SystemTime::now()),
             Some(snapshot) = snapshots.recv() => {
-                if let Some(receivers) = &receivers {
-                    receivers.intake.history().record(&snapshot);
-                }
                 recorder.add(&snapshot);
-                aggregator.add(&snapshot);
+                windows.add(&snapshot);
             }
-            _ = tick.tick() => {
-                let analysis = aggregator.take().map(|window| analyzer.analyze(window));
-                if let Some(analysis) = &analysis {
-                    if let Some(receivers) = &receivers {
-                        receivers.intake.history().note_window(&analysis.attributed);
-                    }
-                    recorder.observe_findings(&analysis.events);
-                    recorder.observe_workloads(&analysis.attributed);
-                }
-                exporter.export(analysis.as_ref());
-            }
+            _ = tick.tick() => close_window(&mut windows, recorder, &mut exporter),
         }
     };
     if !sampler.stop(Duration::from_secs(2)) {
@@ -262,14 +248,9 @@ async fn watch(
     }
     while let Ok(snapshot) = snapshots.try_recv() {
         recorder.add(&snapshot);
-        aggregator.add(&snapshot);
+        windows.add(&snapshot);
     }
-    let last = aggregator.take().map(|window| analyzer.analyze(window));
-    if let Some(analysis) = &last {
-        recorder.observe_findings(&analysis.events);
-        recorder.observe_workloads(&analysis.attributed);
-    }
-    exporter.export(last.as_ref());
+    close_window(&mut windows, recorder, &mut exporter);
     if let Some(receivers) = &receivers {
         receivers.stop();
     }
@@ -285,40 +266,33 @@ async fn watch(
     }
 }
 
+/// Closes the window: the recorder keeps its findings and workloads, the exporter sends it.
+fn close_window(windows: &mut WindowLoop, recorder: &mut Recorder, exporter: &mut Exporter) {
+    let analysis = windows.close_window();
+    if let Some(analysis) = &analysis {
+        recorder.observe_findings(&analysis.events);
+        recorder.observe_workloads(&analysis.attributed);
+    }
+    exporter.export(analysis.as_ref());
+}
+
 /// The local OTLP receiver, when `--otlp-receiver-grpc/-http` asks for one: the companion's
 /// spans join the report, and what it accepts is forwarded through the exporter's queue when an
 /// endpoint carries its signal. It cannot start (a port taken): said, and the recording goes on.
 async fn start_receivers(
     config: &Config,
-    analyzer: &Analyzer,
+    windows: &mut WindowLoop,
     exporter: &Exporter,
 ) -> (
-    Option<crate::enrich::Receivers>,
+    Option<Receivers>,
     Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
 ) {
     if !config.otlp_receiver.enabled() {
         return (None, None);
     }
     let (observer, spans) = crate::record::spans::collector();
-    let intake = crate::enrich::Intake::new(
-        exporter.queue().clone(),
-        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval),
-        crate::enrich::IntakeSettings {
-            proc_root: config.proc_root.clone(),
-            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-            max_wait: config.sample_interval,
-        },
-    )
-    .with_framework(analyzer.framework())
-    .with_span_observer(observer)
-    .without_forwarding(exporter.not_forwarded());
-    match crate::enrich::Receivers::start(
-        config.otlp_receiver.grpc,
-        config.otlp_receiver.http,
-        Arc::new(intake),
-    )
-    .await
-    {
+    let plan = IntakePlan::forwarding(config, exporter, Some(observer));
+    match receivers::start(plan, windows).await {
         Ok(receivers) => (Some(receivers), Some(spans)),
         Err(e) => {
             tracing::error!("{e}; recording without the companion's spans");

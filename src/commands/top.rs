@@ -1,24 +1,24 @@
 //! `gpulse top`: the live view's loop. It runs the same stages as `gpulse run` — the sampler
-//! thread, the window aggregator and the [`Analyzer`] (attribution and diagnosis) — with one
-//! window per `--interval`, and hands each analysed [`View`](crate::pipeline::View) to the view
-//! state in [`crate::top`] instead of the exporter.
+//! thread and the [`WindowLoop`] (aggregator, attribution and diagnosis) — with one window per
+//! `--interval`, and hands each analysed [`View`](crate::pipeline::View) to the view state in
+//! [`crate::top`] instead of the exporter.
 //!
 //! The loop waits on one channel fed by two threads, the snapshot forwarder and the key reader,
 //! so it sleeps until a sample or a key arrives: no polling, nothing redrawn between them.
 //!
-//! With `--otlp-receiver-grpc/-http` top also runs `run`'s OTLP receiver, on a local
-//! [`Intake`] that forwards nothing: the PyTorch companion's step spans
+//! With `--otlp-receiver-grpc/-http` top also runs `run`'s OTLP receiver, on a local intake
+//! that forwards nothing ([`IntakePlan`] without upstream): the PyTorch companion's step spans
 //! feed the same framework evidence `run`'s rules read, so the view shows each rank's step
 //! figures and marks the straggler `rank_straggler` names.
 
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
+use super::receivers::{self, IntakePlan};
 use crate::cli::TopArgs;
 use crate::config::{InspectConfig, LogSettings, MIN_SAMPLE_INTERVAL};
-use crate::enrich::{HistoryHandle, Intake, IntakeSettings, Receivers};
-use crate::pipeline::{Analyzer, SamplerSettings, SamplerThread};
-use crate::sampling::{SessionError, Snapshot, WindowAggregator};
+use crate::pipeline::{SamplerSettings, SamplerThread, WindowLoop};
+use crate::sampling::{SessionError, Snapshot};
 use crate::top::input::{action, Action};
 use crate::top::logs::LogLines;
 use crate::top::procinfo::{Family, OwnCpu};
@@ -121,17 +121,26 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .thread_name("gpulse-top-rt")
         .enable_all()
         .build()?;
-    let mut analyzer = {
+    let mut windows = {
         let _entered = runtime.enter();
-        Analyzer::for_inspect(config)
+        WindowLoop::new(&config.common.analysis)
     };
-    let views = analyzer.subscribe();
-    let receivers = runtime.block_on(start_receivers(config, interval, &analyzer))?;
+    let views = windows.subscribe();
+    let receivers = if config.otlp_receiver.enabled() {
+        let plan = IntakePlan::local(
+            config.otlp_receiver,
+            interval,
+            config.common.analysis.proc_root.clone(),
+        );
+        Some(runtime.block_on(receivers::start(plan, &mut windows))?)
+    } else {
+        None
+    };
 
     let (snapshot_tx, mut snapshot_rx) = tokio::sync::mpsc::channel(4);
     let sampler = SamplerThread::spawn(
         SamplerSettings {
-            nvml_lib: config.nvml_lib.clone(),
+            nvml_lib: config.common.nvml_lib.clone(),
             interval,
             wait_for_gpu: false,
         },
@@ -177,8 +186,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .spawn(move || read_keys(&events))?;
 
     let mut app = App::new(interval, host_name(), color);
-    app.family = Family::new(&config.proc_root);
-    let mut aggregator = WindowAggregator::new();
+    app.family = Family::new(&config.common.analysis.proc_root);
     let mut own_cpu = OwnCpu::new();
     let outcome = loop {
         app.last_log = logs.last();
@@ -187,16 +195,9 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         }
         match next_event.recv() {
             Ok(Event::Snapshot(snapshot)) => {
-                if let Some(receivers) = &receivers {
-                    receivers.intake.history().record(&snapshot);
-                }
-                aggregator.add(&snapshot);
-                let Some(window) = aggregator.take() else {
+                windows.add(&snapshot);
+                if windows.close_window().is_none() {
                     continue;
-                };
-                let analysis = analyzer.analyze(window);
-                if let Some(receivers) = &receivers {
-                    receivers.intake.history().note_window(&analysis.attributed);
                 }
                 let Some(view) = views.borrow().clone() else {
                     continue;
@@ -243,30 +244,6 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         eprintln!("{line}");
     }
     outcome
-}
-
-/// The local OTLP receiver, when asked for: it keeps the framework telemetry of the GPU
-/// processes for the rules and forwards nothing.
-async fn start_receivers(
-    config: &InspectConfig,
-    interval: Duration,
-    analyzer: &Analyzer,
-) -> Result<Option<Receivers>, TopError> {
-    let settings = &config.otlp_receiver;
-    if !settings.enabled() {
-        return Ok(None);
-    }
-    let intake = Intake::local(
-        HistoryHandle::new(settings.history, interval),
-        IntakeSettings {
-            proc_root: config.proc_root.clone(),
-            max_queue_bytes: 0,
-            max_wait: interval,
-        },
-    )
-    .with_framework(analyzer.framework());
-    let receivers = Receivers::start(settings.grpc, settings.http, Arc::new(intake)).await?;
-    Ok(Some(receivers))
 }
 
 /// Forwards key presses and resizes until the loop is gone or the terminal closes.

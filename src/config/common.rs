@@ -1,37 +1,36 @@
-//! The settings every command resolves the same way, whatever it then builds: the NVML
-//! library, logging (level filter and format), what attribution reads (the procfs root, command
-//! lines, `environ`, the kubelet socket), the diagnosis thresholds of the file, and the node's
-//! resource (`service.name` and the other attributes, from flags, `OTEL_*` and the file).
+//! Resolving the settings every command resolves the same way, whatever it then builds
+//! ([`CommonSettings`]): the NVML library, logging (level filter and format), and the analysis
+//! settings: what attribution reads (the procfs root, command lines, `environ`, the kubelet
+//! socket), the diagnosis thresholds of the file, gpulse's own pod and the prices. Also the
+//! node's resource (`service.name` and the other attributes, from flags, `OTEL_*` and the file),
+//! which `run` and `record` resolve for their exporter.
 
 use std::path::PathBuf;
 
-use super::layers::{first, Layers};
-use super::{
-    env, file, ConfigError, FileConfig, LogFormat, LogSettings, Origin, Raw,
-    DEFAULT_KUBELET_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_NVML_LIB, DEFAULT_PROC_ROOT,
-    DEFAULT_SERVICE_NAME,
+use super::cost;
+use super::defaults::{
+    DEFAULT_INCLUDE_COMMAND_LINE, DEFAULT_KUBELET_SOCKET, DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL,
+    DEFAULT_NVML_LIB, DEFAULT_PROC_ROOT, DEFAULT_READ_ENVIRON, DEFAULT_SERVICE_NAME,
 };
-use crate::cli::{GlobalArgs, RunArgs};
-use crate::diagnosis::Thresholds;
+use super::downward::DownwardApi;
+use super::env;
+use super::error::{ConfigError, Origin, Raw};
+use super::file::{self, FileConfig};
+use super::layers::{first, Layers};
+use super::settings::{AnalysisSettings, CommonSettings, LogFormat, LogSettings};
+use super::thresholds::Thresholds;
+use crate::cli::{CostArgs, GlobalArgs, RunArgs};
 use crate::values;
 
-/// The settings `run`, `snapshot` and `check` share.
-pub(super) struct Common {
-    pub(super) nvml_lib: PathBuf,
-    pub(super) log: LogSettings,
-    pub(super) proc_root: PathBuf,
-    pub(super) include_command_line: bool,
-    pub(super) read_environ: bool,
-    pub(super) kubelet_socket: Option<PathBuf>,
-    pub(super) diagnosis: Thresholds,
-}
-
-impl Common {
+impl CommonSettings {
+    /// `run` carries the attribution flags (`snapshot`, `check` and `top` pass the defaults) and
+    /// `cost` the prices.
     pub(super) fn resolve(
         global: &GlobalArgs,
         run: &RunArgs,
+        cost: &CostArgs,
         layers: &Layers<'_>,
-    ) -> Result<Common, ConfigError> {
+    ) -> Result<CommonSettings, ConfigError> {
         let nvml_lib = first([
             global.nvml_lib.as_ref().map(|p| Raw {
                 text: p.display().to_string(),
@@ -63,7 +62,7 @@ impl Common {
             layers.env(env::LOG_FORMAT),
             layers.file("log.format", |f| &f.log.format),
         ]) {
-            None => LogFormat::Text,
+            None => DEFAULT_LOG_FORMAT,
             Some(raw) => match raw.text.trim() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
@@ -99,7 +98,7 @@ impl Common {
             env::INCLUDE_COMMAND_LINE,
             "include_command_line",
             |f| &f.include_command_line,
-            false,
+            DEFAULT_INCLUDE_COMMAND_LINE,
         )?;
         let read_environ = bool_setting(
             Layers::switch("--no-read-environ", run.no_read_environ, false),
@@ -107,7 +106,7 @@ impl Common {
             env::READ_ENVIRON,
             "read_environ",
             |f| &f.read_environ,
-            true,
+            DEFAULT_READ_ENVIRON,
         )?;
 
         let kubelet_socket = match first([
@@ -137,14 +136,19 @@ impl Common {
             None => Thresholds::default(),
         };
 
-        Ok(Common {
-            diagnosis,
+        Ok(CommonSettings {
+            config_file: layers.file.map(|f| f.path.clone()),
             nvml_lib,
             log: LogSettings { filter, format },
-            proc_root,
-            include_command_line,
-            read_environ,
-            kubelet_socket,
+            analysis: AnalysisSettings {
+                proc_root,
+                include_command_line,
+                read_environ,
+                kubelet_socket,
+                diagnosis,
+                downward: DownwardApi::from_env(layers.env),
+                prices: cost::resolve(cost, layers)?,
+            },
         })
     }
 }

@@ -52,7 +52,7 @@ pub enum ConfigError {
     Diagnosis {
         path: PathBuf,
         #[source]
-        source: crate::diagnosis::ThresholdsError,
+        source: super::thresholds::ThresholdsError,
     },
 
     /// A malformed entry in a `key=value,...` list. Names the variable and the entry's position

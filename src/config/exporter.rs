@@ -15,8 +15,10 @@
 //! always replace a token). Timeouts in `OTEL_*` variables are milliseconds; elsewhere durations.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
+use super::defaults::{
+    DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_PROTOCOL, DEFAULT_TIMEOUT,
+};
 use super::env::{otlp as var, signal_var};
 use super::error::{ConfigError, Origin, Raw};
 use super::file::{OtlpSignalFile, Value};
@@ -25,13 +27,6 @@ use super::otlp::{Compression, ExporterKind, Protocol, SignalEndpoint, TlsFiles}
 use crate::cli::RunArgs;
 use crate::values::SecretString;
 use crate::values::{self, ListEntryError};
-
-/// Default OTLP/HTTP endpoint (the specification's default protocol for new SDKs).
-pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
-/// Default OTLP/gRPC endpoint.
-pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
-/// Default per-request timeout.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An OTLP signal gpulse sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,7 +292,7 @@ fn resolve_signal(
         |f| &f.protocol,
     ) {
         Some((raw, _)) => raw.parse(parse_protocol)?,
-        None => Protocol::HttpProtobuf,
+        None => DEFAULT_PROTOCOL,
     };
 
     let insecure = match s.pick(None, var::INSECURE, "insecure", |f| &f.insecure) {

@@ -126,9 +126,9 @@ pub struct FileConfig {
     #[serde(default)]
     pub cost: CostFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
-    /// [`crate::diagnosis::Thresholds`].
+    /// [`super::thresholds::Thresholds`].
     #[serde(default)]
-    pub diagnosis: crate::diagnosis::Thresholds,
+    pub diagnosis: super::thresholds::Thresholds,
 }
 
 /// `[otlp]`: settings for both signals, overridden per signal by `[otlp.metrics]` and

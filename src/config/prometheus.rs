@@ -6,14 +6,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use super::defaults::{DEFAULT_OTEL_PROMETHEUS_PORT, DEFAULT_PROMETHEUS_MAX_SERIES};
 use super::error::ConfigError;
 use super::layers::{first, Layers};
+use super::listen::parse_listen_addr;
 use crate::cli::RunArgs;
-
-/// How many series one scrape may carry by default. Counted from the builders: a device has up
-/// to about 60 series (with the dcgm names), a process on one device up to 13, so 8 GPUs with
-/// 100 processes each make about 11k.
-pub(crate) const DEFAULT_PROMETHEUS_MAX_SERIES: usize = 20_000;
 
 /// Which names `/metrics` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,9 +64,6 @@ impl Default for PrometheusSettings {
     }
 }
 
-/// The OpenTelemetry specification's default for `OTEL_EXPORTER_PROMETHEUS_PORT`.
-pub(crate) const DEFAULT_OTEL_PROMETHEUS_PORT: u16 = 9464;
-
 /// `wanted`: the metrics exporter list names `prometheus`. The address is then
 /// `--prometheus-addr` (or its variable or key) when given, else
 /// `OTEL_EXPORTER_PROMETHEUS_HOST`:`OTEL_EXPORTER_PROMETHEUS_PORT` (defaults `localhost`, 9464).
@@ -85,7 +79,7 @@ pub(crate) fn resolve(
         layers.env(super::env::PROMETHEUS_ADDR),
         layers.file("prometheus.addr", |f| &f.prometheus.addr),
     ])
-    .map(|raw| raw.parse(super::parse_health_addr))
+    .map(|raw| raw.parse(parse_listen_addr))
     .transpose()?;
     let addr = match explicit {
         Some(addr) => Some(addr),

@@ -5,10 +5,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use super::defaults::{DEFAULT_ENRICH_HISTORY, MAX_ENRICH_HISTORY};
+use super::env;
+use super::error::ConfigError;
 use super::file::{self, FileConfig};
 use super::layers::{first, Layers};
+use super::listen::parse_listen_addr;
 use super::otlp::ExporterKind;
-use super::{env, parse_health_addr, ConfigError, DEFAULT_ENRICH_HISTORY, MAX_ENRICH_HISTORY};
 use crate::cli::{RunArgs, TopArgs};
 use crate::values;
 
@@ -86,7 +89,7 @@ pub(super) fn receiver_settings(
         ]) else {
             continue;
         };
-        let addr = raw.parse(parse_health_addr)?;
+        let addr = raw.parse(parse_listen_addr)?;
         if let ExporterKind::Otlp {
             metrics,
             logs,

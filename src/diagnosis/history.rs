@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use crate::sampling::Window;
 use crate::schema::{DeviceField, GpmField};
 
-use super::thresholds::HistoryLimits;
+use crate::config::thresholds::HistoryLimits;
 
 /// What one window said about one process on one device.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -14,18 +14,19 @@ pub mod framework;
 pub mod history;
 pub mod otlp;
 pub(crate) mod rules;
-pub mod thresholds;
 pub(crate) mod tracker;
 pub mod training;
 pub(crate) mod xid;
 
 use crate::attribution::AttributedWindow;
 
+/// The rules' thresholds are the config file's `[diagnosis]` table, a value type of
+/// [`crate::config`] (which resolves it), re-exported here where the rules are.
+pub use crate::config::thresholds::{Thresholds, ThresholdsError};
 pub use findings::{DeviceRef, Finding, FindingKey, JobKey, RuleId, Severity, Subject, Value};
 pub use framework::{FrameworkEvidence, FrameworkHandle, Layer};
 pub use history::{History, WindowSummary};
 pub(crate) use rules::{evaluate_all, Inputs};
-pub use thresholds::{Thresholds, ThresholdsError};
 pub use tracker::{FindingEvent, FindingState, FindingTracker};
 
 /// The diagnosis stage's state for `gpulse run`: thresholds, history and tracker together.

@@ -12,7 +12,7 @@ use crate::attribution::cpu_quota::CpuQuotas;
 use crate::attribution::Prices;
 use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
 use crate::config::downward::DownwardApi;
-use crate::config::{Config, InspectConfig};
+use crate::config::AnalysisSettings;
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
 use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Diagnoser, FindingEvent, Thresholds};
@@ -38,33 +38,19 @@ pub struct Analysis {
 }
 
 impl Analyzer {
-    pub fn new(config: &Config) -> Self {
+    /// The analyzer of every command: `run` and `record` (from their `Config`), `top` and
+    /// `snapshot --window` (from their `InspectConfig`) share the same analysis settings.
+    pub fn new(settings: &AnalysisSettings) -> Self {
         Self::with_settings(
             AttributionSettings {
-                proc_root: config.proc_root.clone(),
-                include_command_line: config.include_command_line,
-                read_environ: config.read_environ,
-                kubelet_socket: config.kubelet_socket.clone(),
+                proc_root: settings.proc_root.clone(),
+                include_command_line: settings.include_command_line,
+                read_environ: settings.read_environ,
+                kubelet_socket: settings.kubelet_socket.clone(),
             },
-            config.diagnosis.clone(),
-            &config.downward,
-            config.prices,
-        )
-    }
-
-    /// The analyzer of `gpulse top`, which resolves only the attribution and diagnosis settings
-    /// (an [`InspectConfig`]): a broken exporter setting must not stop the live view.
-    pub(crate) fn for_inspect(config: &InspectConfig) -> Self {
-        Self::with_settings(
-            AttributionSettings {
-                proc_root: config.proc_root.clone(),
-                include_command_line: config.include_command_line,
-                read_environ: config.read_environ,
-                kubelet_socket: config.kubelet_socket.clone(),
-            },
-            config.diagnosis.clone(),
-            &config.downward,
-            config.prices,
+            settings.diagnosis.clone(),
+            &settings.downward,
+            settings.prices,
         )
     }
 

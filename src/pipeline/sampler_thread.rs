@@ -17,6 +17,17 @@ use tokio::sync::mpsc;
 use crate::sampling::events::XidWatcher;
 use crate::sampling::{Sampler, SessionError, Snapshot};
 
+/// The channel between the sampler thread and a loop that closes a window every `window`:
+/// room for two windows of snapshots (4 to 4096 of them, twice), so that a loop busy with one
+/// window never makes the thread wait (a full channel drops the snapshot and counts it).
+pub fn snapshot_channel(
+    sample_interval: Duration,
+    window: Duration,
+) -> (mpsc::Sender<Snapshot>, mpsc::Receiver<Snapshot>) {
+    let per_window = (window.as_nanos() / sample_interval.as_nanos()).clamp(4, 4096) as usize;
+    mpsc::channel(per_window * 2)
+}
+
 /// Longest wait between two attempts to re-open NVML.
 const MAX_REOPEN_BACKOFF: Duration = Duration::from_secs(30);
 

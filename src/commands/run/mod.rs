@@ -1,8 +1,8 @@
 //! `gpulse run`: the sidecar pipeline. It only moves values between the stages:
 //!
 //! ```text
-//! sampler thread ──Snapshot──▶ aggregator ──Window (every export interval)──▶ Analyzer
-//!   (attribution + diagnosis, published to observers) ──▶ metrics + logs requests
+//! sampler thread ──Snapshot──▶ WindowLoop (aggregator, then every export interval the
+//!   Analyzer: attribution + diagnosis, published to observers) ──▶ metrics + logs requests
 //!   ──▶ delivery queue (a lane per signal) ──▶ transports
 //! ```
 //!
@@ -22,12 +22,17 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::receivers::{self, IntakePlan};
 use crate::config::{Config, Sink};
 use crate::diagnosis::FindingEvent;
+use crate::enrich::Receivers;
+use crate::export::metrics::Extremes;
 use crate::export::transport::TransportBuildError;
 use crate::export::Exporter;
-use crate::pipeline::{Analyzer, SamplerHealth, SamplerSettings, SamplerThread};
-use crate::sampling::{SessionError, WindowAggregator};
+use crate::pipeline::{
+    snapshot_channel, SamplerHealth, SamplerSettings, SamplerThread, WindowLoop,
+};
+use crate::sampling::{SessionError, Snapshot};
 
 /// Why `gpulse run` could not start. Once running, nothing is fatal.
 #[derive(Debug, thiserror::Error)]
@@ -76,12 +81,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            Some(snapshot) = pipeline.snapshots.recv() => {
-                if let Some(receivers) = &pipeline.receivers {
-                    receivers.intake.history().record(&snapshot);
-                }
-                pipeline.aggregator.add(&snapshot);
-            }
+            Some(snapshot) = pipeline.snapshots.recv() => pipeline.windows.add(&snapshot),
             _ = export_tick.tick() => {
                 pipeline.watch_sampler(watchdog_after);
                 pipeline.export_window();
@@ -113,44 +113,43 @@ async fn shutdown_signal() {
 
 struct Pipeline {
     snapshots: mpsc::Receiver<Snapshot>,
-    aggregator: WindowAggregator,
     sampler: Option<SamplerThread>,
     sampler_health: Arc<SamplerHealth>,
-    analyzer: Analyzer,
+    /// Snapshots → windows → analyses.
+    windows: WindowLoop,
     /// The node identity, the delivery queue and gpulse's own health metrics.
     exporter: Exporter,
     stall_reported: bool,
     _health_server: Option<tokio::task::JoinHandle<()>>,
-    /// The local OTLP receiver and its span-enrichment history (`--otlp-receiver-*`).
-    receivers: Option<crate::enrich::Receivers>,
+    /// The local OTLP receivers (`--otlp-receiver-*`), whose history observes the window loop.
+    receivers: Option<Receivers>,
     /// `/metrics` (`--prometheus-addr`).
     _prometheus: Option<prometheus::MetricsEndpoint>,
 }
 
-use crate::sampling::Snapshot;
-
 impl Pipeline {
     async fn start(config: &Config) -> Result<Self, RunError> {
         // Created first so that every observer (health, /status, /metrics) can subscribe to it.
-        let analyzer = Analyzer::new(config);
+        let mut windows = WindowLoop::new(&config.common.analysis);
 
-        // Enough room for a few export intervals of snapshots; the thread never waits on it.
-        let capacity = (config.export_interval.as_nanos() / config.sample_interval.as_nanos())
-            .clamp(4, 4096) as usize
-            * 2;
-        let (tx, snapshots) = mpsc::channel(capacity);
+        let (tx, snapshots) = snapshot_channel(config.sample_interval, config.export_interval);
         let sampler = SamplerThread::spawn(
             SamplerSettings {
-                nvml_lib: config.nvml_lib.clone(),
+                nvml_lib: config.common.nvml_lib.clone(),
                 interval: config.sample_interval,
                 wait_for_gpu: config.wait_for_gpu,
             },
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
-        let exporter = Exporter::start(config, Arc::clone(&sampler_health), analyzer.subscribe())?;
+        let exporter = Exporter::start(
+            &config.export,
+            Extremes::for_intervals(config.sample_interval, config.export_interval),
+            Arc::clone(&sampler_health),
+            windows.subscribe(),
+        )?;
         tracing::info!(
-            nvml_lib = %config.nvml_lib.display(),
+            nvml_lib = %config.common.nvml_lib.display(),
             sample_interval = ?config.sample_interval,
             export_interval = ?config.export_interval,
             service.name = %exporter.node().service_name,
@@ -164,7 +163,7 @@ impl Pipeline {
                     addr,
                     Arc::clone(&sampler_health),
                     config.sample_interval,
-                    analyzer.subscribe(),
+                    windows.subscribe(),
                 )
                 .await
                 .map_err(|source| RunError::Health { addr, source })?,
@@ -172,7 +171,13 @@ impl Pipeline {
             None => None,
         };
         let receivers = if config.otlp_receiver.enabled() {
-            Some(start_receivers(config, &analyzer, &exporter).await?)
+            Some(
+                receivers::start(
+                    IntakePlan::forwarding(config, &exporter, None),
+                    &mut windows,
+                )
+                .await?,
+            )
         } else {
             None
         };
@@ -182,20 +187,19 @@ impl Pipeline {
                     addr,
                     config.prometheus,
                     exporter.node().clone(),
-                    analyzer.subscribe(),
+                    windows.subscribe(),
                 )
                 .await
                 .map_err(|source| RunError::Prometheus { addr, source })?,
             ),
             None => None,
         };
-        warn_if_no_processes_visible(&config.proc_root);
+        warn_if_no_processes_visible(&config.common.analysis.proc_root);
         Ok(Self {
             snapshots,
-            aggregator: WindowAggregator::new(),
             sampler: Some(sampler),
             sampler_health,
-            analyzer,
+            windows,
             exporter,
             stall_reported: false,
             _health_server: health_server,
@@ -225,13 +229,7 @@ impl Pipeline {
 
     /// Closes the window and queues its requests. Never waits on the network.
     fn export_window(&mut self) {
-        let analysis = self.aggregator.take().map(|window| {
-            let analysis = self.analyzer.analyze(window);
-            if let Some(receivers) = &self.receivers {
-                receivers.intake.history().note_window(&analysis.attributed);
-            }
-            analysis
-        });
+        let analysis = self.windows.close_window();
         // Logged whatever the logs exporter: with `none` (Prometheus-only) these lines and the
         // /metrics findings gauge are what the on-call engineer has.
         if let Some(analysis) = &analysis {
@@ -250,7 +248,7 @@ impl Pipeline {
             }
         }
         while let Ok(snapshot) = self.snapshots.try_recv() {
-            self.aggregator.add(&snapshot);
+            self.windows.add(&snapshot);
         }
         self.export_window();
         let outcome = self.exporter.shutdown(SHUTDOWN_FLUSH).await;
@@ -267,39 +265,10 @@ impl Pipeline {
     }
 }
 
-/// The local OTLP receiver (`--otlp-receiver-*`): what it accepts is enriched, feeds the
-/// framework evidence, and is forwarded through the exporter's queue when a transport carries
-/// its signal.
-async fn start_receivers(
-    config: &Config,
-    analyzer: &Analyzer,
-    exporter: &Exporter,
-) -> Result<crate::enrich::Receivers, crate::enrich::ReceiverError> {
-    let history =
-        crate::enrich::HistoryHandle::new(config.otlp_receiver.history, config.sample_interval);
-    let intake = crate::enrich::Intake::new(
-        exporter.queue().clone(),
-        history,
-        crate::enrich::IntakeSettings {
-            proc_root: config.proc_root.clone(),
-            max_queue_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-            max_wait: config.sample_interval,
-        },
-    )
-    .with_framework(analyzer.framework())
-    .without_forwarding(exporter.not_forwarded());
-    crate::enrich::Receivers::start(
-        config.otlp_receiver.grpc,
-        config.otlp_receiver.http,
-        Arc::new(intake),
-    )
-    .await
-}
-
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
 /// deployment can be told from a misconfigured one at a glance.
 fn log_sinks(config: &Config) {
-    let sinks = &config.sinks;
+    let sinks = &config.export.sinks;
     let metrics = match (sinks.metrics, config.prometheus.addr) {
         (Sink::Off, Some(addr)) => format!("prometheus http://{addr}/metrics"),
         (sink, Some(addr)) => format!("{} and prometheus http://{addr}/metrics", sink.as_str()),

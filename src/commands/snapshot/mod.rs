@@ -31,7 +31,7 @@ pub fn snapshot(config: &InspectConfig, window: Option<Duration>) -> Result<Stri
             None => snapshot(config, None),
         };
     }
-    let mut sampler = Sampler::open(&config.nvml_lib)?;
+    let mut sampler = Sampler::open(&config.common.nvml_lib)?;
     // GPM activity is a rate between two GPM samples: take the first one now.
     if sampler.prime_gpm() {
         std::thread::sleep(crate::sampling::gpm::MIN_PAIR_INTERVAL + Duration::from_millis(10));
@@ -60,7 +60,7 @@ fn current_findings(
     let Some(window) = aggregator.take() else {
         return Vec::new();
     };
-    let mut diagnoser = Diagnoser::new(config.diagnosis.clone());
+    let mut diagnoser = Diagnoser::new(config.common.analysis.diagnosis.clone());
     // One sample: no CPU figures or parent liveness yet, only who each process is.
     let attributed = AttributedWindow {
         window,
@@ -80,10 +80,10 @@ pub(crate) fn resolve_workloads(
     snapshot: &Snapshot,
 ) -> HashMap<u32, Workload> {
     let settings = AttributionSettings {
-        proc_root: config.proc_root.clone(),
-        include_command_line: config.include_command_line,
-        read_environ: config.read_environ,
-        kubelet_socket: config.kubelet_socket.clone(),
+        proc_root: config.common.analysis.proc_root.clone(),
+        include_command_line: config.common.analysis.include_command_line,
+        read_environ: config.common.analysis.read_environ,
+        kubelet_socket: config.common.analysis.kubelet_socket.clone(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -70,7 +70,7 @@ pub(crate) fn windowed_snapshot(
     config: &InspectConfig,
     span: Duration,
 ) -> Result<Option<String>, SessionError> {
-    let mut sampler = Sampler::open(&config.nvml_lib)?;
+    let mut sampler = Sampler::open(&config.common.nvml_lib)?;
     // The attributor fetches pod names from the kubelet socket on a task of this runtime, while
     // the window is sampled; without a runtime only the names are missing.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -81,7 +81,7 @@ pub(crate) fn windowed_snapshot(
         .inspect_err(|e| tracing::warn!("no pod names for this snapshot: {e}"))
         .ok();
     let _entered = runtime.as_ref().map(|r| r.enter());
-    let mut analyzer = Analyzer::for_inspect(config);
+    let mut analyzer = Analyzer::new(&config.common.analysis);
     let views = analyzer.subscribe();
     let interval = sample_interval(span);
     sampler.prime_gpm();

@@ -9,11 +9,11 @@
 //! ranks' GPUs this window, so the reader sees whether the links are busy (bandwidth-bound) or
 //! quiet (latency-bound, or the wait is on another node's ranks).
 
+use crate::config::thresholds::{CollectiveBound, RankStraggler};
 use crate::diagnosis::findings::{
     human_bytes, pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::history::InterconnectTraffic;
-use crate::diagnosis::thresholds::{CollectiveBound, RankStraggler};
 
 use super::rank_straggler::{jobs, median, straggler};
 use super::{process_device_ref, Inputs};

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::thresholds::HardwareErrors;
 use crate::diagnosis::findings::{Finding, Layer, RuleId, Severity, Subject, Value};
-use crate::diagnosis::thresholds::HardwareErrors;
 use crate::diagnosis::xid;
 use crate::sampling::DeviceStatus;
 use crate::schema::DeviceField;

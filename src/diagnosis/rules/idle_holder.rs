@@ -4,11 +4,11 @@
 
 use std::time::SystemTime;
 
+use crate::config::thresholds::IdleHolder;
 use crate::diagnosis::findings::{
     human_bytes, human_duration, pct, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::history::{Series, WindowSummary};
-use crate::diagnosis::thresholds::IdleHolder;
 
 use super::{process_device_ref_in, Inputs};
 

@@ -8,9 +8,9 @@
 //! show little waiting is not input-bound, whatever its CPU does. Without spans the rule infers
 //! it: the GPU mostly idle while the process tree keeps the CPU busy.
 
+use crate::config::thresholds::InputBound;
 use crate::diagnosis::findings::{human_bytes, pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{LoaderSettings, ProcessEvidence, StepEvidence};
-use crate::diagnosis::thresholds::InputBound;
 use crate::schema::{DeviceField, GpmField};
 
 use super::{process_device_ref, Inputs};

@@ -13,12 +13,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::thresholds::InterconnectBound;
 use crate::diagnosis::findings::{
     human_bytes, human_duration, pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject,
     Value,
 };
 use crate::diagnosis::history::{Interconnect, WindowSummary};
-use crate::diagnosis::thresholds::InterconnectBound;
 use crate::sampling::ProcessWindow;
 
 use super::uneven_multi_gpu::job_key;

@@ -3,8 +3,8 @@
 //! loop of tiny kernels, launch overhead or small batches keeps it high while most SMs idle.
 //! Needs GPM (Hopper and newer): without it the rule never fires.
 
+use crate::config::thresholds::LowSmEfficiency;
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
-use crate::diagnosis::thresholds::LowSmEfficiency;
 use crate::schema::GpmField;
 
 use super::{process_device_ref_in, sustained_main_holders, Inputs, SustainedHolder};

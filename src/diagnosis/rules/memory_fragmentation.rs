@@ -7,11 +7,11 @@
 //! it can fail with out-of-memory although the process holds plenty in total. Needs the
 //! framework's allocator gauges; without them the rule says nothing.
 
+use crate::config::thresholds::MemoryFragmentation;
 use crate::diagnosis::findings::{
     human_bytes, human_duration, pct, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::framework::AllocatorPoint;
-use crate::diagnosis::thresholds::MemoryFragmentation;
 
 use super::{memory_room, process_device_ref_in, Inputs};
 

@@ -17,12 +17,12 @@
 
 use std::time::SystemTime;
 
+use crate::config::thresholds::MemoryGrowth;
 use crate::diagnosis::findings::{
     human_bytes, human_duration, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::Series;
-use crate::diagnosis::thresholds::MemoryGrowth;
 use crate::sampling::ProcessWindow;
 
 use super::{memory_room, process_device_ref_in, Inputs};

@@ -3,10 +3,10 @@
 //! MIG mode each MIG instance is judged on its own slice, and a process on its instance's: a
 //! full 3g.40gb slice runs out of memory however empty the rest of the GPU is.
 
+use crate::config::thresholds::MemoryPressure;
 use crate::diagnosis::findings::{
     human_bytes, pct, Finding, Layer, RuleId, Severity, Subject, Value,
 };
-use crate::diagnosis::thresholds::MemoryPressure;
 use crate::schema::DeviceField;
 
 use super::{device_ref, memory_room, process_device_ref_in, Inputs};

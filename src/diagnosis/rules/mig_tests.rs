@@ -11,12 +11,12 @@ use super::{
     idle_holder, low_sm_efficiency, memory_fragmentation, memory_growth, memory_pressure,
     tensor_cores_idle,
 };
+use crate::config::thresholds::{
+    IdleHolder, LowSmEfficiency, MemoryFragmentation, MemoryGrowth, MemoryPressure, TensorCoresIdle,
+};
 use crate::diagnosis::findings::Severity;
 use crate::diagnosis::findings::{Finding, MigRef, Subject, Value};
 use crate::diagnosis::framework::{AllocatorPoint, ProcessEvidence};
-use crate::diagnosis::thresholds::{
-    IdleHolder, LowSmEfficiency, MemoryFragmentation, MemoryGrowth, MemoryPressure, TensorCoresIdle,
-};
 use crate::sampling::{DeviceWindow, GpmWindow, MigInstanceInfo, MigInstanceWindow};
 use crate::schema::{DeviceField, GpmField as F};
 

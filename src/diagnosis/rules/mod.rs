@@ -28,7 +28,7 @@ use crate::schema::DeviceField;
 use super::findings::{DeviceRef, Finding, MigRef, Subject};
 use super::framework::FrameworkEvidence;
 use super::history::{History, Series, WindowSummary};
-use super::thresholds::Thresholds;
+use crate::config::thresholds::Thresholds;
 
 /// Everything the rules read for one window. Build it after `History::record(window)`.
 #[derive(Debug, Clone, Copy)]
@@ -328,8 +328,8 @@ pub(crate) mod testkit {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use crate::attribution::{ProcessUsage, Workload};
+    use crate::config::thresholds::HistoryLimits;
     use crate::diagnosis::history::History;
-    use crate::diagnosis::thresholds::HistoryLimits;
     use crate::sampling::{DeviceInfo, DeviceWindow, Gauge, ProcessKind, ProcessWindow, Window};
     use crate::schema::DeviceField;
 

@@ -22,9 +22,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::thresholds::RankStraggler;
 use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Value};
 use crate::diagnosis::framework::{DistributedIdentity, StepEvidence};
-use crate::diagnosis::thresholds::RankStraggler;
 use crate::sampling::ProcessWindow;
 use crate::schema::DeviceField;
 

@@ -3,8 +3,8 @@
 //! FP32 without TF32 or autocast runs on the FP32 pipes at a fraction of the tensor cores' rate.
 //! Needs GPM (Hopper and newer): without it the rule never fires.
 
+use crate::config::thresholds::TensorCoresIdle;
 use crate::diagnosis::findings::{human_duration, pct, Finding, Layer, RuleId, Severity, Value};
-use crate::diagnosis::thresholds::TensorCoresIdle;
 
 use super::{process_device_ref_in, sustained_main_holders, Inputs, SustainedHolder};
 use crate::schema::GpmField;

@@ -4,8 +4,8 @@
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 
+use crate::config::thresholds::Throttling;
 use crate::diagnosis::findings::{pct, Finding, Layer, RuleId, Severity, Subject, Value};
-use crate::diagnosis::thresholds::Throttling;
 use crate::schema::DeviceField;
 
 use super::{device_ref, Inputs};

@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::thresholds::UnevenMultiGpu;
 use crate::diagnosis::findings::{
     pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject, Value,
 };
-use crate::diagnosis::thresholds::UnevenMultiGpu;
 use crate::sampling::ProcessWindow;
 use crate::schema::DeviceField;
 

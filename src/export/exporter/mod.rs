@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::otlp::ExporterKind;
-use crate::config::{Config, SignalSinks, Sink};
+use crate::config::{ExportSettings, SignalSinks, Sink};
 use crate::export::logs::{findings_request, log_record_count};
 use crate::export::metrics::{metrics_batch_cached, Extremes, MetricsBatch, ProcessResources};
 use crate::export::queue::{
@@ -55,8 +55,9 @@ impl std::fmt::Debug for Exporter {
 }
 
 impl Exporter {
-    /// Builds the transports `config.sinks` use (none at all when every sink is off: no
-    /// connection is ever made), then [`Exporter::with_transports`].
+    /// Builds the transports `settings.sinks` use (none at all when every sink is off: no
+    /// connection is ever made), then [`Exporter::with_transports`]. `extremes`: whether the
+    /// gauges carry `.max`/`.min` (`Extremes::for_intervals` of the run's intervals).
     ///
     /// # Errors
     /// [`TransportBuildError`] from an endpoint.
@@ -64,34 +65,38 @@ impl Exporter {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn start(
-        config: &Config,
+        settings: &ExportSettings,
+        extremes: Extremes,
         sampler: Arc<SamplerHealth>,
         view: ViewReceiver,
     ) -> Result<Self, TransportBuildError> {
-        let transports = SignalTransports::from_exporter(&config.exporter, &config.sinks)?;
-        Ok(Self::with_transports(config, transports, sampler, view))
+        let transports = SignalTransports::from_exporter(&settings.exporter, &settings.sinks)?;
+        Ok(Self::with_transports(
+            settings, extremes, transports, sampler, view,
+        ))
     }
 
-    /// Starts the queue's sender over `transports` (built from the same `config`, earlier: a
+    /// Starts the queue's sender over `transports` (built from the same `settings`, earlier: a
     /// caller that must refuse a bad endpoint before anything else starts builds them first),
     /// and the self-telemetry that reads the sampler's counters and the analyzer's latest view.
     ///
     /// # Panics
     /// Outside a tokio runtime.
     pub fn with_transports(
-        config: &Config,
+        settings: &ExportSettings,
+        extremes: Extremes,
         transports: SignalTransports,
         sampler: Arc<SamplerHealth>,
         view: ViewReceiver,
     ) -> Self {
-        let node = node_identity(config);
+        let node = node_identity(settings);
         let not_forwarded: Vec<Signal> = [Signal::Metrics, Signal::Logs, Signal::Traces]
             .into_iter()
             .filter(|signal| !transports.carries(*signal))
             .collect();
-        let destinations = destinations(&config.exporter, &config.sinks);
+        let destinations = destinations(&settings.exporter, &settings.sinks);
         let (queue, sender) =
-            DeliveryQueue::new(queue_limits(config), BackoffPolicy::default(), transports);
+            DeliveryQueue::new(queue_limits(settings), BackoffPolicy::default(), transports);
         let sender = tokio::spawn(sender.run());
         let telemetry =
             SelfTelemetry::start(&node, self_health::reader(queue.clone(), sampler, view));
@@ -101,8 +106,8 @@ impl Exporter {
             sender,
             telemetry,
             resources: ProcessResources::new(),
-            extremes: Extremes::for_intervals(config.sample_interval, config.export_interval),
-            sinks: config.sinks,
+            extremes,
+            sinks: settings.sinks,
             not_forwarded,
             destinations,
         }
@@ -300,10 +305,10 @@ fn failures(by_reason: &BTreeMap<crate::export::transport::FailureReason, u64>) 
         .join(", ")
 }
 
-fn queue_limits(config: &Config) -> QueueLimits {
+fn queue_limits(settings: &ExportSettings) -> QueueLimits {
     QueueLimits {
-        max_bytes: usize::try_from(config.queue.max_bytes).unwrap_or(usize::MAX),
-        max_age: config.queue.max_age,
+        max_bytes: usize::try_from(settings.queue.max_bytes).unwrap_or(usize::MAX),
+        max_age: settings.queue.max_age,
     }
 }
 
@@ -341,13 +346,13 @@ fn destinations(kind: &ExporterKind, sinks: &SignalSinks) -> Vec<String> {
 
 /// The node resource: the resolved service name and resource attributes, this host's name, a
 /// fresh `service.instance.id`, and `k8s.node.name` from the Downward API when given.
-fn node_identity(config: &Config) -> NodeIdentity {
+fn node_identity(settings: &ExportSettings) -> NodeIdentity {
     let instance = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
     NodeIdentity::resolve(
-        config.service_name.clone(),
-        &config.resource_attributes,
+        settings.service_name.clone(),
+        &settings.resource_attributes,
         host_name(),
         instance,
-        config.downward.node_name.clone(),
+        settings.node_name.clone(),
     )
 }
