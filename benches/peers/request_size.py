@@ -8,7 +8,7 @@ measure.py use), for each `SAMPLE/EXPORT` configuration given.
 Each configuration runs `gpulse run` for --windows export windows against an OTLP/HTTP endpoint
 of this script's, which decodes every request (opentelemetry-proto, as the test environment and
 the companion install it) and counts its bytes and its points: all of them, and the `.max`/`.min`
-companions among them. Requests that carry gpulse's own health alone (a window without a
+companions of the window's gauges among them. Requests that carry gpulse's own health alone (a window without a
 sample) are left out. Prints one row per configuration: the median and range over the windows.
 """
 
@@ -55,7 +55,12 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             ]
             if any(not name.startswith("gpulse.") for name, _ in names):
                 points = sum(n for _, n in names)
-                companions = sum(n for name, n in names if name.endswith((".max", ".min")))
+                # gpulse's own health has a `gpulse.sample.duration.max` of its own, no companion.
+                companions = sum(
+                    n
+                    for name, n in names
+                    if name.endswith((".max", ".min")) and not name.startswith("gpulse.")
+                )
                 with Receiver.lock:
                     Receiver.windows.append((len(body), points, companions))
         self.send_response(200)

@@ -28,11 +28,12 @@ pub enum RuleId {
     InterconnectBound,
     RankStraggler,
     CollectiveBound,
+    CollectiveStall,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub(crate) const ALL: [RuleId; 13] = [
+    pub(crate) const ALL: [RuleId; 14] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -46,6 +47,7 @@ impl RuleId {
         RuleId::InterconnectBound,
         RuleId::RankStraggler,
         RuleId::CollectiveBound,
+        RuleId::CollectiveStall,
     ];
 
     pub(crate) const fn as_str(self) -> &'static str {
@@ -63,6 +65,7 @@ impl RuleId {
             RuleId::InterconnectBound => "interconnect_bound",
             RuleId::RankStraggler => "rank_straggler",
             RuleId::CollectiveBound => "collective_bound",
+            RuleId::CollectiveStall => "collective_stall",
         }
     }
 }

@@ -418,6 +418,7 @@ fn step_evidence(
             .as_secs_f64(),
         step_seconds_mean: step_total / count,
         data_wait_seconds_mean: wait_total / count,
+        newest_end: Some(newest),
         // Only when every counted step said how long it waited: a mix would understate it.
         collective_wait_seconds_mean: (collective.len() == steps.len())
             .then(|| collective_total / count),
@@ -444,6 +445,8 @@ pub struct StepEvidence {
     /// From the end of the first step ever heard from the process to the newest (not bounded by
     /// the lookback): how long the process has been observed training.
     pub heard_seconds: f64,
+    /// When its newest step ended (`None` only in tests' hand-made evidence).
+    pub newest_end: Option<SystemTime>,
 }
 
 impl StepEvidence {

@@ -32,6 +32,9 @@ pub struct WindowSummary {
     pub device_sm_activity_mean: Option<f64>,
     /// Its device's (on MIG: its instance's) GPM tensor activity (any tensor pipe), window mean.
     pub device_tensor_activity_mean: Option<f64>,
+    /// Its device's power draw over its enforced limit, window means; `None` on a MIG instance
+    /// (power is the whole GPU's) or when the device gives either figure not.
+    pub device_power_ratio_mean: Option<f64>,
     /// The `device_*` figures are the process's MIG instance's, not the whole GPU's.
     pub on_mig_instance: bool,
     /// Its device's interconnect traffic, window mean: NVLink where the device has it, else PCIe.
@@ -175,6 +178,19 @@ impl History {
             })
             .collect();
 
+        let device_power_ratio: HashMap<&str, Option<f64>> = window
+            .devices
+            .iter()
+            .map(|d| {
+                let mean = |field| d.gauge(field).map(|g| g.mean);
+                let ratio = match (mean(DeviceField::Power), mean(DeviceField::PowerLimit)) {
+                    (Some(power), Some(limit)) if limit > 0.0 => Some(power / limit),
+                    _ => None,
+                };
+                (d.info.uuid.as_str(), ratio)
+            })
+            .collect();
+
         let device_interconnect: HashMap<&str, Option<InterconnectTraffic>> = window
             .devices
             .iter()
@@ -193,6 +209,10 @@ impl History {
                 device_tensor_activity_mean: device_gpm
                     .get(p.device_uuid.as_str())
                     .and_then(|g| g.1),
+                device_power_ratio_mean: device_power_ratio
+                    .get(p.device_uuid.as_str())
+                    .copied()
+                    .flatten(),
                 device_interconnect: device_interconnect
                     .get(p.device_uuid.as_str())
                     .copied()
@@ -205,6 +225,7 @@ impl History {
                 summary.device_utilization_mean = m.gpm.mean(GpmField::GraphicsActivity);
                 summary.device_sm_activity_mean = m.gpm.mean(GpmField::SmActivity);
                 summary.device_tensor_activity_mean = m.gpm.mean(GpmField::TensorActivity);
+                summary.device_power_ratio_mean = None;
                 summary.on_mig_instance = true;
             }
             let rows = self.series.entry(p.pid).or_default();

@@ -1,6 +1,7 @@
 //! The thresholds of the rules that compare the ranks of one distributed job:
-//! `[diagnosis.rank_straggler]` and `[diagnosis.collective_bound]` (the rules themselves are
-//! `rules::rank_straggler` and `rules::collective_bound`).
+//! `[diagnosis.rank_straggler]`, `[diagnosis.collective_bound]` and
+//! `[diagnosis.collective_stall]` (the rules themselves are `rules::rank_straggler`,
+//! `rules::collective_bound` and `rules::collective_stall`).
 
 use std::time::Duration;
 
@@ -135,6 +136,76 @@ impl CollectiveBound {
             return Err(ThresholdsError::NotPositive {
                 key: "collective_bound.min_steps",
                 value: "0".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `[diagnosis.collective_stall]`: a job whose every GPU shows the signature of ranks waiting
+/// in a collective that never completes, read from the devices alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectiveStall {
+    pub enabled: bool,
+    /// Every GPU of the job has shown the signature for at least this long. Default 1 min.
+    #[serde(with = "duration_serde")]
+    pub min_duration: Duration,
+    /// NCCL's spin: device utilisation at least this ratio... Default 0.9.
+    pub spin_utilization_at_least: f64,
+    /// ... with GPM SM activity at most this ratio (the kernel that waits does no work)...
+    /// Default 0.05.
+    pub spin_sm_activity_at_most: f64,
+    /// ... and power at most this share of the enforced limit (near idle). Default 0.3.
+    pub spin_power_ratio_at_most: f64,
+    /// gloo's wait: device utilisation at most this ratio... Default 0.01.
+    pub idle_utilization_at_most: f64,
+    /// ... while each process holds more than this much GPU memory. Default 256 MiB.
+    pub min_gpu_memory_bytes: u64,
+}
+
+impl Default for CollectiveStall {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_duration: Duration::from_secs(60),
+            spin_utilization_at_least: 0.9,
+            spin_sm_activity_at_most: 0.05,
+            spin_power_ratio_at_most: 0.3,
+            idle_utilization_at_most: 0.01,
+            min_gpu_memory_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl CollectiveStall {
+    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
+        for (key, value) in [
+            (
+                "collective_stall.spin_utilization_at_least",
+                self.spin_utilization_at_least,
+            ),
+            (
+                "collective_stall.spin_sm_activity_at_most",
+                self.spin_sm_activity_at_most,
+            ),
+            (
+                "collective_stall.spin_power_ratio_at_most",
+                self.spin_power_ratio_at_most,
+            ),
+            (
+                "collective_stall.idle_utilization_at_most",
+                self.idle_utilization_at_most,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(ThresholdsError::NotARatio { key, value });
+            }
+        }
+        if self.min_duration.is_zero() {
+            return Err(ThresholdsError::NotPositive {
+                key: "collective_stall.min_duration",
+                value: "0s".into(),
             });
         }
         Ok(())

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 mod distributed;
 
-pub use distributed::{CollectiveBound, RankStraggler};
+pub use distributed::{CollectiveBound, CollectiveStall, RankStraggler};
 
 /// Thresholds of every rule, the history bounds and the tracker's hysteresis.
 ///
@@ -41,6 +41,7 @@ pub struct Thresholds {
     pub interconnect_bound: InterconnectBound,
     pub rank_straggler: RankStraggler,
     pub collective_bound: CollectiveBound,
+    pub collective_stall: CollectiveStall,
 }
 
 impl Default for Thresholds {
@@ -62,6 +63,7 @@ impl Default for Thresholds {
             interconnect_bound: InterconnectBound::default(),
             rank_straggler: RankStraggler::default(),
             collective_bound: CollectiveBound::default(),
+            collective_stall: CollectiveStall::default(),
         }
     }
 }
@@ -583,6 +585,7 @@ impl Thresholds {
         }
         self.rank_straggler.validate()?;
         self.collective_bound.validate()?;
+        self.collective_stall.validate()?;
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 //! and the tracker do.
 
 pub(crate) mod collective_bound;
+pub(crate) mod collective_stall;
 pub(crate) mod hardware_errors;
 pub(crate) mod idle_holder;
 pub(crate) mod input_bound;
@@ -316,6 +317,9 @@ pub(crate) fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> 
             &t.collective_bound,
             &t.rank_straggler,
         ));
+    }
+    if t.collective_stall.enabled {
+        out.extend(collective_stall::evaluate(inputs, &t.collective_stall));
     }
     out
 }

@@ -372,6 +372,7 @@ pub(crate) mod tests {
                 data_wait_seconds_mean: data_wait,
                 collective_wait_seconds_mean: Some(wait),
                 heard_seconds: 120.0,
+                newest_end: None,
             }),
             distributed: Some(DistributedIdentity {
                 rank,
