@@ -225,12 +225,18 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
         }
     }
     attrs.set(kv_int("process.pid", i64::from(workload.pid)));
+    // Identifies the process with its PID (the conventions' `process` entity): a reused PID
+    // starts later.
+    let creation_time = workload
+        .creation_time
+        .map(|t| humantime::format_rfc3339_millis(t).to_string());
     let optional_strings = [
+        ("process.creation.time", &creation_time),
         ("process.executable.name", &workload.executable_name),
         ("process.owner", &workload.owner),
         ("process.command_line", &workload.command_line),
         ("container.id", &workload.container_id),
-        ("container.runtime", &workload.container_runtime),
+        ("container.runtime.name", &workload.container_runtime),
         ("k8s.pod.uid", &workload.pod_uid),
         ("k8s.pod.name", &workload.pod_name),
         ("k8s.namespace.name", &workload.namespace_name),
@@ -275,6 +281,8 @@ pub fn gpulse_scope() -> InstrumentationScope {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -372,6 +380,7 @@ mod tests {
         Workload {
             pid: 4242,
             vpid: Some(7),
+            creation_time: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_123_450)),
             executable_name: Some("python3".into()),
             owner: Some("alice".into()),
             command_line: None,
@@ -416,8 +425,12 @@ mod tests {
             attr(&r, "process.vpid"),
             Some(&any_value::Value::IntValue(7))
         );
+        assert_eq!(
+            attr_str(&r, "process.creation.time"),
+            Some("2023-11-14T22:15:23.450Z")
+        );
         assert_eq!(attr_str(&r, "container.id"), Some("c0ffee"));
-        assert_eq!(attr_str(&r, "container.runtime"), Some("containerd"));
+        assert_eq!(attr_str(&r, "container.runtime.name"), Some("containerd"));
         assert_eq!(attr_str(&r, "host.name"), Some("node-a"));
         assert_eq!(attr_str(&r, "k8s.pod.uid"), Some("pod-uid-1"));
         assert_eq!(attr_str(&r, "k8s.pod.name"), Some("trainer-0"));
