@@ -24,6 +24,7 @@ pub(crate) mod gpm;
 pub mod health;
 pub(crate) mod metrics;
 pub mod registry;
+pub(crate) mod signals;
 pub(crate) mod source;
 pub(crate) mod throttle;
 pub(crate) mod values;

@@ -13,11 +13,14 @@
 use std::fmt::Write as _;
 
 use super::attributes::{
-    rec, req, when, AttributeId as A, AttributeSpec, AttributeType, Owner, Requirement, Uses,
-    ATTRIBUTES,
+    AttributeId as A, AttributeSpec, AttributeType, Owner, Requirement, Uses, ATTRIBUTES,
 };
 use super::health::{HealthMetricSpec, HEALTH_METRICS};
-use super::metrics::{Instrument, MetricId, MetricSpec, Section, METRICS};
+use super::metrics::{Instrument, MetricSpec, Section, METRICS};
+pub use super::signals::{
+    metric_attributes, DEVICE_IDENTITY, FINDING_ATTRIBUTES, FINDING_PLACE, GPU_PROCESS_ENTITY,
+    NODE_ENTITY, PROCESS_DEVICE,
+};
 
 /// Where the committed registry says the semantic conventions come from: the `model/` folder of
 /// open-telemetry/semantic-conventions at the commit gpulse is checked against. Weaver fetches
@@ -31,133 +34,6 @@ pub const GPULSE_SCHEMA_URL: &str =
     concat!("https://gpulse.invalid/schemas/", env!("CARGO_PKG_VERSION"));
 /// The folder of the committed registry, from the repository root.
 pub const REGISTRY_DIR: &str = "registry";
-
-const ON_MIG: &str = "on a MIG instance";
-const READABLE: &str = "when the process's /proc entry is readable";
-const IN_A_JOB: &str = "when the process is a rank of a torch.distributed job";
-
-/// The identity every device point carries (a GPU, or a MIG instance with its parent).
-pub const DEVICE_IDENTITY: [Uses; 12] = [
-    req(A::HwId),
-    rec(A::HwName),
-    req(A::HwType),
-    rec(A::HwVendor),
-    rec(A::HwModel),
-    rec(A::HwDriverVersion),
-    rec(A::HwSerialNumber),
-    rec(A::GpuIndex),
-    rec(A::GpuPciAddress),
-    when(A::HwParent, ON_MIG),
-    when(A::NvidiaMigGpuInstanceId, ON_MIG),
-    when(A::NvidiaMigComputeInstanceId, ON_MIG),
-];
-
-/// The device every process point is about.
-pub const PROCESS_DEVICE: [Uses; 5] = [
-    req(A::HwId),
-    rec(A::GpuIndex),
-    when(A::HwParent, ON_MIG),
-    when(A::NvidiaMigGpuInstanceId, ON_MIG),
-    when(A::NvidiaMigComputeInstanceId, ON_MIG),
-];
-
-/// The attributes of a metric beyond its resource section's identity ([`DEVICE_IDENTITY`],
-/// [`PROCESS_DEVICE`]). A `.max`/`.min` companion carries what the metric it accompanies does.
-pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
-    use MetricId as M;
-    match id {
-        M::GpuUtilization | M::GpuUtilizationMax | M::GpuUtilizationMin => {
-            const { &[req(A::HwGpuTask)] }
-        }
-        M::Temperature | M::TemperatureMax => &[],
-        M::Clock => const { &[req(A::NvidiaClockType)] },
-        M::GpuIo => const { &[req(A::NetworkIoDirection)] },
-        M::Throttle | M::ThrottleTime => const { &[req(A::NvidiaThrottleReason)] },
-        M::Errors => {
-            const {
-                &[
-                    req(A::ErrorType),
-                    when(
-                        A::NvidiaXid,
-                        "on `error.type` = `xid` points, once an XID was seen",
-                    ),
-                    when(A::NvidiaNvLinkLink, "on `error.type` = `nvlink_*` points"),
-                ]
-            }
-        }
-        M::Status => const { &[req(A::HwState)] },
-        M::PipeActivity | M::PipeActivityMax | M::PipeActivityMin => {
-            const { &[req(A::NvidiaPipe)] }
-        }
-        M::RemappedRows => const { &[req(A::NvidiaRemapType)] },
-        M::NvLinkIo => const { &[req(A::NvidiaNvLinkLink), req(A::NetworkIoDirection)] },
-        M::NvLinkState => const { &[req(A::NvidiaNvLinkLink)] },
-        M::GpuEnergyAttribution => const { &[req(A::GpulseEnergyAttribution)] },
-        M::ProcessGpuUtilization | M::ProcessGpuUtilizationMax | M::ProcessGpuUtilizationMin => {
-            const { &[req(A::HwGpuTask)] }
-        }
-        M::ProcessGpuPipeActivity | M::ProcessGpuPipeActivityMax | M::ProcessGpuPipeActivityMin => {
-            const { &[req(A::NvidiaPipe)] }
-        }
-        M::ProcessGpuTime => const { &[req(A::GpulseGpuTimeState)] },
-        M::TrainingStepDuration | M::TrainingStepCollectiveWait | M::TrainingStepDataWait => {
-            const {
-                &[
-                    when(A::PytorchJobId, IN_A_JOB),
-                    when(A::PytorchRank, IN_A_JOB),
-                ]
-            }
-        }
-        M::GpuMemoryUtilization
-        | M::GpuMemoryUtilizationMax
-        | M::GpuMemoryUtilizationMin
-        | M::GpuMemoryUsage
-        | M::GpuMemoryLimit
-        | M::GpuMemoryFree
-        | M::GpuMemoryReserved
-        | M::Bar1MemoryUsage
-        | M::Bar1MemoryLimit
-        | M::Bar1MemoryFree
-        | M::MemoryTemperature
-        | M::MemoryTemperatureMax
-        | M::Power
-        | M::PowerMax
-        | M::PowerLimit
-        | M::Energy
-        | M::FanSpeed
-        | M::PerformanceState
-        | M::PcieLinkGeneration
-        | M::PcieLinkWidth
-        | M::SmActivity
-        | M::SmActivityMax
-        | M::SmActivityMin
-        | M::SmOccupancy
-        | M::SmOccupancyMax
-        | M::SmOccupancyMin
-        | M::DramActivity
-        | M::DramActivityMax
-        | M::DramActivityMin
-        | M::GraphicsActivity
-        | M::GraphicsActivityMax
-        | M::GraphicsActivityMin
-        | M::RemapPending
-        | M::RemapFailed
-        | M::ProcessGpuMemoryUsage
-        | M::ProcessGpuMemoryUtilization
-        | M::ProcessGpuMemoryUtilizationMax
-        | M::ProcessGpuMemoryUtilizationMin
-        | M::ProcessGpuSmActivity
-        | M::ProcessGpuSmActivityMax
-        | M::ProcessGpuSmActivityMin
-        | M::ProcessGpuDramActivity
-        | M::ProcessGpuDramActivityMax
-        | M::ProcessGpuDramActivityMin
-        | M::ProcessCpuUtilization
-        | M::ProcessTreeCpuUtilization
-        | M::ProcessMemoryUsage
-        | M::ProcessGpuEnergy => &[],
-    }
-}
 
 /// Whether the semantic conventions define `name` as a metric: such a metric is imported from
 /// them, never redefined. The list is the conventions' names gpulse uses (a test holds it to the
@@ -181,6 +57,60 @@ pub const SEMCONV_METRICS: [&str; 11] = [
     "process.memory.usage",
 ];
 
+/// The stability the pinned semantic conventions give a metric of [`SEMCONV_METRICS`]: the
+/// hardware metrics are in development, the process ones release candidates.
+pub fn semconv_metric_stability(name: &str) -> &'static str {
+    if name.starts_with("process.") {
+        "release_candidate"
+    } else {
+        "development"
+    }
+}
+
+/// docs/metrics.md's table of who defines each metric and attribute, and how stable it is.
+pub fn names_md() -> String {
+    let conventions = "[semantic conventions](https://opentelemetry.io/docs/specs/semconv/)";
+    let mut out = String::from("| metric | defined by | stability |\n| --- | --- | --- |\n");
+    let names = METRICS
+        .iter()
+        .map(|m| m.name)
+        .chain(HEALTH_METRICS.iter().map(|m| m.name));
+    for name in names {
+        let (by, stability) = if is_semconv_metric(name) {
+            (conventions, semconv_metric_stability(name))
+        } else {
+            ("gpulse", "development")
+        };
+        let _ = writeln!(out, "| `{name}` | {by} | {stability} |");
+    }
+    out.push_str("\n| attribute | type | defined by | stability |\n| --- | --- | --- | --- |\n");
+    for a in &ATTRIBUTES {
+        let _ = match a.owner {
+            Owner::SemConv => {
+                writeln!(out, "| `{}` | as there | {conventions} | as there |", a.key)
+            }
+            Owner::Gpulse => {
+                let ty = match a.ty {
+                    AttributeType::Enum => a
+                        .members
+                        .iter()
+                        .map(|m| format!("`{}`", m.value))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    ty => format!("`{}`", ty.as_registry_str()),
+                };
+                writeln!(
+                    out,
+                    "| `{}` | {} | gpulse | development |",
+                    a.key,
+                    ty.replace('|', "\\|")
+                )
+            }
+        };
+    }
+    out
+}
+
 /// The conventions' entities whose attributes gpulse's resources carry (imported, so the
 /// registry knows their attributes; gpulse's resources are made of them).
 pub const SEMCONV_ENTITIES: [&str; 13] = [
@@ -201,66 +131,6 @@ pub const SEMCONV_ENTITIES: [&str; 13] = [
 
 /// The event name of the findings' log records.
 pub const FINDING_EVENT: &str = "gpulse.diagnosis.finding";
-
-/// The attributes of a finding's log record.
-pub const FINDING_ATTRIBUTES: [Uses; 20] = [
-    req(A::DiagnosisRule),
-    req(A::DiagnosisState),
-    req(A::DiagnosisSeverity),
-    req(A::DiagnosisSubject),
-    req(A::DiagnosisSince),
-    when(A::DiagnosisAdvice, "unless the finding cleared"),
-    rec(A::DiagnosisEvidence),
-    when(A::DiagnosisCause, "when the rule tells causes apart"),
-    rec(A::DiagnosisValue),
-    when(
-        A::HwId,
-        "when the finding is about a device or a process on one",
-    ),
-    when(A::HwParent, "when the process is on a MIG instance"),
-    when(
-        A::GpuIndex,
-        "when the finding is about a device or a process on one",
-    ),
-    when(
-        A::NvidiaMigGpuInstanceId,
-        "when the process is on a MIG instance",
-    ),
-    when(
-        A::NvidiaMigComputeInstanceId,
-        "when the process is on a MIG instance",
-    ),
-    when(A::NvidiaMigProfile, "when the process is on a MIG instance"),
-    when(A::ProcessPid, "when the finding is about a process"),
-    rec(A::ProcessVpid),
-    when(A::DiagnosisJob, "when the finding is about a job"),
-    when(A::DiagnosisPids, "when the finding is about a job"),
-    when(A::HwIds, "when the finding is about a job"),
-];
-
-/// Further attributes of a finding's log record: where it is, and which training job.
-pub const FINDING_PLACE: [Uses; 4] = [
-    rec(A::ContainerId),
-    rec(A::K8sPodUid),
-    when(
-        A::PytorchJobId,
-        "when the finding is about a torch.distributed job",
-    ),
-    when(A::PytorchRank, "when the finding names a rank"),
-];
-
-/// gpulse's entity on every process resource, beside the conventions' `process`, `container`,
-/// `k8s.*` and `service` entities: how the process was found, and its job.
-pub const GPU_PROCESS_ENTITY: [Uses; 8] = [
-    req(A::ProcessPid),
-    when(A::ProcessCreationTime, READABLE),
-    when(A::ProcessVpid, READABLE),
-    req(A::GpulseAttributionMethod),
-    when(A::GpulseJobId, "when the process's job is known"),
-    when(A::GpulseJobIdSource, "when `gpulse.job.id` is set"),
-    when(A::PytorchJobId, IN_A_JOB),
-    when(A::PytorchRank, IN_A_JOB),
-];
 
 /// The registry's files: (path under [`REGISTRY_DIR`], content). `semconv` is where the
 /// semantic conventions' `model/` folder is: [`SEMCONV_ARCHIVE`] for the committed registry, a
@@ -512,16 +382,14 @@ pub const GPU_PROCESS_ENTITY_NAME: &str = "gpulse.gpu_process";
 /// gpulse's entity on the node resource.
 pub const NODE_ENTITY_NAME: &str = "gpulse.node";
 
-/// gpulse's entity on the node resource: the agent watching the node's GPUs.
-pub const NODE_ENTITY: [Uses; 7] = [
-    req(A::ServiceName),
-    req(A::ServiceInstanceId),
-    rec(A::ServiceVersion),
-    rec(A::HostName),
-    req(A::TelemetrySdkName),
-    req(A::TelemetrySdkLanguage),
-    req(A::TelemetrySdkVersion),
-];
+/// An entity gpulse defines: name, brief, note, its attributes, those that identify it.
+struct Entity(
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [Uses],
+    &'static [A],
+);
 
 fn entities_yaml() -> String {
     let mut out = format!("{HEADER}imports:\n  entities:\n");
@@ -529,15 +397,15 @@ fn entities_yaml() -> String {
         let _ = writeln!(out, "    - {name}");
     }
     out.push_str("groups:\n");
-    let entities: [(&str, &str, &str, &[Uses], &[A]); 2] = [
-        (
+    let entities: [Entity; 2] = [
+        Entity(
             NODE_ENTITY_NAME,
             "The gpulse agent watching one node's GPUs: the resource of the device metrics, of the findings about devices, and of gpulse's own health.",
             "Its `service.name` is `gpulse` unless configured; `OTEL_RESOURCE_ATTRIBUTES` adds attributes (`k8s.node.name`, `cloud.*`) without replacing these.",
             &NODE_ENTITY,
             &[A::ServiceInstanceId],
         ),
-        (
+        Entity(
             GPU_PROCESS_ENTITY_NAME,
             "A process holding a GPU, as gpulse attributed it: one resource per process, beside the conventions' `process`, `container`, `k8s.*` and `service` entities.",
             "`process.pid` is the host PID NVML reports and `process.vpid` the PID in the process's own namespace: `container.id` + `process.vpid` here equals `container.id` + `process.pid` in the application's own telemetry. `process.creation.time` is known when the process's /proc entry is readable.",
@@ -545,7 +413,7 @@ fn entities_yaml() -> String {
             &[A::ProcessPid, A::ProcessCreationTime],
         ),
     ];
-    for (name, brief, note, uses, identifying) in entities {
+    for Entity(name, brief, note, uses, identifying) in entities {
         let _ = write!(
             out,
             "  - id: entity.{name}\n    type: entity\n    name: {name}\n    stability: development\n    brief: {}\n    note: {}\n    attributes:\n",
