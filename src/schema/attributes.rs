@@ -278,6 +278,13 @@ attribute_table! {
             member("device_file", "The one local process holding the GPU's /dev/nvidia<minor> open (a sidecar without the host's PIDs)."),
             member("unresolved", "Neither: only the PID NVML reports is known."),
         ];
+    GpulseIdentitySource: "gpulse.identity.source", Enum,
+        "Where the process's `service.name` (and its job and rank) came from.",
+        [], &[
+            member("telemetry", "The resource of the telemetry the process sent through gpulse's receiver."),
+            member("environment", "The process's environment (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `RANK`…)."),
+            member("default", "Neither: `service.name` is the specification's `unknown_service:<executable>`."),
+        ];
     GpulseJobId: "gpulse.job.id", String,
         "The id of the job the process belongs to, as its launcher or its telemetry names it.",
         ["\"run-7\"", "\"slurm-4242\""], &[];

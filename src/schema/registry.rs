@@ -113,9 +113,10 @@ pub fn names_md() -> String {
 
 /// The conventions' entities whose attributes gpulse's resources carry (imported, so the
 /// registry knows their attributes; gpulse's resources are made of them).
-pub const SEMCONV_ENTITIES: [&str; 13] = [
+pub const SEMCONV_ENTITIES: [&str; 14] = [
     "service",
     "service.instance",
+    "service.namespace",
     "host",
     "telemetry.sdk",
     "deployment",

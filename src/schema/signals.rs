@@ -183,15 +183,18 @@ pub const FINDING_PLACE: [Uses; 4] = [
 
 /// gpulse's entity on every process resource, beside the conventions' `process`, `container`,
 /// `k8s.*` and `service` entities: how the process was found, and its job.
-pub const GPU_PROCESS_ENTITY: [Uses; 8] = [
+pub const GPU_PROCESS_ENTITY: [Uses; 11] = [
     req(A::ProcessPid),
     when(A::ProcessCreationTime, READABLE),
     when(A::ProcessVpid, READABLE),
     req(A::GpulseAttributionMethod),
+    req(A::GpulseIdentitySource),
     when(A::GpulseJobId, "when the process's job is known"),
     when(A::GpulseJobIdSource, "when `gpulse.job.id` is set"),
     when(A::PytorchJobId, IN_A_JOB),
     when(A::PytorchRank, IN_A_JOB),
+    when(A::PytorchLocalRank, "when the process's launcher gives it"),
+    when(A::PytorchWorldSize, IN_A_JOB),
 ];
 
 /// gpulse's entity on the node resource: the agent watching the node's GPUs.
