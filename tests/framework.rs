@@ -135,7 +135,7 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn now_nanos() -> u64 {
+pub fn now_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")

@@ -16,7 +16,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gpulse::schema::health::HEALTH_METRICS;
 use gpulse::schema::registry::{files, RESTATED_SEMCONV_METRICS, SEMCONV_METRICS};
@@ -26,7 +26,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use prost::Message as _;
 use serde_json::Value;
 
-use crate::framework::{free_port, http, step};
+use crate::framework::{free_port, http, now_nanos, step};
 use crate::kernel::ChildGuard;
 use crate::run::Gpulse;
 
@@ -222,13 +222,6 @@ fn scenario(name: &str) -> String {
         .join("nvml-sim/scenarios")
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as u64
 }
 
 /// Every violation in the report, as `signal: message` lines.
