@@ -1,6 +1,7 @@
 //! Rewrites the generated tables of docs/metrics.md and docs/prometheus.md from the schema
-//! (`src/schema`), leaving the prose around them as it is, and docs/schema.json whole. Run from
-//! the repository root: `cargo run --example schema_docs`.
+//! (`src/schema`), leaving the prose around them as it is, and docs/schema.json and gpulse's
+//! Weaver registry (`registry/`) whole. Run from the repository root:
+//! `cargo run --example schema_docs`.
 
 use std::process::ExitCode;
 
@@ -28,10 +29,27 @@ fn main() -> ExitCode {
             status = ExitCode::FAILURE;
         }
     }
+    if let Err(e) = write_registry() {
+        eprintln!("schema_docs: {e}");
+        status = ExitCode::FAILURE;
+    }
     status
 }
 
-fn rewrite(path: &str, regenerate: Regenerate) -> Result<(), String> {
+/// Writes gpulse's Weaver registry, depending on the semantic conventions' published model.
+fn write_registry() -> Result<(), String> {
+    use gpulse::schema::registry::{files, REGISTRY_DIR, SEMCONV_ARCHIVE};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(REGISTRY_DIR);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, content) in files(SEMCONV_ARCHIVE) {
+        let path = dir.join(name);
+        let path = path.to_str().ok_or("the registry's path is not UTF-8")?;
+        rewrite(path, |_| Ok(content.clone()))?;
+    }
+    Ok(())
+}
+
+fn rewrite(path: &str, regenerate: impl Fn(&str) -> Result<String, String>) -> Result<(), String> {
     // A whole generated file (docs/schema.json) may not exist yet.
     let doc = match std::fs::read_to_string(path) {
         Ok(doc) => doc,

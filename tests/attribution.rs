@@ -471,7 +471,7 @@ fn systemd_pod_cgroup(runtime_scope: &str) -> String {
     )
 }
 
-/// pid, cgroup file, expected container.id, container.runtime, k8s.pod.uid.
+/// pid, cgroup file, expected container.id, container.runtime.name, k8s.pod.uid.
 type RuntimeCase = (
     u32,
     String,

@@ -135,7 +135,7 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn now_nanos() -> u64 {
+pub fn now_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -195,7 +195,7 @@ fn allocator(pid: u32, hw_id: &str, at: u64, allocated: i64, reserved: i64) -> R
 
 /// One `step` span over `[start, end]` whose `data_wait` child takes `wait` of it, and a run
 /// span with the DataLoader settings.
-fn step(pid: u32, n: u64, start: u64, end: u64, wait: f64) -> ResourceSpans {
+pub fn step(pid: u32, n: u64, start: u64, end: u64, wait: f64) -> ResourceSpans {
     let trace_id = vec![9; 16];
     let step_id = (n * 2 + 1).to_be_bytes().to_vec();
     let wait_end = start + ((end - start) as f64 * wait) as u64;

@@ -421,7 +421,10 @@ fn end_to_end(protocol: &str) {
         process_resource(request, workloads.docker.pid()).expect("docker process resource");
     let a = &docker["resource"]["attributes"];
     assert_eq!(attr_str(a, "container.id").as_deref(), Some(DOCKER_ID));
-    assert_eq!(attr_str(a, "container.runtime").as_deref(), Some("docker"));
+    assert_eq!(
+        attr_str(a, "container.runtime.name").as_deref(),
+        Some("docker")
+    );
     assert_eq!(
         attr_str(a, "process.executable.name").as_deref(),
         Some("sleep")
@@ -470,7 +473,7 @@ fn end_to_end(protocol: &str) {
     let a = &pod["resource"]["attributes"];
     assert_eq!(attr_str(a, "container.id").as_deref(), Some(CRI_ID));
     assert_eq!(
-        attr_str(a, "container.runtime").as_deref(),
+        attr_str(a, "container.runtime.name").as_deref(),
         Some("containerd")
     );
     assert_eq!(attr_str(a, "k8s.pod.uid").as_deref(), Some(POD_UID));

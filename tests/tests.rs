@@ -27,3 +27,4 @@ mod shared;
 mod snapshot_window;
 mod terminal;
 mod top;
+mod weaver;

@@ -31,7 +31,7 @@ pub enum ContainerRuntime {
 }
 
 impl ContainerRuntime {
-    /// The `container.runtime` value, as the semantic conventions spell the runtimes.
+    /// The `container.runtime.name` value, as the semantic conventions spell the runtimes.
     pub fn as_str(self) -> &'static str {
         match self {
             ContainerRuntime::Docker => "docker",
@@ -47,7 +47,7 @@ impl ContainerRuntime {
 pub struct CgroupIdentity {
     /// `container.id`: the runtime's 64-hex id.
     pub container_id: Option<String>,
-    /// `container.runtime`, when the naming scheme tells it.
+    /// `container.runtime.name`, when the naming scheme tells it.
     pub runtime: Option<ContainerRuntime>,
     /// `k8s.pod.uid`, dashed form.
     pub pod_uid: Option<String>,

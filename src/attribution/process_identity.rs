@@ -9,11 +9,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::cgroup::{parse_cgroup, CgroupIdentity};
 use super::environ::{resolve_identity, scan_environ, OtelIdentity};
-use super::procfs::{executable_name, parse_cmdline, parse_passwd, ProcDir, Stat};
+use super::procfs::{
+    creation_time, executable_name, parse_boot_time, parse_cmdline, parse_passwd, ProcDir, Stat,
+};
 use super::settings::AttributionSettings;
 use super::workload::{AttributionMethod, IdentitySource, Workload};
 
@@ -24,6 +26,8 @@ const PASSWD_MAX_AGE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub(super) struct ProcessIdentity {
     pub(super) vpid: Option<u32>,
+    /// When the process started (`process.creation.time`), from its `stat` and the boot time.
+    pub(super) creation_time: Option<SystemTime>,
     pub(super) executable_name: Option<String>,
     pub(super) owner: Option<String>,
     pub(super) command_line: Option<String>,
@@ -62,6 +66,7 @@ pub(super) fn workload_of(
     Workload {
         pid,
         vpid: identity.vpid,
+        creation_time: identity.creation_time,
         executable_name: identity.executable_name.clone(),
         owner: identity.owner.clone(),
         command_line: identity.command_line.clone(),
@@ -225,8 +230,16 @@ fn read_identity(
     } else {
         OtelIdentity::default()
     };
+    // Read for each new process only (an identity is cached by PID and start time).
+    let boot_time = std::fs::read_to_string(settings.proc_root.join("stat"))
+        .ok()
+        .and_then(|text| parse_boot_time(&text));
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(0);
     ProcessIdentity {
         vpid: status.as_ref().and_then(|s| s.vpid()),
+        creation_time: boot_time
+            .and_then(|boot| creation_time(boot, stat.start_time_ticks, ticks_per_second)),
         executable_name,
         owner,
         command_line,

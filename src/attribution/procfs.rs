@@ -63,6 +63,33 @@ pub(crate) fn parse_stat(content: &str) -> Option<Stat> {
     })
 }
 
+/// The boot time from the `btime` line of `/proc/stat`, in seconds since the Unix epoch: with a
+/// process's start time (field 22 of its `stat`, ticks after boot) it dates the process
+/// (`process.creation.time`). `None` when the line is missing or malformed.
+pub(crate) fn parse_boot_time(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))
+        .and_then(|secs| secs.trim().parse().ok())
+}
+
+/// When a process started, from the boot time (`btime`, seconds since the epoch) and its start
+/// time in clock ticks after boot.
+pub(crate) fn creation_time(
+    boot_time_secs: u64,
+    start_time_ticks: u64,
+    ticks_per_second: u64,
+) -> Option<std::time::SystemTime> {
+    if ticks_per_second == 0 {
+        return None;
+    }
+    let after_boot = std::time::Duration::from_secs(start_time_ticks / ticks_per_second)
+        + std::time::Duration::from_nanos(
+            (start_time_ticks % ticks_per_second) * 1_000_000_000 / ticks_per_second,
+        );
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(boot_time_secs) + after_boot)
+}
+
 /// The fields of `/proc/<pid>/status` attribution and usage need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
@@ -320,6 +347,20 @@ mod tests {
         assert_eq!(parse_cmdline(b""), None);
         assert_eq!(parse_cmdline(b"\0\0"), None);
         assert_eq!(parse_cmdline(b"a\xffb\0").as_deref(), Some("a\u{fffd}b"));
+    }
+
+    #[test]
+    fn boot_time_and_creation_time() {
+        let proc_stat = "cpu  1 2 3 4\nintr 5\nbtime 1700000000\nprocesses 42\n";
+        assert_eq!(parse_boot_time(proc_stat), Some(1_700_000_000));
+        assert_eq!(parse_boot_time("cpu 1 2 3\nbtime x\n"), None);
+        assert_eq!(parse_boot_time(""), None);
+        let started = creation_time(1_700_000_000, 12_345, 100).expect("a time");
+        assert_eq!(
+            started.duration_since(std::time::UNIX_EPOCH).unwrap(),
+            std::time::Duration::from_millis(1_700_000_123_450)
+        );
+        assert_eq!(creation_time(1, 2, 0), None);
     }
 
     #[test]

@@ -28,13 +28,15 @@ use opentelemetry_semantic_conventions::resource::{
 };
 use serde::Serialize;
 
+use crate::schema::attributes::AttributeId;
+
 /// The resource attributes that name a process's place in a distributed job, as the PyTorch
 /// companion sets them (and as `OTEL_RESOURCE_ATTRIBUTES` may).
-pub const RANK: &str = "pytorch.distributed.rank";
-pub const LOCAL_RANK: &str = "pytorch.distributed.local_rank";
-pub const WORLD_SIZE: &str = "pytorch.distributed.world_size";
-pub const BACKEND: &str = "pytorch.distributed.backend";
-pub const JOB_ID: &str = "pytorch.distributed.job.id";
+pub const RANK: &str = AttributeId::PytorchRank.key();
+pub const LOCAL_RANK: &str = AttributeId::PytorchLocalRank.key();
+pub const WORLD_SIZE: &str = AttributeId::PytorchWorldSize.key();
+pub const BACKEND: &str = AttributeId::PytorchBackend.key();
+pub const JOB_ID: &str = AttributeId::PytorchJobId.key();
 
 /// The string attributes of a process's own resource that gpulse's resource for it takes, in
 /// the order they are exported. `service.name` is handled apart (it has a default); the rank,

@@ -1,7 +1,7 @@
 //! CPU and memory of GPU processes, for diagnosis (an input-bound job shows a busy CPU and an
 //! idle GPU): readings of `/proc/<pid>/stat` (CPU ticks and resident pages: `status` is not
 //! read, it costs the kernel several times more to render), and the tracker that turns two
-//! readings into `process.cpu.utilization`. Called once per export window, not per sample.
+//! readings into `gpulse.process.cpu.utilization`. Called once per export window, not per sample.
 //!
 //! The tree figure adds the process's live descendants (found by `ppid`, e.g. PyTorch DataLoader
 //! workers). Each member counts `utime + stime + cutime + cstime`: when a worker exits and is

@@ -26,6 +26,9 @@ pub struct Workload {
     pub pid: u32,
     /// PID inside the process's own PID namespace (`process.vpid`): last `NSpid` entry.
     pub vpid: Option<u32>,
+    /// When the process started (`process.creation.time`): known when its `stat` was read.
+    #[serde(skip)]
+    pub creation_time: Option<std::time::SystemTime>,
     /// `process.executable.name`.
     pub executable_name: Option<String>,
     /// `process.owner`: user name, or the numeric uid when it has no name here.
@@ -34,7 +37,7 @@ pub struct Workload {
     pub command_line: Option<String>,
     /// `container.id`.
     pub container_id: Option<String>,
-    /// `container.runtime`: docker, containerd, cri-o, podman.
+    /// `container.runtime.name`: docker, containerd, cri-o, podman.
     pub container_runtime: Option<String>,
     /// `k8s.pod.uid`.
     pub pod_uid: Option<String>,
@@ -69,6 +72,7 @@ impl Workload {
         Self {
             pid,
             vpid: None,
+            creation_time: None,
             executable_name: None,
             owner: None,
             command_line: None,
@@ -181,7 +185,7 @@ impl IdentitySource {
 /// CPU and memory a GPU process (and its descendants) used over one export window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ProcessUsage {
-    /// `process.cpu.utilization` of the process alone, as a ratio of one core.
+    /// `gpulse.process.cpu.utilization`: the process alone, as a ratio of one core.
     pub cpu_utilization: Option<f64>,
     /// The same over the process and its descendants (DataLoader workers), ratio of one core.
     pub tree_cpu_utilization: Option<f64>,

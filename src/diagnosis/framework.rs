@@ -20,6 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use crate::schema::attributes::AttributeId as A;
 use serde::Serialize;
 
 pub use crate::attribution::DistributedIdentity;
@@ -34,7 +35,7 @@ pub(crate) const STEP_SPAN: &str = "step";
 pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 /// The seconds of a step with a torch.distributed collective in flight, on the companion's step
 /// span (`distributed.py`).
-pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = "pytorch.distributed.collective.wait";
+pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = A::PytorchCollectiveWait.key();
 /// The companion's resource attributes naming the process's place in a distributed job.
 pub(crate) use crate::attribution::sent_identity::{BACKEND, JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 /// DataLoader settings on the companion's run and epoch spans.

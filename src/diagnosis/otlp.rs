@@ -27,9 +27,10 @@ use crate::sampling::model::unix_nanos;
 use super::findings::{Severity, Subject, Value};
 use super::framework::{JOB_ID, RANK};
 use super::tracker::{FindingEvent, FindingState};
+use crate::schema::attributes::AttributeId as A;
 
 /// `event_name` of every diagnosis record.
-pub const EVENT_NAME: &str = "gpulse.diagnosis.finding";
+pub const EVENT_NAME: &str = crate::schema::registry::FINDING_EVENT;
 /// Prefix of the attributes that carry a finding's values.
 pub(crate) const VALUE_PREFIX: &str = "gpulse.diagnosis.value.";
 
@@ -64,28 +65,28 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
         FindingState::Cleared => (SeverityNumber::Info, format!("Cleared: {}", f.summary)),
     };
     let mut attributes = vec![
-        kv_str("gpulse.diagnosis.rule", f.rule.as_str()),
-        kv_str("gpulse.diagnosis.state", event.state.as_str()),
-        kv_str("gpulse.diagnosis.severity", f.severity.as_str()),
-        kv_str("gpulse.diagnosis.subject", &f.subject.key()),
+        kv_str(A::DiagnosisRule.key(), f.rule.as_str()),
+        kv_str(A::DiagnosisState.key(), event.state.as_str()),
+        kv_str(A::DiagnosisSeverity.key(), f.severity.as_str()),
+        kv_str(A::DiagnosisSubject.key(), &f.subject.key()),
         kv_str(
-            "gpulse.diagnosis.since",
+            A::DiagnosisSince.key(),
             &humantime::format_rfc3339_seconds(f.since).to_string(),
         ),
     ];
     if event.state != FindingState::Cleared {
-        attributes.push(kv_str("gpulse.diagnosis.advice", &f.advice));
+        attributes.push(kv_str(A::DiagnosisAdvice.key(), &f.advice));
     }
     if !f.evidence.is_empty() {
         attributes.push(kv_str(
-            "gpulse.diagnosis.evidence",
+            A::DiagnosisEvidence.key(),
             &super::framework::Layer::join(&f.evidence),
         ));
     }
     match &f.subject {
         Subject::Device(d) => {
-            attributes.push(kv_str("hw.id", &d.uuid));
-            attributes.push(kv_int("gpu.index", i64::from(d.index)));
+            attributes.push(kv_str(A::HwId.key(), &d.uuid));
+            attributes.push(kv_int(A::GpuIndex.key(), i64::from(d.index)));
         }
         Subject::Workload {
             pid,
@@ -95,49 +96,49 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
             pod_uid,
             ..
         } => {
-            attributes.push(kv_int("process.pid", i64::from(*pid)));
+            attributes.push(kv_int(A::ProcessPid.key(), i64::from(*pid)));
             if let Some(v) = vpid {
-                attributes.push(kv_int("process.vpid", i64::from(*v)));
+                attributes.push(kv_int(A::ProcessVpid.key(), i64::from(*v)));
             }
             if let Some(d) = device {
                 match &d.mig {
                     // As the process's metric points: the instance is the device, the GPU its
                     // parent.
                     Some(m) => {
-                        attributes.push(kv_str("hw.id", &m.uuid));
-                        attributes.push(kv_str("hw.parent", &d.uuid));
+                        attributes.push(kv_str(A::HwId.key(), &m.uuid));
+                        attributes.push(kv_str(A::HwParent.key(), &d.uuid));
                         attributes.push(kv_int(
-                            "nvidia.gpu.mig.gpu_instance_id",
+                            A::NvidiaMigGpuInstanceId.key(),
                             i64::from(m.gpu_instance_id),
                         ));
                         attributes.push(kv_int(
-                            "nvidia.gpu.mig.compute_instance_id",
+                            A::NvidiaMigComputeInstanceId.key(),
                             i64::from(m.compute_instance_id),
                         ));
-                        attributes.push(kv_str("nvidia.gpu.mig.profile", &m.profile));
+                        attributes.push(kv_str(A::NvidiaMigProfile.key(), &m.profile));
                     }
-                    None => attributes.push(kv_str("hw.id", &d.uuid)),
+                    None => attributes.push(kv_str(A::HwId.key(), &d.uuid)),
                 }
-                attributes.push(kv_int("gpu.index", i64::from(d.index)));
+                attributes.push(kv_int(A::GpuIndex.key(), i64::from(d.index)));
             }
             if let Some(c) = container_id {
-                attributes.push(kv_str("container.id", c));
+                attributes.push(kv_str(A::ContainerId.key(), c));
             }
             if let Some(p) = pod_uid {
-                attributes.push(kv_str("k8s.pod.uid", p));
+                attributes.push(kv_str(A::K8sPodUid.key(), p));
             }
         }
         Subject::Job { key, pids, devices } => {
-            attributes.push(kv_str("gpulse.diagnosis.job", &key.to_string()));
+            attributes.push(kv_str(A::DiagnosisJob.key(), &key.to_string()));
             attributes.push(kv(
-                "gpulse.diagnosis.pids",
+                A::DiagnosisPids.key(),
                 array(
                     pids.iter()
                         .map(|p| any_value::Value::IntValue(i64::from(*p))),
                 ),
             ));
             attributes.push(kv(
-                "hw.ids",
+                A::HwIds.key(),
                 array(
                     devices
                         .iter()
@@ -146,13 +147,13 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
             ));
             match key {
                 super::findings::JobKey::PodUid(uid) => {
-                    attributes.push(kv_str("k8s.pod.uid", uid));
+                    attributes.push(kv_str(A::K8sPodUid.key(), uid));
                 }
                 super::findings::JobKey::ContainerId(id) => {
-                    attributes.push(kv_str("container.id", id));
+                    attributes.push(kv_str(A::ContainerId.key(), id));
                 }
                 super::findings::JobKey::Pid(pid) => {
-                    attributes.push(kv_int("process.pid", i64::from(*pid)));
+                    attributes.push(kv_int(A::ProcessPid.key(), i64::from(*pid)));
                 }
                 super::findings::JobKey::Distributed(id) => {
                     attributes.push(kv_str(JOB_ID, id));
@@ -169,7 +170,7 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
         // A few values have a name of their own: the cause a rule told apart, and the rank and
         // job a distributed finding is about, named as the job's own telemetry names them.
         let key = match name.as_str() {
-            "cause" => "gpulse.diagnosis.cause".to_string(),
+            "cause" => A::DiagnosisCause.key().to_string(),
             "rank" => RANK.to_string(),
             "job_id" if !attributes.iter().any(|a| a.key == JOB_ID) => JOB_ID.to_string(),
             "job_id" => continue,
@@ -215,6 +216,12 @@ fn array(values: impl Iterator<Item = any_value::Value>) -> any_value::Value {
 
 #[cfg(test)]
 mod tests {
+    /// A finding's figures are keys under the registry's template attribute.
+    #[test]
+    fn values_are_named_under_the_registrys_template() {
+        assert_eq!(VALUE_PREFIX, format!("{}.", A::DiagnosisValue.key()));
+    }
+
     use super::*;
     use crate::diagnosis::findings::{Finding, JobKey, RuleId};
     use crate::diagnosis::framework::Layer;

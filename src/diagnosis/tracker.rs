@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::findings::{Finding, FindingKey, RuleId};
+use crate::schema::health::HealthMetricId;
 
 /// Whether a finding began or ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -152,11 +153,13 @@ impl FindingTracker {
     }
 }
 
-/// Name of the gauge of active findings, with attribute `gpulse.diagnosis.rule`.
-pub(crate) const ACTIVE_GAUGE_NAME: &str = "gpulse.diagnosis.active";
-/// Its unit and description, the same in OTLP (`crate::export::telemetry`) and Prometheus.
-pub(crate) const ACTIVE_GAUGE_UNIT: &str = "{finding}";
-pub(crate) const ACTIVE_GAUGE_DESCRIPTION: &str = "Diagnosis findings active now, by rule.";
+/// Name of the gauge of active findings, with attribute `gpulse.diagnosis.rule`: its row of the
+/// health metric table, so OTLP (`crate::export::telemetry`) and Prometheus say the same.
+pub(crate) const ACTIVE_GAUGE_NAME: &str = HealthMetricId::DiagnosisActive.spec().name;
+/// Its unit and description.
+pub(crate) const ACTIVE_GAUGE_UNIT: &str = HealthMetricId::DiagnosisActive.spec().unit;
+pub(crate) const ACTIVE_GAUGE_DESCRIPTION: &str =
+    HealthMetricId::DiagnosisActive.spec().description;
 
 #[cfg(test)]
 mod tests {

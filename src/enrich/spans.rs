@@ -19,17 +19,18 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayVa
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::history::{GpuUsage, History};
+use crate::schema::attributes::AttributeId as A;
 
-pub(crate) const IDS: &str = "gpulse.gpu.ids";
-pub(crate) const UTILIZATION_MEAN: &str = "gpulse.gpu.utilization.mean";
-pub(crate) const UTILIZATION_MAX: &str = "gpulse.gpu.utilization.max";
-pub(crate) const PROCESS_UTILIZATION_MEAN: &str = "gpulse.gpu.process.utilization.mean";
-pub(crate) const PROCESS_UTILIZATION_MAX: &str = "gpulse.gpu.process.utilization.max";
-pub(crate) const MEMORY_PEAK: &str = "gpulse.gpu.memory.peak";
-pub(crate) const POWER_MEAN: &str = "gpulse.gpu.power.mean";
-pub(crate) const ENERGY: &str = "gpulse.gpu.energy";
-pub(crate) const SAMPLES: &str = "gpulse.gpu.samples";
-pub(crate) const MATCH: &str = "gpulse.gpu.match";
+pub(crate) const IDS: &str = A::SpanGpuIds.key();
+pub(crate) const UTILIZATION_MEAN: &str = A::SpanGpuUtilizationMean.key();
+pub(crate) const UTILIZATION_MAX: &str = A::SpanGpuUtilizationMax.key();
+pub(crate) const PROCESS_UTILIZATION_MEAN: &str = A::SpanProcessUtilizationMean.key();
+pub(crate) const PROCESS_UTILIZATION_MAX: &str = A::SpanProcessUtilizationMax.key();
+pub(crate) const MEMORY_PEAK: &str = A::SpanMemoryPeak.key();
+pub(crate) const POWER_MEAN: &str = A::SpanPowerMean.key();
+pub(crate) const ENERGY: &str = A::SpanEnergy.key();
+pub(crate) const SAMPLES: &str = A::SpanSamples.key();
+pub(crate) const MATCH: &str = A::SpanMatch.key();
 
 /// How a resource was tied to its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,6 +12,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 use crate::attribution::{AttributionMethod, Workload};
+use crate::schema::attributes::AttributeId as A;
 
 /// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
 /// the instrumentation scope's version.
@@ -164,16 +165,19 @@ impl AttributeSet {
 /// attributes are added after them and never replace them.
 pub fn node_resource(node: &NodeIdentity) -> Resource {
     let mut attrs = AttributeSet::with_capacity(7 + node.extra_attributes.len());
-    attrs.set(kv_str("service.name", node.service_name.as_str()));
+    attrs.set(kv_str(A::ServiceName.key(), node.service_name.as_str()));
     attrs.set(kv_str(
-        "service.instance.id",
+        A::ServiceInstanceId.key(),
         node.service_instance_id.as_str(),
     ));
-    attrs.set(kv_str("service.version", node.service_version.as_str()));
-    attrs.set(kv_str("host.name", node.host_name.as_str()));
-    attrs.set(kv_str("telemetry.sdk.name", "gpulse"));
-    attrs.set(kv_str("telemetry.sdk.language", "rust"));
-    attrs.set(kv_str("telemetry.sdk.version", GPULSE_VERSION));
+    attrs.set(kv_str(
+        A::ServiceVersion.key(),
+        node.service_version.as_str(),
+    ));
+    attrs.set(kv_str(A::HostName.key(), node.host_name.as_str()));
+    attrs.set(kv_str(A::TelemetrySdkName.key(), "gpulse"));
+    attrs.set(kv_str(A::TelemetrySdkLanguage.key(), "rust"));
+    attrs.set(kv_str(A::TelemetrySdkVersion.key(), GPULSE_VERSION));
     for (key, value) in &node.extra_attributes {
         attrs.add_if_absent(kv_str(key, value.as_str()));
     }
@@ -208,7 +212,10 @@ pub fn attribution_method_name(method: AttributionMethod) -> &'static str {
 /// equals `container.id` + `process.pid` there.
 pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
     let mut attrs = AttributeSet::with_capacity(16 + workload.resource_attributes.len());
-    attrs.set(kv_str("service.name", workload.effective_service_name()));
+    attrs.set(kv_str(
+        A::ServiceName.key(),
+        workload.effective_service_name(),
+    ));
     for (key, value) in &workload.resource_attributes {
         if key != "service.name" {
             attrs.set(kv_str(key, value.as_str()));
@@ -224,41 +231,47 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
             attrs.set(kv_str(JOB_ID, job_id.as_str()));
         }
     }
-    attrs.set(kv_int("process.pid", i64::from(workload.pid)));
+    attrs.set(kv_int(A::ProcessPid.key(), i64::from(workload.pid)));
+    // Identifies the process with its PID (the conventions' `process` entity): a reused PID
+    // starts later.
+    let creation_time = workload
+        .creation_time
+        .map(|t| humantime::format_rfc3339_millis(t).to_string());
     let optional_strings = [
-        ("process.executable.name", &workload.executable_name),
-        ("process.owner", &workload.owner),
-        ("process.command_line", &workload.command_line),
-        ("container.id", &workload.container_id),
-        ("container.runtime", &workload.container_runtime),
-        ("k8s.pod.uid", &workload.pod_uid),
-        ("k8s.pod.name", &workload.pod_name),
-        ("k8s.namespace.name", &workload.namespace_name),
-        ("k8s.container.name", &workload.container_name),
-        ("gpulse.job.id", &workload.job_id),
+        (A::ProcessCreationTime.key(), &creation_time),
+        (A::ProcessExecutableName.key(), &workload.executable_name),
+        (A::ProcessOwner.key(), &workload.owner),
+        (A::ProcessCommandLine.key(), &workload.command_line),
+        (A::ContainerId.key(), &workload.container_id),
+        (A::ContainerRuntime.key(), &workload.container_runtime),
+        (A::K8sPodUid.key(), &workload.pod_uid),
+        (A::K8sPodName.key(), &workload.pod_name),
+        (A::K8sNamespaceName.key(), &workload.namespace_name),
+        (A::K8sContainerName.key(), &workload.container_name),
+        (A::GpulseJobId.key(), &workload.job_id),
     ];
     if let Some(vpid) = workload.vpid {
-        attrs.set(kv_int("process.vpid", i64::from(vpid)));
+        attrs.set(kv_int(A::ProcessVpid.key(), i64::from(vpid)));
     }
     for (key, value) in optional_strings {
         if let Some(value) = value {
             attrs.set(kv_str(key, value.as_str()));
         }
     }
-    attrs.set(kv_str("host.name", node.host_name.as_str()));
+    attrs.set(kv_str(A::HostName.key(), node.host_name.as_str()));
     if let Some(node_name) = node.k8s_node_name() {
-        attrs.set(kv_str("k8s.node.name", node_name));
+        attrs.set(kv_str(A::K8sNodeName.key(), node_name));
     }
     attrs.set(kv_str(
-        "gpulse.attribution.method",
+        A::GpulseAttributionMethod.key(),
         attribution_method_name(workload.attributed_by),
     ));
     attrs.set(kv_str(
-        "gpulse.identity.source",
+        A::GpulseIdentitySource.key(),
         workload.identity_source.as_str(),
     ));
     if let Some(source) = workload.job_id_source {
-        attrs.set(kv_str("gpulse.job.id.source", source.as_str()));
+        attrs.set(kv_str(A::GpulseJobIdSource.key(), source.as_str()));
     }
     attrs.into_resource()
 }
@@ -275,6 +288,8 @@ pub fn gpulse_scope() -> InstrumentationScope {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -372,6 +387,7 @@ mod tests {
         Workload {
             pid: 4242,
             vpid: Some(7),
+            creation_time: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_123_450)),
             executable_name: Some("python3".into()),
             owner: Some("alice".into()),
             command_line: None,
@@ -416,8 +432,12 @@ mod tests {
             attr(&r, "process.vpid"),
             Some(&any_value::Value::IntValue(7))
         );
+        assert_eq!(
+            attr_str(&r, "process.creation.time"),
+            Some("2023-11-14T22:15:23.450Z")
+        );
         assert_eq!(attr_str(&r, "container.id"), Some("c0ffee"));
-        assert_eq!(attr_str(&r, "container.runtime"), Some("containerd"));
+        assert_eq!(attr_str(&r, "container.runtime.name"), Some("containerd"));
         assert_eq!(attr_str(&r, "host.name"), Some("node-a"));
         assert_eq!(attr_str(&r, "k8s.pod.uid"), Some("pod-uid-1"));
         assert_eq!(attr_str(&r, "k8s.pod.name"), Some("trainer-0"));

@@ -172,11 +172,15 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
     Workload {
         pid,
         vpid: resource.get("process.vpid").and_then(|v| v.parse().ok()),
+        creation_time: resource
+            .get("process.creation.time")
+            .and_then(|t| humantime::parse_rfc3339(t).ok()),
         executable_name: get("process.executable.name"),
         owner: get("process.owner"),
         command_line: get("process.command_line"),
         container_id: get("container.id"),
-        container_runtime: get("container.runtime"),
+        // `container.runtime` in recordings made before gpulse followed the conventions' rename.
+        container_runtime: get("container.runtime.name").or_else(|| get("container.runtime")),
         pod_uid: get("k8s.pod.uid"),
         pod_name: get("k8s.pod.name"),
         namespace_name: get("k8s.namespace.name"),

@@ -253,16 +253,17 @@ const fn row(
     }
 }
 
+use super::attributes::AttributeId;
 use DcgmScale::{Float, Mebibytes, Millijoules, Percent, Whole};
 use MetricId as M;
 use NvmlCall::*;
 use Scale::{Kibi, Milli, PercentToRatio};
 use WindowKind::{Gauge, IntegratedRate, Last, LifetimeCounter};
 
-const GPU_TASK: &str = "hw.gpu.task";
-const CLOCK_TYPE: &str = "nvidia.gpu.clock.type";
-const DIRECTION: &str = "network.io.direction";
-const ERROR_TYPE: &str = "error.type";
+const GPU_TASK: &str = AttributeId::HwGpuTask.key();
+const CLOCK_TYPE: &str = AttributeId::NvidiaClockType.key();
+const DIRECTION: &str = AttributeId::NetworkIoDirection.key();
+const ERROR_TYPE: &str = AttributeId::ErrorType.key();
 /// Whole quantities and fractional ones, for the rows' readability.
 const WHOLE: bool = true;
 const FRACTION: bool = false;

@@ -141,6 +141,7 @@ pub(crate) fn metrics_md_blocks() -> Vec<(&'static str, String)> {
     vec![
         ("device-metrics", metric_table(Section::Device)),
         ("process-metrics", metric_table(Section::Process)),
+        ("registry-names", super::registry::names_md()),
     ]
 }
 

@@ -124,11 +124,12 @@ const fn gpm(
     }
 }
 
+use super::attributes::AttributeId;
 use DcgmScale::Float;
 use GpmMetricId as G;
 use MetricId as M;
 
-const PIPE: &str = "nvidia.gpu.pipe";
+const PIPE: &str = AttributeId::NvidiaPipe.key();
 const PIPE_EXTREMES: [MetricId; 2] = [M::PipeActivityMax, M::PipeActivityMin];
 
 gpm_fields! {
@@ -171,7 +172,12 @@ gpm_fields! {
 pub(crate) static MIG_PROCESS_GPM: [(GpmField, FieldMetric); 4] = [
     (
         GpmField::GraphicsActivity,
-        metric_with(M::ProcessGpuUtilization, "hw.gpu.task", "general").extremes(
+        metric_with(
+            M::ProcessGpuUtilization,
+            AttributeId::HwGpuTask.key(),
+            "general",
+        )
+        .extremes(
             M::ProcessGpuUtilizationMax,
             Some(M::ProcessGpuUtilizationMin),
         ),

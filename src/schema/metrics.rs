@@ -442,7 +442,9 @@ metric_table! {
         attributes "",
         source "",
         notes "";
-    ProcessCpuUtilization: semconv::PROCESS_CPU_UTILIZATION, Gauge, "1", Process,
+    // Not the conventions' `process.cpu.utilization`, which is normalised by the CPUs available
+    // and split by `cpu.mode`: a ratio of one core answers "how many cores does it keep busy".
+    ProcessCpuUtilization: "gpulse.process.cpu.utilization", Gauge, "1", Process,
         "CPU time of the process alone over the window, ratio of one core.",
         attributes "",
         source "`/proc/<pid>/stat` (utime + stime)",
@@ -451,7 +453,7 @@ metric_table! {
         "CPU time of the process and its descendants over the window, ratio of one core.",
         attributes "",
         source "`/proc/<pid>/stat` of the process and its descendants",
-        notes "as `process.cpu.utilization`, including DataLoader workers and other children";
+        notes "as `gpulse.process.cpu.utilization`, including DataLoader workers and other children";
     ProcessMemoryUsage: semconv::PROCESS_MEMORY_USAGE, UpDownCounter, "By", Process,
         "Resident set size of the process.",
         attributes "",

@@ -17,10 +17,14 @@
 //!
 //! Pure data: depends on nothing else in gpulse.
 
+pub mod attributes;
 pub(crate) mod device;
 pub mod docs;
 pub(crate) mod gpm;
+pub mod health;
 pub(crate) mod metrics;
+pub mod registry;
+pub(crate) mod signals;
 pub(crate) mod source;
 pub(crate) mod throttle;
 pub(crate) mod values;

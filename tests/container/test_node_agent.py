@@ -89,7 +89,7 @@ def test_node_agent_attributes_a_process_in_another_container(gpulse_image, coll
                                        lambda: process_resource(otlp, host_pid), logs=lambda: logs(agent))
         assert res.get("container.id") == container_id, res
         assert str(res.get("process.vpid")) == str(ns_pid), res
-        assert res.get("container.runtime") == "podman", res
+        assert res.get("container.runtime.name") == "podman", res
         assert "process.gpu.memory.usage" in metric_names, metric_names
         # The node resource (gpulse's own) came too, with the device metrics.
         devices = [n for r, names in metric_resources(otlp_lines(otlp)) for n in names if n == "hw.gpu.utilization"]

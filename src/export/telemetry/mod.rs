@@ -27,6 +27,7 @@ use prost::Message as _;
 
 use crate::export::metrics::{data_point_count, MetricsBatch};
 use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
+use crate::schema::attributes::AttributeId;
 
 /// `ResourceMetrics.scope_metrics`: the field the health's scopes are written as.
 const SCOPE_METRICS_FIELD: u32 = 2;
@@ -242,120 +243,82 @@ type Observe<T> = fn(&HealthReading, &dyn AsyncInstrument<T>);
 /// The health instruments: the names, units and attributes of the hand-built health metrics
 /// they replace.
 fn register(meter: &Meter, collection: &Arc<Collection>) {
-    let up_down = |name: &'static str,
-                   unit: &'static str,
-                   description: &'static str,
-                   observe: Observe<i64>| {
+    use crate::schema::health::HealthMetricId as H;
+    let up_down = |id: H, observe: Observe<i64>| {
+        let spec = id.spec();
         meter
-            .i64_observable_up_down_counter(name)
-            .with_unit(unit)
-            .with_description(description)
+            .i64_observable_up_down_counter(spec.name)
+            .with_unit(spec.unit)
+            .with_description(spec.description)
             .with_callback(callback(collection, observe))
             .build();
     };
-    let counter = |name: &'static str,
-                   unit: &'static str,
-                   description: &'static str,
-                   observe: Observe<u64>| {
+    let counter = |id: H, observe: Observe<u64>| {
+        let spec = id.spec();
         meter
-            .u64_observable_counter(name)
-            .with_unit(unit)
-            .with_description(description)
+            .u64_observable_counter(spec.name)
+            .with_unit(spec.unit)
+            .with_description(spec.description)
             .with_callback(callback(collection, observe))
             .build();
     };
-    let gauge = |name: &'static str, description: &'static str, observe: Observe<f64>| {
+    let gauge = |id: H, observe: Observe<f64>| {
+        let spec = id.spec();
         meter
-            .f64_observable_gauge(name)
-            .with_unit("s")
-            .with_description(description)
+            .f64_observable_gauge(spec.name)
+            .with_unit(spec.unit)
+            .with_description(spec.description)
             .with_callback(callback(collection, observe))
             .build();
     };
 
-    up_down(
-        "gpulse.export.queue.size",
-        "{request}",
-        "Requests waiting in the export queue.",
-        |h, out| out.observe(saturating_i64(h.queue_requests), &[]),
-    );
-    up_down(
-        "gpulse.export.queue.bytes",
-        "By",
-        "Encoded bytes waiting in the export queue.",
-        |h, out| out.observe(saturating_i64(h.queue_bytes), &[]),
-    );
-    counter(
-        "gpulse.export.dropped",
-        "{request}",
-        "Requests dropped: oldest first at the queue bound, expired past the age bound, or \
-         refused for good by the backend.",
-        |h, out| out.observe(h.dropped_requests_total, &[]),
-    );
-    counter(
-        "gpulse.export.data_points.dropped",
-        "{data_point}",
-        "Data points in the dropped requests.",
-        |h, out| out.observe(h.dropped_points_total, &[]),
-    );
-    counter(
-        "gpulse.export.failures",
-        "{request}",
-        "Failed export attempts, by reason.",
-        |h, out| by_key(out, "error.type", &h.export_failures_total),
-    );
-    gauge(
-        "gpulse.export.duration",
-        "Duration of the last export attempt.",
-        |h, out| {
-            if let Some(s) = h.export_duration_last_seconds {
-                out.observe(s, &[]);
-            }
-        },
-    );
-    gauge(
-        "gpulse.sample.duration",
-        "Mean duration of one NVML sampling pass since the previous export.",
-        |h, out| {
-            if let Some(s) = h.sample_duration_mean_seconds {
-                out.observe(s, &[]);
-            }
-        },
-    );
-    gauge(
-        "gpulse.sample.duration.max",
-        "Longest NVML sampling pass since the previous export.",
-        |h, out| {
-            if let Some(s) = h.sample_duration_max_seconds {
-                out.observe(s, &[]);
-            }
-        },
-    );
-    counter(
-        "gpulse.nvml.errors",
-        "{error}",
-        "NVML calls that failed, by kind.",
-        |h, out| by_key(out, "error.type", &h.nvml_errors_total),
-    );
-    counter(
-        "gpulse.sample.stalled",
-        "{tick}",
-        "Sampling ticks skipped because a pass overran.",
-        |h, out| out.observe(h.stalled_ticks_total, &[]),
-    );
-    up_down(
-        crate::diagnosis::tracker::ACTIVE_GAUGE_NAME,
-        crate::diagnosis::tracker::ACTIVE_GAUGE_UNIT,
-        crate::diagnosis::tracker::ACTIVE_GAUGE_DESCRIPTION,
-        |h, out| {
-            for (rule, count) in &h.findings_active {
-                out.observe(
-                    saturating_i64(*count),
-                    &[KeyValue::new("gpulse.diagnosis.rule", rule.clone())],
-                );
-            }
-        },
-    );
+    up_down(H::QueueSize, |h, out| {
+        out.observe(saturating_i64(h.queue_requests), &[])
+    });
+    up_down(H::QueueBytes, |h, out| {
+        out.observe(saturating_i64(h.queue_bytes), &[])
+    });
+    counter(H::Dropped, |h, out| {
+        out.observe(h.dropped_requests_total, &[])
+    });
+    counter(H::DataPointsDropped, |h, out| {
+        out.observe(h.dropped_points_total, &[])
+    });
+    counter(H::ExportFailures, |h, out| {
+        by_key(out, AttributeId::ErrorType.key(), &h.export_failures_total)
+    });
+    gauge(H::ExportDuration, |h, out| {
+        if let Some(s) = h.export_duration_last_seconds {
+            out.observe(s, &[]);
+        }
+    });
+    gauge(H::SampleDuration, |h, out| {
+        if let Some(s) = h.sample_duration_mean_seconds {
+            out.observe(s, &[]);
+        }
+    });
+    gauge(H::SampleDurationMax, |h, out| {
+        if let Some(s) = h.sample_duration_max_seconds {
+            out.observe(s, &[]);
+        }
+    });
+    counter(H::NvmlErrors, |h, out| {
+        by_key(out, AttributeId::ErrorType.key(), &h.nvml_errors_total)
+    });
+    counter(H::SampleStalled, |h, out| {
+        out.observe(h.stalled_ticks_total, &[])
+    });
+    up_down(H::DiagnosisActive, |h, out| {
+        for (rule, count) in &h.findings_active {
+            out.observe(
+                saturating_i64(*count),
+                &[KeyValue::new(
+                    AttributeId::DiagnosisRule.key(),
+                    rule.clone(),
+                )],
+            );
+        }
+    });
 }
 
 /// An instrument's callback: `observe` on the reading of the collection in progress.

@@ -10,6 +10,7 @@ use crate::export::metrics::encoding::{AttributeSetId, PointAttributes};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::schema::MetricId;
 
+use crate::schema::attributes::AttributeId as A;
 use MetricId as M;
 
 /// `gpulse.gpu.energy` on a GPU: `attributed` + `unattributed` = the GPU's energy since its
@@ -29,7 +30,7 @@ pub(super) fn push_device_energy(
         ("attributed", account.attributed_joules),
         ("unattributed", account.unattributed_joules),
     ] {
-        let attrs = with(base, "gpulse.energy.attribution", state);
+        let attrs = with(base, A::GpulseEnergyAttribution.key(), state);
         b.push(M::GpuEnergyAttribution, attrs, span, Value::F64(joules));
     }
 }
@@ -66,7 +67,7 @@ pub(super) fn push_process_accounting(
         ),
     ] {
         if let Some(seconds) = seconds {
-            let attrs = with(base, "gpulse.gpu.time.state", state);
+            let attrs = with(base, A::GpulseGpuTimeState.key(), state);
             b.push(M::ProcessGpuTime, attrs, span, Value::F64(seconds));
         }
     }

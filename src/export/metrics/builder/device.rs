@@ -13,25 +13,26 @@ use crate::schema::{
     throttle_reasons, Instrument, MetricId, WindowKind, DEVICE_FIELDS, GPM_FIELDS,
 };
 
+use crate::schema::attributes::AttributeId as A;
 use MetricId as M;
 
 /// The attributes every device data point carries.
 fn device_attributes(device: &DeviceWindow, driver_version: Option<&str>) -> Vec<KeyValue> {
     let info = &device.info;
     let mut attrs = Vec::with_capacity(10);
-    attrs.push(kv_str("hw.id", info.uuid.as_str()));
-    attrs.push(kv_str("hw.name", format!("gpu{}", info.index)));
-    attrs.push(kv_str("hw.type", "gpu"));
-    attrs.push(kv_str("hw.vendor", "NVIDIA"));
-    attrs.push(kv_str("hw.model", info.name.as_str()));
+    attrs.push(kv_str(A::HwId.key(), info.uuid.as_str()));
+    attrs.push(kv_str(A::HwName.key(), format!("gpu{}", info.index)));
+    attrs.push(kv_str(A::HwType.key(), "gpu"));
+    attrs.push(kv_str(A::HwVendor.key(), "NVIDIA"));
+    attrs.push(kv_str(A::HwModel.key(), info.name.as_str()));
     if let Some(version) = driver_version {
-        attrs.push(kv_str("hw.driver_version", version));
+        attrs.push(kv_str(A::HwDriverVersion.key(), version));
     }
     if let Some(serial) = &info.serial {
-        attrs.push(kv_str("hw.serial_number", serial.as_str()));
+        attrs.push(kv_str(A::HwSerialNumber.key(), serial.as_str()));
     }
-    attrs.push(kv_int("gpu.index", i64::from(info.index)));
-    attrs.push(kv_str("gpu.pci_address", info.pci_bus_id.as_str()));
+    attrs.push(kv_int(A::GpuIndex.key(), i64::from(info.index)));
+    attrs.push(kv_str(A::GpuPciAddress.key(), info.pci_bus_id.as_str()));
     attrs
 }
 
@@ -44,17 +45,17 @@ fn mig_attributes(
 ) -> Vec<KeyValue> {
     let gpu = &parent.info;
     let mut attrs = Vec::with_capacity(11);
-    attrs.push(kv_str("hw.id", m.info.uuid.as_str()));
-    attrs.push(kv_str("hw.name", m.info.name.as_str()));
-    attrs.push(kv_str("hw.type", "gpu"));
-    attrs.push(kv_str("hw.vendor", "NVIDIA"));
-    attrs.push(kv_str("hw.model", gpu.name.as_str()));
-    attrs.push(kv_str("hw.parent", gpu.uuid.as_str()));
+    attrs.push(kv_str(A::HwId.key(), m.info.uuid.as_str()));
+    attrs.push(kv_str(A::HwName.key(), m.info.name.as_str()));
+    attrs.push(kv_str(A::HwType.key(), "gpu"));
+    attrs.push(kv_str(A::HwVendor.key(), "NVIDIA"));
+    attrs.push(kv_str(A::HwModel.key(), gpu.name.as_str()));
+    attrs.push(kv_str(A::HwParent.key(), gpu.uuid.as_str()));
     if let Some(version) = driver_version {
-        attrs.push(kv_str("hw.driver_version", version));
+        attrs.push(kv_str(A::HwDriverVersion.key(), version));
     }
-    attrs.push(kv_int("gpu.index", i64::from(gpu.index)));
-    attrs.push(kv_str("gpu.pci_address", gpu.pci_bus_id.as_str()));
+    attrs.push(kv_int(A::GpuIndex.key(), i64::from(gpu.index)));
+    attrs.push(kv_str(A::GpuPciAddress.key(), gpu.pci_bus_id.as_str()));
     attrs.extend(mig_instance_ids(m));
     attrs
 }
@@ -62,11 +63,11 @@ fn mig_attributes(
 pub(super) fn mig_instance_ids(m: &MigInstanceWindow) -> [KeyValue; 2] {
     [
         kv_int(
-            "nvidia.gpu.mig.gpu_instance_id",
+            A::NvidiaMigGpuInstanceId.key(),
             i64::from(m.info.gpu_instance_id),
         ),
         kv_int(
-            "nvidia.gpu.mig.compute_instance_id",
+            A::NvidiaMigComputeInstanceId.key(),
             i64::from(m.info.compute_instance_id),
         ),
     ]
@@ -118,7 +119,7 @@ pub(super) fn push_device(
     if let Some(active) = &d.throttle_active_ratio {
         for &(bit, reason) in throttle_reasons() {
             let ratio = active.get(&bit).copied().unwrap_or(0.0);
-            let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
+            let attrs = with(base, A::NvidiaThrottleReason.key(), reason);
             b.push(M::Throttle, attrs, gauge_span, Value::F64(ratio));
         }
         // A bit newer than this build's table is still worth seeing, under its number.
@@ -126,7 +127,7 @@ pub(super) fn push_device(
             if !throttle_reasons().iter().any(|(known, _)| known == bit) {
                 let attrs = PointAttributes::with(
                     Some(base),
-                    "nvidia.gpu.throttle.reason",
+                    A::NvidiaThrottleReason.key(),
                     ExtraValue::Owned(format!("other_{bit:#x}").into()),
                 );
                 b.push(M::Throttle, attrs, gauge_span, Value::F64(*ratio));
@@ -137,7 +138,7 @@ pub(super) fn push_device(
 
     let failed = d.status == DeviceStatus::Lost;
     for (state, value) in [("ok", !failed), ("failed", failed)] {
-        let attrs = with(base, "hw.state", state);
+        let attrs = with(base, A::HwState.key(), state);
         b.push(M::Status, attrs, sum_span, Value::I64(i64::from(value)));
     }
 
@@ -148,7 +149,7 @@ pub(super) fn push_device(
             ("correctable", r.correctable),
             ("uncorrectable", r.uncorrectable),
         ] {
-            let attrs = with(base, "nvidia.gpu.memory.remap.type", kind);
+            let attrs = with(base, A::NvidiaRemapType.key(), kind);
             b.push(M::RemappedRows, attrs, sum_span, int(u64::from(rows)));
         }
         for (id, flag) in [(M::RemapPending, r.pending), (M::RemapFailed, r.failure)] {
@@ -166,7 +167,7 @@ pub(super) fn push_device(
             .zip(v.nanoseconds)
         {
             if let Some(ns) = ns {
-                let attrs = with(base, "nvidia.gpu.throttle.reason", reason);
+                let attrs = with(base, A::NvidiaThrottleReason.key(), reason);
                 b.push(
                     M::ThrottleTime,
                     attrs,
@@ -228,7 +229,7 @@ fn push_xid(
 ) {
     if d.xid_by_code.is_empty() {
         let mut attrs = device_attributes(d, driver_version);
-        attrs.push(kv_str("error.type", "xid"));
+        attrs.push(kv_str(A::ErrorType.key(), "xid"));
         let set = batch.add_attribute_set(attrs);
         b.push(
             M::Errors,
@@ -240,9 +241,9 @@ fn push_xid(
     }
     for (&code, &count) in &d.xid_by_code {
         let mut attrs = device_attributes(d, driver_version);
-        attrs.push(kv_str("error.type", "xid"));
+        attrs.push(kv_str(A::ErrorType.key(), "xid"));
         attrs.push(kv_int(
-            "nvidia.gpu.xid",
+            A::NvidiaXid.key(),
             i64::try_from(code).unwrap_or(i64::MAX),
         ));
         let set = batch.add_attribute_set(attrs);
@@ -264,14 +265,14 @@ fn push_nvlink(
 ) {
     for l in &d.nvlink {
         let mut attrs = device_attributes(d, driver_version);
-        attrs.push(kv_int("nvidia.gpu.nvlink.link", i64::from(l.last.link)));
+        attrs.push(kv_int(A::NvidiaNvLinkLink.key(), i64::from(l.last.link)));
         let set = batch.add_attribute_set(attrs);
         for (direction, bytes) in [
             ("transmit", l.last.tx_bytes_total),
             ("receive", l.last.rx_bytes_total),
         ] {
             if let Some(bytes) = bytes {
-                let attrs = with(set, "network.io.direction", direction);
+                let attrs = with(set, A::NetworkIoDirection.key(), direction);
                 b.push(M::NvLinkIo, attrs, sum_span, int(bytes));
             }
         }
@@ -290,7 +291,7 @@ fn push_nvlink(
             ("nvlink_recovery", l.last.recovery_errors),
         ] {
             if let Some(count) = count {
-                let attrs = with(set, "error.type", error_type);
+                let attrs = with(set, A::ErrorType.key(), error_type);
                 b.push(M::Errors, attrs, sum_span, int(count));
             }
         }

@@ -13,6 +13,7 @@ use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{GpmWindow, MigInstanceWindow, ProcessWindow};
 use crate::schema::{GpmField, MetricId, MIG_PROCESS_GPM};
 
+use crate::schema::attributes::AttributeId as A;
 use MetricId as M;
 
 /// The attribute set (`hw.id`, `gpu.index`) of each whole GPU that processes of one batch ran
@@ -34,8 +35,8 @@ impl<'w> DeviceSets<'w> {
             return *id;
         }
         let id = batch.add_attribute_set(vec![
-            kv_str("hw.id", uuid),
-            kv_int("gpu.index", i64::from(p.device_index)),
+            kv_str(A::HwId.key(), uuid),
+            kv_int(A::GpuIndex.key(), i64::from(p.device_index)),
         ]);
         self.by_device.push((uuid, p.device_index, id));
         id
@@ -67,9 +68,9 @@ pub(super) fn push_process_device<'w>(
         None => device_sets.of(batch, p),
         Some(m) => {
             let mut attrs = vec![
-                kv_str("hw.id", m.info.uuid.as_str()),
-                kv_str("hw.parent", p.device_uuid.as_str()),
-                kv_int("gpu.index", i64::from(p.device_index)),
+                kv_str(A::HwId.key(), m.info.uuid.as_str()),
+                kv_str(A::HwParent.key(), p.device_uuid.as_str()),
+                kv_int(A::GpuIndex.key(), i64::from(p.device_index)),
             ];
             attrs.extend(mig_instance_ids(m));
             batch.add_attribute_set(attrs)
@@ -104,7 +105,7 @@ pub(super) fn push_process_device<'w>(
         ("decoder", &p.decoder_utilization),
     ] {
         if let Some(g) = gauge {
-            let attrs = with(base, "hw.gpu.task", task);
+            let attrs = with(base, A::HwGpuTask.key(), task);
             push_gauge(b, util, attrs, gauge_span, g);
         }
     }
@@ -196,9 +197,9 @@ pub(super) fn push_training(
     let mut attributes = Vec::new();
     if let Some(d) = &training.distributed {
         if let Some(job) = &d.job_id {
-            attributes.push(kv_str("pytorch.distributed.job.id", job.as_str()));
+            attributes.push(kv_str(A::PytorchJobId.key(), job.as_str()));
         }
-        attributes.push(kv_int("pytorch.distributed.rank", i64::from(d.rank)));
+        attributes.push(kv_int(A::PytorchRank.key(), i64::from(d.rank)));
     }
     let attrs = if attributes.is_empty() {
         PointAttributes::NONE

@@ -701,7 +701,7 @@ fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
     assert_eq!(ids, vec![Some(s("GPU-0000")), Some(s("GPU-0001"))]);
     assert_eq!(points(rm, "process.gpu.utilization").len(), 2);
     assert_eq!(value(&points(rm, "process.gpu.utilization.max")[0]), 0.9);
-    assert_eq!(value(&points(rm, "process.cpu.utilization")[0]), 1.5);
+    assert_eq!(value(&points(rm, "gpulse.process.cpu.utilization")[0]), 1.5);
     assert_eq!(
         value(&points(rm, "gpulse.process.tree.cpu.utilization")[0]),
         3.0
@@ -714,7 +714,7 @@ fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
         "earliest first_seen"
     );
     // pid 7 has no usage: no CPU/RSS points.
-    assert!(metric(&req.resource_metrics[1], "process.cpu.utilization").is_none());
+    assert!(metric(&req.resource_metrics[1], "gpulse.process.cpu.utilization").is_none());
 }
 
 #[test]

@@ -1,0 +1,209 @@
+//! What each signal of gpulse's registry carries: the attributes of every metric (beyond its
+//! resource section's device identity), of the findings' log records and of gpulse's two
+//! entities, each with how required it is. [`metric_attributes`] is an exhaustive match, so a
+//! new metric does not build until it says; the registry ([`super::registry`]) writes these
+//! out, and its tests hold them to the docs' attribute column.
+
+use super::attributes::{rec, req, when, AttributeId as A, Uses};
+use super::metrics::MetricId;
+
+const ON_MIG: &str = "on a MIG instance";
+const READABLE: &str = "when the process's /proc entry is readable";
+const IN_A_JOB: &str = "when the process is a rank of a torch.distributed job";
+
+/// The identity every device point carries (a GPU, or a MIG instance with its parent).
+pub const DEVICE_IDENTITY: [Uses; 12] = [
+    req(A::HwId),
+    rec(A::HwName),
+    req(A::HwType),
+    rec(A::HwVendor),
+    rec(A::HwModel),
+    rec(A::HwDriverVersion),
+    rec(A::HwSerialNumber),
+    rec(A::GpuIndex),
+    rec(A::GpuPciAddress),
+    when(A::HwParent, ON_MIG),
+    when(A::NvidiaMigGpuInstanceId, ON_MIG),
+    when(A::NvidiaMigComputeInstanceId, ON_MIG),
+];
+
+/// The device every process point is about.
+pub const PROCESS_DEVICE: [Uses; 5] = [
+    req(A::HwId),
+    rec(A::GpuIndex),
+    when(A::HwParent, ON_MIG),
+    when(A::NvidiaMigGpuInstanceId, ON_MIG),
+    when(A::NvidiaMigComputeInstanceId, ON_MIG),
+];
+
+/// The attributes of a metric beyond its resource section's identity ([`DEVICE_IDENTITY`],
+/// [`PROCESS_DEVICE`]). A `.max`/`.min` companion carries what the metric it accompanies does.
+pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
+    use MetricId as M;
+    match id {
+        M::GpuUtilization | M::GpuUtilizationMax | M::GpuUtilizationMin => {
+            const { &[req(A::HwGpuTask)] }
+        }
+        M::Temperature | M::TemperatureMax => &[],
+        M::Clock => const { &[req(A::NvidiaClockType)] },
+        M::GpuIo => const { &[req(A::NetworkIoDirection)] },
+        M::Throttle | M::ThrottleTime => const { &[req(A::NvidiaThrottleReason)] },
+        M::Errors => {
+            const {
+                &[
+                    req(A::ErrorType),
+                    when(
+                        A::NvidiaXid,
+                        "on `error.type` = `xid` points, once an XID was seen",
+                    ),
+                    when(A::NvidiaNvLinkLink, "on `error.type` = `nvlink_*` points"),
+                ]
+            }
+        }
+        M::Status => const { &[req(A::HwState)] },
+        M::PipeActivity | M::PipeActivityMax | M::PipeActivityMin => {
+            const { &[req(A::NvidiaPipe)] }
+        }
+        M::RemappedRows => const { &[req(A::NvidiaRemapType)] },
+        M::NvLinkIo => const { &[req(A::NvidiaNvLinkLink), req(A::NetworkIoDirection)] },
+        M::NvLinkState => const { &[req(A::NvidiaNvLinkLink)] },
+        M::GpuEnergyAttribution => const { &[req(A::GpulseEnergyAttribution)] },
+        M::ProcessGpuUtilization | M::ProcessGpuUtilizationMax | M::ProcessGpuUtilizationMin => {
+            const { &[req(A::HwGpuTask)] }
+        }
+        M::ProcessGpuPipeActivity | M::ProcessGpuPipeActivityMax | M::ProcessGpuPipeActivityMin => {
+            const { &[req(A::NvidiaPipe)] }
+        }
+        M::ProcessGpuTime => const { &[req(A::GpulseGpuTimeState)] },
+        M::TrainingStepDuration | M::TrainingStepCollectiveWait | M::TrainingStepDataWait => {
+            const {
+                &[
+                    when(A::PytorchJobId, IN_A_JOB),
+                    when(A::PytorchRank, IN_A_JOB),
+                ]
+            }
+        }
+        M::GpuMemoryUtilization
+        | M::GpuMemoryUtilizationMax
+        | M::GpuMemoryUtilizationMin
+        | M::GpuMemoryUsage
+        | M::GpuMemoryLimit
+        | M::GpuMemoryFree
+        | M::GpuMemoryReserved
+        | M::Bar1MemoryUsage
+        | M::Bar1MemoryLimit
+        | M::Bar1MemoryFree
+        | M::MemoryTemperature
+        | M::MemoryTemperatureMax
+        | M::Power
+        | M::PowerMax
+        | M::PowerLimit
+        | M::Energy
+        | M::FanSpeed
+        | M::PerformanceState
+        | M::PcieLinkGeneration
+        | M::PcieLinkWidth
+        | M::SmActivity
+        | M::SmActivityMax
+        | M::SmActivityMin
+        | M::SmOccupancy
+        | M::SmOccupancyMax
+        | M::SmOccupancyMin
+        | M::DramActivity
+        | M::DramActivityMax
+        | M::DramActivityMin
+        | M::GraphicsActivity
+        | M::GraphicsActivityMax
+        | M::GraphicsActivityMin
+        | M::RemapPending
+        | M::RemapFailed
+        | M::ProcessGpuMemoryUsage
+        | M::ProcessGpuMemoryUtilization
+        | M::ProcessGpuMemoryUtilizationMax
+        | M::ProcessGpuMemoryUtilizationMin
+        | M::ProcessGpuSmActivity
+        | M::ProcessGpuSmActivityMax
+        | M::ProcessGpuSmActivityMin
+        | M::ProcessGpuDramActivity
+        | M::ProcessGpuDramActivityMax
+        | M::ProcessGpuDramActivityMin
+        | M::ProcessCpuUtilization
+        | M::ProcessTreeCpuUtilization
+        | M::ProcessMemoryUsage
+        | M::ProcessGpuEnergy => &[],
+    }
+}
+
+/// The attributes of a finding's log record.
+pub const FINDING_ATTRIBUTES: [Uses; 20] = [
+    req(A::DiagnosisRule),
+    req(A::DiagnosisState),
+    req(A::DiagnosisSeverity),
+    req(A::DiagnosisSubject),
+    req(A::DiagnosisSince),
+    when(A::DiagnosisAdvice, "unless the finding cleared"),
+    rec(A::DiagnosisEvidence),
+    when(A::DiagnosisCause, "when the rule tells causes apart"),
+    rec(A::DiagnosisValue),
+    when(
+        A::HwId,
+        "when the finding is about a device or a process on one",
+    ),
+    when(A::HwParent, "when the process is on a MIG instance"),
+    when(
+        A::GpuIndex,
+        "when the finding is about a device or a process on one",
+    ),
+    when(
+        A::NvidiaMigGpuInstanceId,
+        "when the process is on a MIG instance",
+    ),
+    when(
+        A::NvidiaMigComputeInstanceId,
+        "when the process is on a MIG instance",
+    ),
+    when(A::NvidiaMigProfile, "when the process is on a MIG instance"),
+    when(A::ProcessPid, "when the finding is about a process"),
+    rec(A::ProcessVpid),
+    when(A::DiagnosisJob, "when the finding is about a job"),
+    when(A::DiagnosisPids, "when the finding is about a job"),
+    when(A::HwIds, "when the finding is about a job"),
+];
+
+/// Further attributes of a finding's log record: where it is, and which training job.
+pub const FINDING_PLACE: [Uses; 4] = [
+    rec(A::ContainerId),
+    rec(A::K8sPodUid),
+    when(
+        A::PytorchJobId,
+        "when the finding is about a torch.distributed job",
+    ),
+    when(A::PytorchRank, "when the finding names a rank"),
+];
+
+/// gpulse's entity on every process resource, beside the conventions' `process`, `container`,
+/// `k8s.*` and `service` entities: how the process was found, and its job.
+pub const GPU_PROCESS_ENTITY: [Uses; 11] = [
+    req(A::ProcessPid),
+    when(A::ProcessCreationTime, READABLE),
+    when(A::ProcessVpid, READABLE),
+    req(A::GpulseAttributionMethod),
+    req(A::GpulseIdentitySource),
+    when(A::GpulseJobId, "when the process's job is known"),
+    when(A::GpulseJobIdSource, "when `gpulse.job.id` is set"),
+    when(A::PytorchJobId, IN_A_JOB),
+    when(A::PytorchRank, IN_A_JOB),
+    when(A::PytorchLocalRank, "when the process's launcher gives it"),
+    when(A::PytorchWorldSize, IN_A_JOB),
+];
+
+/// gpulse's entity on the node resource: the agent watching the node's GPUs.
+pub const NODE_ENTITY: [Uses; 7] = [
+    req(A::ServiceName),
+    req(A::ServiceInstanceId),
+    rec(A::ServiceVersion),
+    rec(A::HostName),
+    req(A::TelemetrySdkName),
+    req(A::TelemetrySdkLanguage),
+    req(A::TelemetrySdkVersion),
+];
