@@ -1045,3 +1045,98 @@ fn check_lists_the_distributed_jobs_ranks_and_says_it_does_not_compare_them() {
         "{table}"
     );
 }
+
+/// `nccl-spin.toml`'s two ranks of one torchrun job (real processes whose environment gives
+/// their job and rank) through `gpulse run`: with both GPUs spinning (busy at 85 W of 700 W,
+/// SM activity 0.01) one `collective_stall` starts, on the job, cause `nccl_spin`; with the same
+/// GPUs working (SM activity 0.7 at 550 W), none.
+fn run_two_ranks(scenario_text: &str) -> Vec<Record> {
+    let rank = |rank: &str| {
+        let mut command = Command::new("sleep");
+        command
+            .arg("120")
+            .env("TORCHELASTIC_RUN_ID", "spin-job")
+            .env("RANK", rank)
+            .env("WORLD_SIZE", "2");
+        ChildGuard::spawn(&mut command).expect("spawn a rank")
+    };
+    let (rank0, rank1) = (rank("0"), rank("1"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("gpulse.toml");
+    std::fs::write(
+        &config,
+        "[diagnosis]\nclear_after_windows = 2\n\n[diagnosis.collective_stall]\nmin_duration = \"2s\"\n",
+    )
+    .expect("write config");
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let gpulse = Gpulse::start(
+        scenario_text,
+        &[],
+        &[
+            "--config",
+            config.to_str().expect("UTF-8 temp path"),
+            "--sample-interval",
+            "100ms",
+            "--export-interval",
+            "1s",
+        ],
+        &[
+            ("GPULSE_RANK0_PID", rank0.pid().to_string()),
+            ("GPULSE_RANK1_PID", rank1.pid().to_string()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_url()),
+        ],
+    );
+    receiver.wait_for(|r| metrics_requests(r).len() >= 6, RUN_TIMEOUT);
+    let (status, stderr) = gpulse.terminate();
+    assert!(
+        status.success(),
+        "gpulse run exited with {status}: {stderr}"
+    );
+    let requests = receiver.requests();
+    assert!(
+        metrics_requests(&requests).len() >= 6,
+        "six windows: {stderr}"
+    );
+    let found = records(&requests);
+    let pids: Vec<u64> = vec![rank0.pid().into(), rank1.pid().into()];
+    for r in found.iter().filter(|r| r.rule() == "collective_stall") {
+        assert_eq!(
+            r.int_array("gpulse.diagnosis.pids"),
+            pids,
+            "{}",
+            r.describe()
+        );
+    }
+    found
+}
+
+#[test]
+fn collective_stall_names_a_job_whose_gpus_spin_and_not_one_whose_gpus_work() {
+    let spinning = scenario("nccl-spin.toml");
+    let found = run_two_ranks(&spinning);
+    let stalls: Vec<&Record> = found
+        .iter()
+        .filter(|r| r.rule() == "collective_stall" && r.state() == "started")
+        .collect();
+    assert_eq!(stalls.len(), 1, "one start:\n{}", listing(&found));
+    assert_eq!(
+        stalls[0].attr("gpulse.diagnosis.cause").as_deref(),
+        Some("nccl_spin")
+    );
+    assert_eq!(
+        stalls[0].attr("gpulse.diagnosis.job").as_deref(),
+        Some("job spin-job")
+    );
+
+    let working = spinning
+        .replace("sm_activity = 0.01", "sm_activity = 0.7")
+        .replace("power_w = 85", "power_w = 550");
+    assert_ne!(working, spinning);
+    let found = run_two_ranks(&working);
+    assert!(
+        !found.iter().any(|r| r.rule() == "collective_stall"),
+        "a working job is no stall:\n{}",
+        listing(&found)
+    );
+}

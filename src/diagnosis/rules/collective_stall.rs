@@ -85,13 +85,12 @@ fn stalled(series: &Series, t: &CollectiveStall) -> Option<Stalled> {
     let mut newest_first = series.summaries().rev();
     let latest = *newest_first.next()?;
     let signature = Signature::of(&latest, t)?;
-    let mut since = latest.start;
-    for summary in newest_first {
-        if Signature::of(summary, t) != Some(signature) || summary.end < since {
-            break;
-        }
-        since = summary.start;
-    }
+    // A series holds one summary per window its process was listed in, without gaps (the
+    // history drops a series its process left), so the run is the newest summaries alike.
+    let since = newest_first
+        .take_while(|summary| Signature::of(summary, t) == Some(signature))
+        .last()
+        .map_or(latest.start, |oldest| oldest.start);
     let seconds = latest
         .end
         .duration_since(since)
