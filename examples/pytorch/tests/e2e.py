@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -64,6 +65,23 @@ def stop(process, timeout: float = 20.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def start_sink(out: Path) -> Tuple[subprocess.Popen, str]:
+    """otlp_sink.py writing what it receives to ``out``, and its OTLP/HTTP endpoint, once it
+    listens."""
+    port_file = out.with_name(out.name + ".port")
+    sink = subprocess.Popen(
+        [sys.executable, str(SINK), "--out", str(out), "--port-file", str(port_file)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(port_file.exists, 30, "waiting for otlp_sink.py to listen", [sink])
+    except BaseException:
+        stop(sink)
+        raise
+    return sink, f"http://127.0.0.1:{int(port_file.read_text())}"
 
 
 def flatten(attributes: List[dict]) -> Dict[str, object]:

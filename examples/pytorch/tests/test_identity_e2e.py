@@ -34,13 +34,13 @@ from typing import Dict, List, Optional
 
 from conftest import EXAMPLE_DIR, require_torch
 from e2e import (
-    SINK,
     TRAIN,
     built_binaries,
     fail_or_skip,
     flatten,
     free_port,
     requests,
+    start_sink,
     stop,
     wait_until,
 )
@@ -141,13 +141,7 @@ def test_gpu_metrics_take_the_service_and_rank_the_process_sends(tmp_path):
     sink = gpulse = job = None
     apps: Dict[str, subprocess.Popen] = {}
     try:
-        port_file = tmp_path / "sink-port"
-        sink = subprocess.Popen(
-            [sys.executable, str(SINK), "--out", str(out), "--port-file", str(port_file)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-        )
-        wait_until(port_file.exists, 30, "waiting for otlp_sink.py to listen", [sink])
+        sink, sink_endpoint = start_sink(out)
 
         with (tmp_path / "job.log").open("w") as log:
             job = subprocess.Popen(
@@ -223,7 +217,7 @@ def test_gpu_metrics_take_the_service_and_rank_the_process_sends(tmp_path):
             base_env,
             NVML_SIM_SCENARIO=str(tmp_path / "scenario.toml"),
             GPULSE_KUBELET_SOCKET="none",
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{int(port_file.read_text())}",
+            OTEL_EXPORTER_OTLP_ENDPOINT=sink_endpoint,
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
             **{name: str(pid) for name, pid in zip(pid_envs, pids)},
         )

@@ -25,7 +25,16 @@ from typing import Dict, List
 import pytest
 
 from conftest import EXAMPLE_DIR, require_torch
-from e2e import SINK, TRAIN, built_binaries, fail_or_skip, findings, free_port, stop, wait_until
+from e2e import (
+    TRAIN,
+    built_binaries,
+    fail_or_skip,
+    findings,
+    free_port,
+    start_sink,
+    stop,
+    wait_until,
+)
 WHAT = "the straggler end-to-end test"
 RANKS = 4
 SLOW_RANK = 2
@@ -94,14 +103,7 @@ def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_
     sink = gpulse = None
     jobs: Dict[str, subprocess.Popen] = {}
     try:
-        port_file = tmp_path / "sink-port"
-        sink = subprocess.Popen(
-            [sys.executable, str(SINK), "--out", str(out), "--port-file", str(port_file)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-        )
-        wait_until(port_file.exists, 30, "waiting for otlp_sink.py to listen", [sink])
-        sink_endpoint = f"http://127.0.0.1:{int(port_file.read_text())}"
+        sink, sink_endpoint = start_sink(out)
 
         for job in JOBS:
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
