@@ -82,6 +82,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="under torchrun, apply --data-delay to this rank only (a straggler)",
     )
     parser.add_argument(
+        "--block-rank",
+        type=int,
+        default=None,
+        metavar="RANK",
+        help="under torchrun, this rank blocks (sleeps) inside one step, in a phase of its own: "
+        "the others wait for it in their all-reduce (a hung rank, or a long checkpoint)",
+    )
+    parser.add_argument("--block-at-step", type=int, default=0, metavar="STEP")
+    parser.add_argument("--block-seconds", type=float, default=60.0, metavar="SECONDS")
+    parser.add_argument(
+        "--block-phase", default="stuck", metavar="NAME", help="the phase it blocks in"
+    )
+    parser.add_argument(
         "--pid-file", type=Path, help="write this process's PID here ({rank}: the rank)"
     )
     parser.add_argument(
@@ -230,6 +243,9 @@ def main(argv=None) -> int:
         for epoch in tel.epochs(range(args.epochs)):
             for x, y in tel.steps(loader):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                if args.block_rank == rank and step == args.block_at_step:
+                    with tel.phase(args.block_phase):
+                        time.sleep(args.block_seconds)
                 with torch.autocast(device.type, autocast_dtype, enabled=bool(autocast_dtype)):
                     # Inside the autocast block, so the telemetry sees it (pytorch.autocast.*).
                     with tel.phase("forward"):

@@ -29,11 +29,13 @@ pub enum RuleId {
     RankStraggler,
     CollectiveBound,
     CollectiveStall,
+    DistributedHang,
+    LongPhaseWait,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub(crate) const ALL: [RuleId; 14] = [
+    pub(crate) const ALL: [RuleId; 16] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -48,6 +50,8 @@ impl RuleId {
         RuleId::RankStraggler,
         RuleId::CollectiveBound,
         RuleId::CollectiveStall,
+        RuleId::DistributedHang,
+        RuleId::LongPhaseWait,
     ];
 
     pub(crate) const fn as_str(self) -> &'static str {
@@ -66,6 +70,8 @@ impl RuleId {
             RuleId::RankStraggler => "rank_straggler",
             RuleId::CollectiveBound => "collective_bound",
             RuleId::CollectiveStall => "collective_stall",
+            RuleId::DistributedHang => "distributed_hang",
+            RuleId::LongPhaseWait => "long_phase_wait",
         }
     }
 }

@@ -36,9 +36,12 @@ pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 /// The seconds of a step with a torch.distributed collective in flight, on the companion's step
 /// span (`distributed.py`).
 pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = A::PytorchCollectiveWait.key();
+/// DataLoader settings on the companion's run and epoch spans.
+pub(crate) use super::live::{DepartedRank, LiveReport};
+use super::live::{DEPARTED_KEPT, DEPARTED_MAX};
 /// The companion's resource attributes naming the process's place in a distributed job.
 pub(crate) use crate::attribution::sent_identity::{BACKEND, JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
-/// DataLoader settings on the companion's run and epoch spans.
+
 pub(crate) const LOADER_ATTRIBUTES: [&str; 5] = [
     "pytorch.dataloader.num_workers",
     "pytorch.dataloader.pin_memory",
@@ -59,6 +62,8 @@ pub enum Layer {
     Metrics,
     /// Spans the framework sent through gpulse's receiver (step and data_wait timings).
     Spans,
+    /// Log records the framework sent through gpulse's receiver (the live states of its loop).
+    Logs,
 }
 
 impl Layer {
@@ -68,6 +73,7 @@ impl Layer {
             Layer::Procfs => "procfs",
             Layer::Metrics => "metrics",
             Layer::Spans => "spans",
+            Layer::Logs => "logs",
         }
     }
 
@@ -173,6 +179,8 @@ struct ProcessRecord {
     /// what the bounded rings still hold).
     first_step_end: Option<SystemTime>,
     last_heard: Option<SystemTime>,
+    /// The newest live state it sent (`pytorch.training.live`).
+    live: Option<LiveReport>,
 }
 
 /// Bounded per-process framework history. See the module documentation.
@@ -180,6 +188,8 @@ struct ProcessRecord {
 pub(crate) struct FrameworkHistory {
     limits: FrameworkLimits,
     processes: HashMap<u32, ProcessRecord>,
+    /// Ranks of a job whose process left, newest last (`retain`).
+    departed: VecDeque<DepartedRank>,
 }
 
 fn push_bounded<T>(ring: &mut VecDeque<T>, item: T, max: usize) {
@@ -194,6 +204,7 @@ impl FrameworkHistory {
         Self {
             limits,
             processes: HashMap::new(),
+            departed: VecDeque::new(),
         }
     }
 
@@ -285,6 +296,21 @@ impl FrameworkHistory {
         push_bounded(&mut self.process(pid, timing.end).data_waits, timing, max);
     }
 
+    /// Records a live state `pid` sent; an older one than what is kept is ignored (retries), and
+    /// a stack sent earlier for the same state stays.
+    pub(crate) fn record_live(&mut self, pid: u32, mut report: LiveReport) {
+        let record = self.process(pid, report.at);
+        if let Some(kept) = &record.live {
+            if kept.at > report.at {
+                return;
+            }
+            if report.stack.is_none() && kept.same_state(&report) {
+                report.stack.clone_from(&kept.stack);
+            }
+        }
+        record.live = Some(report);
+    }
+
     /// Records the DataLoader settings a run or epoch span of `pid` carried.
     pub(crate) fn record_loader(&mut self, pid: u32, settings: LoaderSettings, at: SystemTime) {
         if !settings.is_empty() {
@@ -295,7 +321,28 @@ impl FrameworkHistory {
     /// Keeps only `pids` (the processes NVML lists now) and drops what is older than `max_age`
     /// before `now`.
     pub(crate) fn retain(&mut self, pids: &[u32], now: SystemTime) {
-        self.processes.retain(|pid, _| pids.contains(pid));
+        let departed = &mut self.departed;
+        self.processes.retain(|pid, record| {
+            let listed = pids.contains(pid);
+            if let (false, Some(identity)) = (listed, &record.sent.distributed) {
+                if identity.job_id.is_some() {
+                    departed.push_back(DepartedRank {
+                        pid: *pid,
+                        identity: identity.clone(),
+                        left_at: now,
+                        last_live: record.live.clone(),
+                        last_step_end: record.steps.iter().map(|s| s.end).max(),
+                    });
+                }
+            }
+            listed
+        });
+        let kept_from = now.checked_sub(DEPARTED_KEPT);
+        self.departed
+            .retain(|d| kept_from.is_none_or(|from| d.left_at >= from) && !pids.contains(&d.pid));
+        while self.departed.len() > DEPARTED_MAX {
+            self.departed.pop_front();
+        }
         let Some(oldest) = now.checked_sub(self.limits.max_age) else {
             return;
         };
@@ -358,6 +405,12 @@ impl FrameworkHistory {
                 .iter()
                 .map(|(id, ring)| (id.clone(), ring.iter().copied().collect()))
                 .collect();
+            let mut durations: Vec<f64> = record
+                .steps
+                .iter()
+                .map(|s| s.duration.as_secs_f64())
+                .collect();
+            durations.sort_by(f64::total_cmp);
             evidence.processes.insert(
                 pid,
                 ProcessEvidence {
@@ -366,9 +419,13 @@ impl FrameworkHistory {
                     loader: record.loader.clone(),
                     cpu_quota_cores: None,
                     distributed: record.sent.distributed.clone(),
+                    live: record.live.clone(),
+                    last_step_end: record.steps.iter().map(|s| s.end).max(),
+                    step_seconds_median: durations.get(durations.len() / 2).copied(),
                 },
             );
         }
+        evidence.departed = self.departed.iter().cloned().collect();
         evidence
     }
 }
@@ -475,6 +532,13 @@ pub struct ProcessEvidence {
     pub cpu_quota_cores: Option<f64>,
     /// Its rank and job, when the companion reported them.
     pub distributed: Option<DistributedIdentity>,
+    /// Where its loop was, the last time it said (only while a state lasts: see `live`).
+    pub live: Option<LiveReport>,
+    /// The end of its newest step, however long ago (unlike `steps`, which only counts recent
+    /// ones).
+    pub last_step_end: Option<SystemTime>,
+    /// The median duration of the steps it sent (those still kept).
+    pub step_seconds_median: Option<f64>,
 }
 
 impl ProcessEvidence {
@@ -499,6 +563,8 @@ impl ProcessEvidence {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FrameworkEvidence {
     pub processes: HashMap<u32, ProcessEvidence>,
+    /// Ranks of a job whose process left within the last hour, oldest first.
+    pub departed: Vec<DepartedRank>,
 }
 
 impl FrameworkEvidence {
@@ -628,6 +694,47 @@ mod tests {
             push_bounded(&mut ring, i, 3);
         }
         assert_eq!(ring, [2, 3, 4]);
+    }
+
+    #[test]
+    fn a_rank_whose_process_left_is_kept_as_departed_with_its_job() {
+        let mut h = FrameworkHistory::new(FrameworkLimits::default());
+        let rank = |rank: u32, job: Option<&str>| SentIdentity {
+            distributed: Some(DistributedIdentity {
+                rank,
+                local_rank: None,
+                world_size: Some(4),
+                backend: None,
+                job_id: job.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        for (pid, job) in [(10, Some("j")), (11, Some("j")), (12, None)] {
+            h.record_sent_identity(pid, rank(pid - 10, job), t(1.0));
+            h.record_step(
+                pid,
+                SpanTiming {
+                    end: t(5.0),
+                    duration: Duration::from_secs(1),
+                },
+            );
+        }
+        // 11 (rank 1 of job j) and 12 (a rank without a job) leave.
+        h.retain(&[10], t(10.0));
+        let evidence = h.evidence(&[10], t(10.0), Duration::from_secs(60));
+        assert_eq!(evidence.departed.len(), 1, "{:?}", evidence.departed);
+        let gone = &evidence.departed[0];
+        assert_eq!(
+            (gone.pid, gone.identity.rank, gone.left_at),
+            (11, 1, t(10.0))
+        );
+        assert_eq!(gone.last_step_end, Some(t(5.0)));
+        // Kept an hour, and forgotten when its PID is listed again (reused).
+        h.retain(&[10, 11], t(11.0));
+        assert!(h
+            .evidence(&[10], t(11.0), Duration::from_secs(60))
+            .departed
+            .is_empty());
     }
 
     #[test]

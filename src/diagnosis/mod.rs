@@ -12,6 +12,7 @@ pub mod check;
 pub mod findings;
 pub mod framework;
 pub mod history;
+pub mod live;
 pub mod otlp;
 pub(crate) mod rules;
 pub(crate) mod tracker;

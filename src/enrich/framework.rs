@@ -194,7 +194,7 @@ fn distributed(attributes: &[KeyValue]) -> Option<DistributedIdentity> {
 }
 
 /// A rank or a count: an int (or an int written as text, as `OTEL_RESOURCE_ATTRIBUTES` gives).
-fn unsigned(kv: &KeyValue) -> Option<u32> {
+pub(super) fn unsigned(kv: &KeyValue) -> Option<u32> {
     match kv.value.as_ref()?.value.as_ref()? {
         Value::IntValue(i) => u32::try_from(*i).ok(),
         Value::StringValue(s) => s.trim().parse().ok(),
@@ -203,7 +203,7 @@ fn unsigned(kv: &KeyValue) -> Option<u32> {
 }
 
 /// A duration in seconds (double or int), non-negative and finite.
-fn seconds(kv: &KeyValue) -> Option<Duration> {
+pub(super) fn seconds(kv: &KeyValue) -> Option<Duration> {
     let value = match kv.value.as_ref()?.value.as_ref()? {
         Value::DoubleValue(d) => *d,
         Value::IntValue(i) => *i as f64,
@@ -212,7 +212,7 @@ fn seconds(kv: &KeyValue) -> Option<Duration> {
     Duration::try_from_secs_f64(value).ok()
 }
 
-fn time_of(nanos: u64) -> SystemTime {
+pub(super) fn time_of(nanos: u64) -> SystemTime {
     if nanos == 0 {
         // No time on the point: it was observed when it arrived.
         SystemTime::now()
@@ -229,7 +229,7 @@ fn bytes_of(dp: &NumberDataPoint) -> Option<u64> {
     }
 }
 
-fn string(kv: &KeyValue) -> Option<String> {
+pub(super) fn string(kv: &KeyValue) -> Option<String> {
     match kv.value.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s.clone()),
         _ => None,

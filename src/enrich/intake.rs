@@ -368,14 +368,19 @@ impl Intake {
     }
 
     /// Keeps what each resource of a logs request says of its known GPU process (its
-    /// identity), so an application that sends only logs is named as it names itself too.
+    /// identity), so an application that sends only logs is named as it names itself too, and
+    /// the companion's live states (`pytorch.training.live`).
     async fn note_logs(self: &Arc<Self>, request: &ExportLogsServiceRequest, peer: Option<Peer>) {
         let resources = request.resource_logs.iter().map(|rl| rl.resource.as_ref());
         let Some(pids) = self.resolve_for_framework(resources.clone(), peer).await else {
             return;
         };
         if let Some(framework) = &self.framework {
-            super::framework::record_identities(&mut framework.lock(), resources, &pids);
+            let mut framework = framework.lock();
+            super::framework::record_identities(&mut framework, resources, &pids);
+            if super::live::has_live_records(request) {
+                super::live::record_live(&mut framework, request, &pids);
+            }
         }
     }
 

@@ -19,6 +19,7 @@ pub(crate) mod history;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub mod intake;
+pub(crate) mod live;
 pub(crate) mod peer;
 pub mod spans;
 

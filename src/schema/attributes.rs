@@ -351,7 +351,7 @@ attribute_table! {
         "What to do about it.",
         ["\"Check cooling (fan speed, chassis airflow, inlet temperature).\""], &[];
     DiagnosisEvidence: "gpulse.diagnosis.evidence", String,
-        "The layers the evidence came from, comma-separated: `nvml`, `procfs`, `framework`.",
+        "The layers the evidence came from, comma-separated: `nvml`, `procfs`, `metrics`, `spans`, `logs` (the last three: what the application sent through gpulse's receiver).",
         ["\"nvml,procfs\""], &[];
     DiagnosisCause: "gpulse.diagnosis.cause", String,
         "The cause, where the rule tells causes apart.",

@@ -119,3 +119,149 @@ def findings(path: Path) -> List[dict]:
                             {"resource": resource, "attributes": attributes, "body": record}
                         )
     return found
+
+
+def torchrun(
+    tmp_path: Path,
+    job: str,
+    ranks: int,
+    receiver_port: int,
+    train_args: List[str],
+    env: Dict[str, str] = None,
+) -> subprocess.Popen:
+    """``torchrun`` running train.py (the MLP under DDP, gloo on the CPU) with ``ranks`` ranks
+    sending to gpulse's OTLP/HTTP receiver; each rank writes its PID to
+    ``{tmp_path}/{job}-rank{rank}.pid`` and its output goes to ``{tmp_path}/{job}.log``."""
+    runner = Path(sys.executable).parent / "torchrun"
+    if not runner.exists():
+        fail_or_skip(f"the {job} job", f"{runner} is missing (it comes with torch)")
+    job_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    job_env.update(
+        OTEL_SERVICE_NAME=job,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_BSP_SCHEDULE_DELAY="200",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=str(EXAMPLE_DIR / "src"),
+    )
+    job_env.update(env or {})
+    with (tmp_path / f"{job}.log").open("w") as log:
+        return subprocess.Popen(
+            [
+                str(runner),
+                f"--nproc-per-node={ranks}",
+                "--rdzv-backend=c10d",
+                "--rdzv-endpoint=127.0.0.1:0",
+                f"--rdzv-id={job}",
+                str(TRAIN),
+                "--model=mlp",
+                "--batch-size=16",
+                "--epochs=1",
+                f"--pid-file={tmp_path}/{job}-rank{{rank}}.pid",
+                *train_args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=job_env,
+            cwd=tmp_path,
+        )
+
+
+def rank_pids(tmp_path: Path, job: str, ranks: int, watch=()) -> List[int]:
+    """The PIDs the ranks of ``job`` wrote (see ``torchrun``), once all have."""
+    files = [tmp_path / f"{job}-rank{rank}.pid" for rank in range(ranks)]
+    wait_until(lambda: all(f.exists() for f in files), 120, f"waiting for {job}'s ranks", watch)
+    return [int(f.read_text()) for f in files]
+
+
+def one_gpu_each(pid_envs: List[str], gpu_util: int = 80) -> str:
+    """An nvml-sim scenario giving each process (its PID in the variable named) an H100 of its
+    own."""
+    devices = "".join(
+        f"""
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-5e1f0000-0000-4000-8000-{index:012d}"
+[device.signals]
+gpu_util = {gpu_util}
+power_w = 400
+[[device.process]]
+pid_env = "{pid_env}"
+name = "python"
+memory_used_mib = 8192
+sm_util = 70
+"""
+        for index, pid_env in enumerate(pid_envs)
+    )
+    return '[driver]\nversion = "550.54.15"\ncuda_version = "12.4"\n' + devices
+
+
+def start_gpulse_on_sim(
+    tmp_path: Path,
+    name: str,
+    pids: Dict[str, int],
+    config: str,
+    receiver_port: int,
+    sink_endpoint: str,
+    out: Path,
+    what: str,
+) -> subprocess.Popen:
+    """``gpulse run`` on nvml-sim (one GPU per PID of ``pids``, by variable name), its OTLP/HTTP
+    receiver on ``receiver_port``, exporting every second to the sink; returns once the sink has
+    its first export. Its log is ``{tmp_path}/{name}.log``."""
+    gpulse_bin, sim_lib = built_binaries(what)
+    (tmp_path / f"{name}-scenario.toml").write_text(one_gpu_each(list(pids)))
+    (tmp_path / f"{name}.toml").write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        NVML_SIM_SCENARIO=str(tmp_path / f"{name}-scenario.toml"),
+        GPULSE_KUBELET_SOCKET="none",
+        OTEL_EXPORTER_OTLP_ENDPOINT=sink_endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+    )
+    env.update({key: str(pid) for key, pid in pids.items()})
+    with (tmp_path / f"{name}.log").open("w") as log:
+        gpulse = subprocess.Popen(
+            [
+                str(gpulse_bin),
+                "run",
+                "--config",
+                str(tmp_path / f"{name}.toml"),
+                "--nvml-lib",
+                str(sim_lib),
+                "--sample-interval",
+                "200ms",
+                "--export-interval",
+                "1s",
+                "--otlp-receiver-http",
+                str(receiver_port),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env,
+        )
+    try:
+        wait_until(
+            lambda: out.exists() and '"resourceMetrics"' in out.read_text(),
+            30,
+            f"waiting for {name}'s first export",
+            [gpulse],
+        )
+    except BaseException:
+        stop(gpulse)
+        raise
+    return gpulse
+
+
+def describe(records: List[dict]) -> str:
+    """Findings one per line, for assertion messages."""
+    return "\n".join(
+        f"{r['attributes'].get('gpulse.diagnosis.rule')} "
+        f"{r['attributes'].get('gpulse.diagnosis.state')} pid={r['resource'].get('process.pid')}: "
+        f"{r['body'].get('body', {}).get('stringValue', '')}"
+        for r in records
+    )

@@ -375,6 +375,7 @@ fn evidence_sources(layers: &[Layer]) -> String {
             Layer::Procfs => "the kernel (/proc, cgroups)",
             Layer::Metrics => "the framework's metrics",
             Layer::Spans => "the framework's spans",
+            Layer::Logs => "the framework's live state (log records)",
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -1,7 +1,7 @@
 //! The thresholds of the rules that compare the ranks of one distributed job:
-//! `[diagnosis.rank_straggler]`, `[diagnosis.collective_bound]` and
-//! `[diagnosis.collective_stall]` (the rules themselves are `rules::rank_straggler`,
-//! `rules::collective_bound` and `rules::collective_stall`).
+//! `[diagnosis.rank_straggler]`, `[diagnosis.collective_bound]`, `[diagnosis.collective_stall]`
+//! and `[diagnosis.distributed_hang]` (the rules themselves are `rules::rank_straggler`,
+//! `rules::collective_bound`, `rules::collective_stall` and `rules::distributed_hang`).
 
 use std::time::Duration;
 
@@ -206,6 +206,76 @@ impl CollectiveStall {
             return Err(ThresholdsError::NotPositive {
                 key: "collective_stall.min_duration",
                 value: "0s".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `[diagnosis.distributed_hang]`: a job none of whose ranks on this node has finished a step for
+/// longer than a bound, named on the rank that holds the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistributedHang {
+    pub enabled: bool,
+    /// The bound is the larger of this... Default 1 min.
+    #[serde(with = "duration_serde")]
+    pub min_stall: Duration,
+    /// ... and this many times the job's median step. Default 5.
+    pub median_steps: f64,
+    /// A rank's live state older than this is no longer where it is: it stopped reporting
+    /// (frozen, or its companion's reporter is off). Default 30 s.
+    #[serde(with = "duration_serde")]
+    pub live_fresh_for: Duration,
+    /// Phases in which a rank may keep the others waiting for long (a checkpoint written on
+    /// rank 0 while the others wait in a barrier): reported as `long_phase_wait` (info) until
+    /// `checkpoint_max`, and only after it as a hang. Default `["checkpoint", "save"]`.
+    pub checkpoint_phases: Vec<String>,
+    /// Default 30 min.
+    #[serde(with = "duration_serde")]
+    pub checkpoint_max: Duration,
+}
+
+impl Default for DistributedHang {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_stall: Duration::from_secs(60),
+            median_steps: 5.0,
+            live_fresh_for: Duration::from_secs(30),
+            checkpoint_phases: vec!["checkpoint".into(), "save".into()],
+            checkpoint_max: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+impl DistributedHang {
+    /// How long no rank may finish a step before the job counts as stuck.
+    pub(crate) fn bound(&self, median_step_seconds: Option<f64>) -> Duration {
+        let steps = median_step_seconds
+            .map(|s| s * self.median_steps)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .unwrap_or_default();
+        self.min_stall.max(steps)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
+        for (key, value) in [
+            ("distributed_hang.min_stall", self.min_stall),
+            ("distributed_hang.live_fresh_for", self.live_fresh_for),
+            ("distributed_hang.checkpoint_max", self.checkpoint_max),
+        ] {
+            if value.is_zero() {
+                return Err(ThresholdsError::NotPositive {
+                    key,
+                    value: "0s".into(),
+                });
+            }
+        }
+        if !(self.median_steps.is_finite() && self.median_steps > 0.0) {
+            return Err(ThresholdsError::NotPositive {
+                key: "distributed_hang.median_steps",
+                value: self.median_steps.to_string(),
             });
         }
         Ok(())

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 mod distributed;
 
-pub use distributed::{CollectiveBound, CollectiveStall, RankStraggler};
+pub use distributed::{CollectiveBound, CollectiveStall, DistributedHang, RankStraggler};
 
 /// Thresholds of every rule, the history bounds and the tracker's hysteresis.
 ///
@@ -42,6 +42,7 @@ pub struct Thresholds {
     pub rank_straggler: RankStraggler,
     pub collective_bound: CollectiveBound,
     pub collective_stall: CollectiveStall,
+    pub distributed_hang: DistributedHang,
 }
 
 impl Default for Thresholds {
@@ -64,6 +65,7 @@ impl Default for Thresholds {
             rank_straggler: RankStraggler::default(),
             collective_bound: CollectiveBound::default(),
             collective_stall: CollectiveStall::default(),
+            distributed_hang: DistributedHang::default(),
         }
     }
 }
@@ -586,6 +588,7 @@ impl Thresholds {
         self.rank_straggler.validate()?;
         self.collective_bound.validate()?;
         self.collective_stall.validate()?;
+        self.distributed_hang.validate()?;
         Ok(())
     }
 }

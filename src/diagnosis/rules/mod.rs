@@ -5,6 +5,7 @@
 
 pub(crate) mod collective_bound;
 pub(crate) mod collective_stall;
+pub(crate) mod distributed_hang;
 pub(crate) mod hardware_errors;
 pub(crate) mod idle_holder;
 pub(crate) mod input_bound;
@@ -320,6 +321,9 @@ pub(crate) fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> 
     }
     if t.collective_stall.enabled {
         out.extend(collective_stall::evaluate(inputs, &t.collective_stall));
+    }
+    if t.distributed_hang.enabled {
+        out.extend(distributed_hang::evaluate(inputs, &t.distributed_hang));
     }
     out
 }

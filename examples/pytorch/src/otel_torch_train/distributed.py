@@ -270,8 +270,10 @@ class CollectiveClock:
     Callbacks of gloo futures run on gloo's threads, so appends take a lock.
     """
 
-    def __init__(self, cuda: Any = None) -> None:
+    def __init__(self, cuda: Any = None, live: Any = None) -> None:
         self._lock = threading.Lock()
+        #: Where the loop is (live.LiveState): told of each collective issued and completed.
+        self.live = live
         self._host: List[Tuple[int, int]] = []
         self._events: List[Tuple[Any, Any]] = []
         self._cuda = cuda
@@ -318,6 +320,15 @@ class CollectiveClock:
         event.record()
         return event
 
+    def issued(self, op: str) -> int:
+        """Tells the live state that collective ``op`` was issued; its number (0 without one)."""
+        return self.live.collective_issued(op) if self.live is not None else 0
+
+    def done(self, seq: int) -> None:
+        """Tells the live state that collective ``seq`` completed (on the host)."""
+        if self.live is not None:
+            self.live.collective_done(seq)
+
 
 def _first_tensor(args: tuple, kwargs: dict) -> Any:
     for value in list(args) + list(kwargs.values()):
@@ -329,25 +340,38 @@ def _first_tensor(args: tuple, kwargs: dict) -> Any:
 
 
 def _timed(function: Callable, holder: "_ClockHolder") -> Callable:
+    name = function.__name__
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         clock = holder.clock
         if clock is None or holder.inside:
             return function(*args, **kwargs)
         holder.inside = True  # a collective built on another (all_gather on all_gather_into_tensor)
+        seq = clock.issued(name)
         try:
             if clock.on_cuda(_first_tensor(args, kwargs)):
                 start = clock.event()
                 work = function(*args, **kwargs)
                 clock.add_events(start, clock.event())
+                # The host does not wait for it: known complete when its step is read.
+                clock.done(seq)
                 return work
             start_ns = time_ns()
             work = function(*args, **kwargs)
             if kwargs.get("async_op") and work is not None and hasattr(work, "get_future"):
-                clock.fence.then(work.get_future(), lambda fut: clock.add_host(start_ns, time_ns()))
+
+                def completed(fut: Any) -> None:
+                    clock.add_host(start_ns, time_ns())
+                    clock.done(seq)
+
+                clock.fence.then(work.get_future(), completed)
             else:
                 clock.add_host(start_ns, time_ns())
+                clock.done(seq)
             return work
+        except BaseException:
+            clock.done(seq)
+            raise
         finally:
             holder.inside = False
 
@@ -420,11 +444,13 @@ def ddp_hook(clock: CollectiveClock, inner: Optional[Callable] = None) -> Callab
     # this module's annotations are strings (postponed evaluation).
     def timed_hook(state, bucket):  # type: ignore[no-untyped-def]
         buffer = bucket.buffer()
+        seq = clock.issued("all_reduce")
         if clock.on_cuda(buffer):
             start = clock.event()
 
             def done_cuda(fut: Any) -> Any:
                 clock.add_events(start, clock.event())
+                clock.done(seq)
                 return result(fut)
 
             return clock.fence.then(run_inner(state, bucket), done_cuda)
@@ -432,6 +458,7 @@ def ddp_hook(clock: CollectiveClock, inner: Optional[Callable] = None) -> Callab
 
         def done(fut: Any) -> Any:
             clock.add_host(start_ns, time_ns())
+            clock.done(seq)
             return result(fut)
 
         return clock.fence.then(run_inner(state, bucket), done)

@@ -51,6 +51,7 @@ from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 from . import cuda_memory, distributed
 from .cuda_memory import CudaMemory
 from .framework_facts import PrecisionWatch, loader_attributes
+from .live import LiveReporter, LiveState, live_settings
 from .memory_summary import DEFAULT_MAX_CHARS, PeakGrowthWatch
 from .providers import Providers, build_logger_provider, build_providers
 from .resource import DEFAULT_SERVICE_NAME, build_resource
@@ -151,18 +152,22 @@ class _Epoch:
 
 
 class _NoPhase:
-    """Stands in for a phase span in a step that is not traced (``step_spans_every``)."""
+    """Stands in for a phase span in a step that is not traced (``step_spans_every``); the live
+    state still learns the phase."""
 
-    __slots__ = ()
+    __slots__ = ("_live", "_name")
+
+    def __init__(self, live: LiveState, name: str) -> None:
+        self._live = live
+        self._name = name
 
     def __enter__(self) -> None:
+        self._live.enter_phase(self._name)
         return None
 
     def __exit__(self, *_exc: object) -> bool:
+        self._live.exit_phase()
         return False
-
-
-_NO_PHASE = _NoPhase()
 
 
 class _Phase:
@@ -174,6 +179,7 @@ class _Phase:
 
     def __enter__(self) -> Span:
         self._telemetry._sample_precision()
+        self._telemetry._live.enter_phase(self._name)
         self._span = self._telemetry._tracer.start_span(self._name)
         self._token = otel_context.attach(set_span_in_context(self._span))
         return self._span
@@ -181,6 +187,7 @@ class _Phase:
     def __exit__(self, exc_type: Any, error: Optional[BaseException], _tb: Any) -> bool:
         otel_context.detach(self._token)
         telemetry = self._telemetry
+        telemetry._live.exit_phase()
         if error is not None:
             telemetry._last_error = error
             _fail(self._span, error)
@@ -194,19 +201,22 @@ class _Phase:
 class _PhaseTimer:
     """A phase recorded as ``training.phase.<name>.duration`` (seconds) on the step span."""
 
-    __slots__ = ("_telemetry", "_step", "_key", "_start")
+    __slots__ = ("_telemetry", "_step", "_name", "_key", "_start")
 
     def __init__(self, telemetry: "TrainingTelemetry", step: _Step, name: str) -> None:
         self._telemetry = telemetry
         self._step = step
+        self._name = name
         self._key = f"training.phase.{name}.duration"
 
     def __enter__(self) -> None:
         self._telemetry._sample_precision()
+        self._telemetry._live.enter_phase(self._name)
         self._start = time_ns()
         return None
 
     def __exit__(self, exc_type: Any, error: Optional[BaseException], _tb: Any) -> bool:
+        self._telemetry._live.exit_phase()
         if error is not None:
             self._telemetry._last_error = error
         elif self._telemetry._synchronize:
@@ -268,6 +278,10 @@ class TrainingTelemetry:
     :param memory_summary_max_chars: the longest summary sent; longer ones are cut, and say so.
     :param logger_provider: where that log record goes; by default the global one when the
         application installed a real one, else one built from ``OTEL_LOGS_EXPORTER``.
+    :param live: report where the loop is while a step, phase or collective lasts far longer than
+        a step should (live.py; what gpulse's ``distributed_hang`` names the stuck rank from), as
+        log records from a thread of its own. Default: on in a torch.distributed job.
+        ``OTEL_TORCH_TRAIN_LIVE_INTERVAL``, ``_REPORT_AFTER`` and ``_STACK_AFTER`` (seconds) tune it.
     :param collectives: time torch.distributed's collectives called in a step (distributed.py):
         ``pytorch.distributed.collective.wait`` on the step span and as a histogram. DDP's own
         all-reduces need ``watch_ddp(model)``. Only in a distributed job (torch.distributed
@@ -290,6 +304,7 @@ class TrainingTelemetry:
         memory_summary_max_chars: int = DEFAULT_MAX_CHARS,
         logger_provider: Optional[otel_logs.LoggerProvider] = None,
         collectives: bool = True,
+        live: Optional[bool] = None,
     ) -> None:
         if step_spans_every < 1:
             raise ValueError(f"step_spans_every must be 1 or more, got {step_spans_every}")
@@ -313,20 +328,12 @@ class TrainingTelemetry:
             self._gauges = cuda_memory.MemoryGauges(meter, self._cuda)
         self._memory_summary: Optional[PeakGrowthWatch] = None
         self._owned_logs = None
-        self.logger_provider: Optional[otel_logs.LoggerProvider] = None
+        self.logger_provider: Optional[otel_logs.LoggerProvider] = logger_provider
+        self._service_name = service_name
         if memory_summary_after is not None:
-            if logger_provider is None and _is_proxy(otel_logs.get_logger_provider()):
-                resource = (
-                    self._owned.tracer_provider.resource
-                    if self._owned is not None
-                    else build_resource(service_name or DEFAULT_SERVICE_NAME)
-                )
-                logger_provider = self._owned_logs = build_logger_provider(resource)
-                otel_logs.set_logger_provider(logger_provider)
-            self.logger_provider = logger_provider or otel_logs.get_logger_provider()
             self._memory_summary = PeakGrowthWatch(
                 self._cuda,
-                self.logger_provider.get_logger(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION),
+                self._logger(),
                 memory_summary_after,
                 memory_summary_max_chars,
             )
@@ -346,9 +353,15 @@ class TrainingTelemetry:
         self._shut_down = False
         self._collectives: Optional[distributed.CollectiveClock] = None
         self._collective_wait = None
+        self._live = LiveState()
+        self._live_reporter: Optional[LiveReporter] = None
+        if live is None:
+            live = collectives and distributed.install_available()
+        if live:
+            self._live_reporter = LiveReporter(self._live, self._logger, **live_settings())
         if collectives and distributed.install_available():
             torch_cuda = cuda_memory.torch_cuda_module()
-            self._collectives = distributed.CollectiveClock(cuda=torch_cuda)
+            self._collectives = distributed.CollectiveClock(cuda=torch_cuda, live=self._live)
             distributed.install(self._collectives)
             meter = self.meter_provider.get_meter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION)
             self._collective_wait = meter.create_histogram(
@@ -357,6 +370,21 @@ class TrainingTelemetry:
                 description="Time of a training step with a torch.distributed collective in "
                 "flight (waiting for the other ranks, or transferring)",
             )
+
+    def _logger(self) -> Any:
+        """This package's logger: on the provider given, else the global one when the application
+        installed a real one, else one built here from ``OTEL_LOGS_EXPORTER``."""
+        if self.logger_provider is None:
+            if _is_proxy(otel_logs.get_logger_provider()):
+                resource = (
+                    self._owned.tracer_provider.resource
+                    if self._owned is not None
+                    else build_resource(self._service_name or DEFAULT_SERVICE_NAME)
+                )
+                self._owned_logs = build_logger_provider(resource)
+                otel_logs.set_logger_provider(self._owned_logs)
+            self.logger_provider = self._owned_logs or otel_logs.get_logger_provider()
+        return self.logger_provider.get_logger(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION)
 
     def _own(self, service_name: Optional[str]) -> Providers:
         if self._owned is None:
@@ -421,9 +449,11 @@ class TrainingTelemetry:
                 self._collectives.reset()
             start = time_ns()
             traced = self._global_step % self._every == 0
+            self._live.begin_step(self._global_step)
             try:
                 batch = next(iterator)
             except StopIteration:
+                self._live.end_step()
                 return
             except BaseException as error:
                 failed = tracer.start_span(
@@ -437,6 +467,7 @@ class TrainingTelemetry:
                 _fail(failed, error, now)
                 raise
             token = None
+            self._live.got_batch()
             if traced:
                 got = time_ns()
                 span = tracer.start_span(
@@ -481,7 +512,7 @@ class TrainingTelemetry:
         step = self._step
         if step is not None:
             if step.span is None:
-                return _NO_PHASE
+                return _NoPhase(self._live, name)
             if not self._phase_spans:
                 return _PhaseTimer(self, step, name)
         return _Phase(self, name)
@@ -547,6 +578,8 @@ class TrainingTelemetry:
         self._settle(None)
         if not self._shut_down:
             self._shut_down = True
+            if self._live_reporter is not None:
+                self._live_reporter.stop()
             if self._collectives is not None:
                 distributed.uninstall(self._collectives)
             if self._owned is not None:
@@ -586,6 +619,7 @@ class TrainingTelemetry:
                 epoch.loss_sum += state.loss
                 epoch.loss_count += 1
         self._step = None
+        self._live.end_step()
         self._global_step += 1
 
     def _finish_epoch(self, state: _Epoch, end: int) -> None:

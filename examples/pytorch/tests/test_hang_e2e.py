@@ -1,0 +1,169 @@
+"""A stuck job named end to end: real torchrun jobs, the companion's live states, gpulse's rules.
+
+A data-parallel job runs under ``torchrun`` (gloo on the CPU, 4 ranks, train.py's MLP under DDP
+with the companion's comm hook); every rank sends its spans and live states to ``gpulse run``'s
+OTLP/HTTP receiver; gpulse samples nvml-sim, whose scenario puts each rank's real PID on a GPU of
+its own, and forwards its findings to otlp_sink.py.
+
+- Rank 2 blocks (sleeps) inside step 30 for 15 s, in a phase ``stuck``: the other ranks wait for
+  it in their all-reduce. gpulse raises one ``distributed_hang`` on rank 2's resource, with the
+  phase, the collective the others wait in, the waiting ranks and rank 2's stack (the frame where
+  it sleeps), nothing on the others, and clears it once rank 2 goes on.
+- Rank 0 writes a "checkpoint" for 10 s while the others wait: ``long_phase_wait`` (info) on rank
+  0, and no ``distributed_hang``. Then the job is stopped with SIGTERM: nothing more is raised.
+
+The detection bound is a configuration value here (3 s), so each job takes well under a minute.
+No root needed. Needs torch and the binaries ``cargo build --workspace`` makes; without them it
+is skipped with the reason, and under ``CI=true`` it fails.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import require_torch
+from e2e import (
+    describe,
+    findings,
+    free_port,
+    rank_pids,
+    start_gpulse_on_sim,
+    start_sink,
+    stop,
+    torchrun,
+    wait_until,
+)
+
+WHAT = "the hang end-to-end test"
+RANKS = 4
+
+CONFIG = """
+[diagnosis]
+clear_after_windows = 2
+
+[diagnosis.distributed_hang]
+min_stall = "3s"
+live_fresh_for = "3s"
+
+[diagnosis.idle_holder]
+enabled = false
+"""
+
+# The companion reports a state after 1 s in it, every 0.5 s, with the stacks after 2 s.
+LIVE = {
+    "OTEL_LOGS_EXPORTER": "otlp",
+    "OTEL_BLRP_SCHEDULE_DELAY": "200",
+    "OTEL_TORCH_TRAIN_LIVE_INTERVAL": "0.5",
+    "OTEL_TORCH_TRAIN_LIVE_REPORT_AFTER": "1",
+    "OTEL_TORCH_TRAIN_LIVE_STACK_AFTER": "2",
+}
+
+
+def run_job(tmp_path: Path, job: str, train_args, until=None):
+    """Runs ``job`` under gpulse to its end (or until ``until(out)`` holds, then SIGTERM);
+    returns (findings, rank PIDs, job's exit status)."""
+    out = tmp_path / "otlp.jsonl"
+    go = tmp_path / "go"
+    receiver_port = free_port()
+    sink = gpulse = process = None
+    try:
+        sink, sink_endpoint = start_sink(out)
+        process = torchrun(
+            tmp_path,
+            job,
+            RANKS,
+            receiver_port,
+            ["--steps-per-epoch=60", "--sleep-per-step=0.05", f"--start-after={go}", *train_args],
+            env=LIVE,
+        )
+        pids = rank_pids(tmp_path, job, RANKS, [process])
+        gpulse = start_gpulse_on_sim(
+            tmp_path,
+            "gpulse",
+            {f"RANK{rank}_PID": pid for rank, pid in enumerate(pids)},
+            CONFIG,
+            receiver_port,
+            sink_endpoint,
+            out,
+            WHAT,
+        )
+        go.touch()
+        if until is not None:
+            wait_until(lambda: until(out), 120, f"waiting in {job}", [process, gpulse])
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{job} still running after 180 s: {tmp_path / (job + '.log')}")
+        time.sleep(4)  # two more windows: a finding that would still rise, rises
+        stop(gpulse)
+        assert gpulse.returncode == 0, (tmp_path / "gpulse.log").read_text()[-3000:]
+        stop(sink)
+    finally:
+        stop(process)
+        stop(gpulse)
+        stop(sink)
+    return findings(out), pids, process.returncode
+
+
+def of_rule(records, rule, state):
+    return [
+        r
+        for r in records
+        if r["attributes"]["gpulse.diagnosis.rule"] == rule
+        and r["attributes"]["gpulse.diagnosis.state"] == state
+    ]
+
+
+def test_the_rank_that_blocks_is_named_with_its_stack_and_the_finding_clears(tmp_path):
+    require_torch()
+    records, pids, status = run_job(
+        tmp_path,
+        "hang-job",
+        ["--block-rank=2", "--block-at-step=30", "--block-seconds=15", "--block-phase=stuck"],
+    )
+    listing = describe(records)
+    assert status == 0, (tmp_path / "hang-job.log").read_text()[-3000:]
+    started = of_rule(records, "distributed_hang", "started")
+    assert started, f"no distributed_hang finding started. Findings:\n{listing}"
+    assert {r["resource"].get("process.pid") for r in started} == {pids[2]}, listing
+    finding = started[0]["attributes"]
+    assert finding["gpulse.diagnosis.severity"] == "critical"
+    assert finding["pytorch.distributed.rank"] == 2
+    assert finding["pytorch.distributed.job.id"] == "hang-job"
+    assert finding["gpulse.diagnosis.cause"] == "phase", finding
+    assert finding["gpulse.diagnosis.value.phase"] == "stuck"
+    assert finding["gpulse.diagnosis.value.step"] == 30
+    assert finding["gpulse.diagnosis.value.collective_op"] == "all_reduce"
+    assert finding["gpulse.diagnosis.value.waiting_ranks"] == "0,1,3"
+    stack = finding.get("gpulse.diagnosis.value.stack", "")
+    assert "train.py" in stack and "time.sleep(args.block_seconds)" in stack, stack
+    assert "logs" in finding["gpulse.diagnosis.evidence"]
+    cleared = of_rule(records, "distributed_hang", "cleared")
+    assert [r["resource"].get("process.pid") for r in cleared] == [pids[2]], listing
+    assert not of_rule(records, "long_phase_wait", "started"), listing
+
+
+def test_a_long_checkpoint_is_no_hang_and_a_stopped_job_raises_nothing(tmp_path):
+    require_torch()
+
+    def checkpoint_seen(out: Path) -> bool:
+        return out.exists() and bool(of_rule(findings(out), "long_phase_wait", "started"))
+
+    records, pids, status = run_job(
+        tmp_path,
+        "checkpoint-job",
+        ["--block-rank=0", "--block-at-step=20", "--block-seconds=10", "--block-phase=checkpoint"],
+        until=checkpoint_seen,
+    )
+    listing = describe(records)
+    assert status != 0, "the job was stopped with SIGTERM before its end"
+    assert not of_rule(records, "distributed_hang", "started"), listing
+    started = of_rule(records, "long_phase_wait", "started")
+    assert [r["resource"].get("process.pid") for r in started] == [pids[0]], listing
+    finding = started[0]["attributes"]
+    assert finding["gpulse.diagnosis.severity"] == "info"
+    assert finding["gpulse.diagnosis.value.phase"] == "checkpoint"
