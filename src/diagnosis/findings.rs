@@ -333,6 +333,21 @@ pub struct Finding {
     pub since: SystemTime,
     /// The layers the rule read to reach it (`gpulse.diagnosis.evidence`: `nvml,procfs,spans`).
     pub evidence: Vec<Layer>,
+    /// What the rule gathered from processes other than the subject (the waiting ranks' stacks
+    /// of a hang): exported once, when the finding starts, as `gpulse.diagnosis.evidence` log
+    /// records on those processes' resources, each naming the finding's subject.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<RelatedEvidence>,
+}
+
+/// Evidence of a finding from another process than its subject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RelatedEvidence {
+    pub pid: u32,
+    /// Its rank, when it is a rank of a distributed job.
+    pub rank: Option<u32>,
+    /// Every thread's Python stack, as the process sent it.
+    pub stack: String,
 }
 
 impl Finding {

@@ -171,6 +171,7 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
         // job a distributed finding is about, named as the job's own telemetry names them.
         let key = match name.as_str() {
             "cause" => A::DiagnosisCause.key().to_string(),
+            "stack" => A::CodeStacktrace.key().to_string(),
             "rank" => RANK.to_string(),
             "job_id" if !attributes.iter().any(|a| a.key == JOB_ID) => JOB_ID.to_string(),
             "job_id" => continue,
@@ -190,6 +191,50 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
         event_name: EVENT_NAME.to_string(),
         ..Default::default()
     }
+}
+
+/// The evidence records of a finding that started: one per process it gathered evidence from
+/// (`Finding::related`), with that process's host PID, to be placed under its resource. None
+/// for an escalated or cleared finding: the evidence went with its start.
+pub fn evidence_records(event: &FindingEvent) -> Vec<(u32, LogRecord)> {
+    if event.state != FindingState::Started {
+        return Vec::new();
+    }
+    let f = &event.finding;
+    let time = unix_nanos::to_nanos(event.at);
+    let job = f.values.iter().find_map(|(name, value)| match value {
+        Value::Text(job) if name == "job_id" => Some(job.as_str()),
+        _ => None,
+    });
+    f.related
+        .iter()
+        .map(|related| {
+            let mut attributes = vec![
+                kv_str(A::DiagnosisRule.key(), f.rule.as_str()),
+                kv_str(A::DiagnosisSubject.key(), &f.subject.key()),
+                kv_str(A::CodeStacktrace.key(), &related.stack),
+            ];
+            if let Some(rank) = related.rank {
+                attributes.push(kv_int(RANK, i64::from(rank)));
+            }
+            if let Some(job) = job {
+                attributes.push(kv_str(JOB_ID, job));
+            }
+            let record = LogRecord {
+                time_unix_nano: time,
+                observed_time_unix_nano: time,
+                severity_number: SeverityNumber::Info as i32,
+                severity_text: severity_text(SeverityNumber::Info).to_string(),
+                body: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(related.stack.clone())),
+                }),
+                attributes,
+                event_name: crate::schema::registry::EVIDENCE_EVENT.to_string(),
+                ..Default::default()
+            };
+            (related.pid, record)
+        })
+        .collect()
 }
 
 fn kv(key: &str, value: any_value::Value) -> KeyValue {
@@ -241,6 +286,7 @@ mod tests {
             state: FindingState::Started,
             finding: Finding {
                 rule: RuleId::RankStraggler,
+                related: Vec::new(),
                 severity: Severity::Warning,
                 subject,
                 summary: "s".into(),

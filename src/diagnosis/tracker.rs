@@ -186,6 +186,7 @@ mod tests {
             values: vec![],
             since: at(since),
             evidence: vec![],
+            related: Vec::new(),
         }
     }
 

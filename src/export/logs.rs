@@ -5,7 +5,8 @@
 //! Resources come from `export::resource`, shared with the metrics request: the node resource
 //! first, then one per workload, in the order given. A resource with no record is left out.
 //! [`findings_request`] places one window's finding events: a finding about a process of the
-//! attributed window under that process's resource, every other finding under the node's.
+//! attributed window under that process's resource, every other finding under the node's; the
+//! evidence records of a started finding under the resources of the processes they come from.
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
@@ -16,7 +17,7 @@ use super::resource::{gpulse_scope, node_resource, process_resource, NodeIdentit
 use std::collections::BTreeMap;
 
 use crate::attribution::{AttributedWindow, Workload};
-use crate::diagnosis::otlp::to_log_record;
+use crate::diagnosis::otlp::{evidence_records, to_log_record};
 use crate::diagnosis::FindingEvent;
 
 fn resource_logs(resource: Resource, log_records: Vec<LogRecord>) -> ResourceLogs {
@@ -62,20 +63,20 @@ pub fn findings_request(
 ) -> ExportLogsServiceRequest {
     let mut node_records = Vec::new();
     let mut by_pid: BTreeMap<u32, (&Workload, Vec<LogRecord>)> = BTreeMap::new();
+    let mut place = |pid: Option<u32>, record: LogRecord| match pid
+        .and_then(|pid| Some((pid, attributed.process(pid)?)))
+    {
+        Some((pid, p)) => by_pid
+            .entry(pid)
+            .or_insert_with(|| (p.workload, Vec::new()))
+            .1
+            .push(record),
+        None => node_records.push(record),
+    };
     for event in events {
-        let record = to_log_record(event);
-        let process = event
-            .finding
-            .subject
-            .pid()
-            .and_then(|pid| Some((pid, attributed.process(pid)?)));
-        match process {
-            Some((pid, p)) => by_pid
-                .entry(pid)
-                .or_insert_with(|| (p.workload, Vec::new()))
-                .1
-                .push(record),
-            None => node_records.push(record),
+        place(event.finding.subject.pid(), to_log_record(event));
+        for (pid, record) in evidence_records(event) {
+            place(Some(pid), record);
         }
     }
     logs_request(node, node_records, by_pid.into_values().collect())
@@ -232,6 +233,7 @@ mod tests {
             state: FindingState::Started,
             finding: Finding {
                 rule: RuleId::Throttling,
+                related: Vec::new(),
                 severity: Severity::Warning,
                 subject,
                 summary: "s".into(),

@@ -381,6 +381,7 @@ attribute_table! {
     ProcessExecutableName: "process.executable.name", semconv;
     ProcessOwner: "process.owner", semconv;
     ProcessCommandLine: "process.command_line", semconv;
+    CodeStacktrace: "code.stacktrace", semconv;
     ContainerId: "container.id", semconv;
     ContainerRuntime: "container.runtime.name", semconv;
     K8sPodUid: "k8s.pod.uid", semconv;

@@ -18,8 +18,8 @@ use super::attributes::{
 use super::health::{HealthMetricSpec, HEALTH_METRICS};
 use super::metrics::{Instrument, MetricSpec, Section, METRICS};
 pub use super::signals::{
-    metric_attributes, DEVICE_IDENTITY, FINDING_ATTRIBUTES, FINDING_PLACE, GPU_PROCESS_ENTITY,
-    NODE_ENTITY, PROCESS_DEVICE,
+    metric_attributes, DEVICE_IDENTITY, EVIDENCE_ATTRIBUTES, FINDING_ATTRIBUTES, FINDING_PLACE,
+    GPU_PROCESS_ENTITY, NODE_ENTITY, PROCESS_DEVICE,
 };
 
 /// Where the committed registry says the semantic conventions come from: the `model/` folder of
@@ -132,6 +132,8 @@ pub const SEMCONV_ENTITIES: [&str; 14] = [
 
 /// The event name of the findings' log records.
 pub const FINDING_EVENT: &str = "gpulse.diagnosis.finding";
+/// The event name of the records that carry a finding's evidence from other processes.
+pub const EVIDENCE_EVENT: &str = "gpulse.diagnosis.evidence";
 
 /// The registry's files: (path under [`REGISTRY_DIR`], content). `semconv` is where the
 /// semantic conventions' `model/` folder is: [`SEMCONV_ARCHIVE`] for the committed registry, a
@@ -442,6 +444,13 @@ fn events_yaml() -> String {
     );
     uses_yaml(&mut out, "      ", &FINDING_ATTRIBUTES);
     uses_yaml(&mut out, "      ", &FINDING_PLACE);
+    let _ = write!(
+        out,
+        "  - id: event.{EVIDENCE_EVENT}\n    type: event\n    name: {EVIDENCE_EVENT}\n    stability: development\n    brief: {}\n    note: {}\n    attributes:\n",
+        quote("Evidence a finding gathered from another process than its subject, sent once when the finding starts, on that process's resource: the stacks of the ranks that wait in a hung job."),
+        quote("The body is the process's stack (every thread, as the PyTorch companion sent it); `gpulse.diagnosis.subject` names the finding it belongs to.")
+    );
+    uses_yaml(&mut out, "      ", &EVIDENCE_ATTRIBUTES);
     out
 }
 

@@ -170,8 +170,9 @@ pub const FINDING_ATTRIBUTES: [Uses; 20] = [
     when(A::HwIds, "when the finding is about a job"),
 ];
 
-/// Further attributes of a finding's log record: where it is, and which training job.
-pub const FINDING_PLACE: [Uses; 4] = [
+/// Further attributes of a finding's log record: where it is, which training job, and the stack
+/// of the process it names.
+pub const FINDING_PLACE: [Uses; 5] = [
     rec(A::ContainerId),
     rec(A::K8sPodUid),
     when(
@@ -179,6 +180,26 @@ pub const FINDING_PLACE: [Uses; 4] = [
         "when the finding is about a torch.distributed job",
     ),
     when(A::PytorchRank, "when the finding names a rank"),
+    when(
+        A::CodeStacktrace,
+        "when the finding names a process that sent its stack",
+    ),
+];
+
+/// The attributes of a finding's evidence record (`gpulse.diagnosis.evidence`): which finding it
+/// belongs to, and the stack.
+pub const EVIDENCE_ATTRIBUTES: [Uses; 5] = [
+    req(A::DiagnosisRule),
+    req(A::DiagnosisSubject),
+    req(A::CodeStacktrace),
+    when(
+        A::PytorchRank,
+        "when the process is a rank of a torch.distributed job",
+    ),
+    when(
+        A::PytorchJobId,
+        "when the process is a rank of a torch.distributed job",
+    ),
 ];
 
 /// gpulse's entity on every process resource, beside the conventions' `process`, `container`,

@@ -122,6 +122,7 @@ fn view() -> Arc<View> {
     };
     let finding = Finding {
         rule: RuleId::InputBound,
+        related: Vec::new(),
         severity: Severity::Warning,
         subject: Subject::Workload {
             pid: TRAINER,

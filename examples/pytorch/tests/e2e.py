@@ -128,10 +128,13 @@ def torchrun(
     receiver_port: int,
     train_args: List[str],
     env: Dict[str, str] = None,
+    node: Tuple[int, int, int] = None,
 ) -> subprocess.Popen:
     """``torchrun`` running train.py (the MLP under DDP, gloo on the CPU) with ``ranks`` ranks
     sending to gpulse's OTLP/HTTP receiver; each rank writes its PID to
-    ``{tmp_path}/{job}-rank{rank}.pid`` and its output goes to ``{tmp_path}/{job}.log``."""
+    ``{tmp_path}/{job}-rank{rank}.pid`` and the output goes to ``{tmp_path}/{job}.log``.
+    ``node``: ``(nodes, this node's rank, rendezvous port)`` for one node of a multi-node job
+    (``ranks`` per node; its log is ``{job}-node{rank}.log``)."""
     runner = Path(sys.executable).parent / "torchrun"
     if not runner.exists():
         fail_or_skip(f"the {job} job", f"{runner} is missing (it comes with torch)")
@@ -147,13 +150,19 @@ def torchrun(
         PYTHONPATH=str(EXAMPLE_DIR / "src"),
     )
     job_env.update(env or {})
-    with (tmp_path / f"{job}.log").open("w") as log:
+    launch = ["--rdzv-endpoint=127.0.0.1:0"]
+    log_name = f"{job}.log"
+    if node is not None:
+        nodes, node_rank, port = node
+        launch = [f"--nnodes={nodes}", f"--node-rank={node_rank}", f"--rdzv-endpoint=127.0.0.1:{port}"]
+        log_name = f"{job}-node{node_rank}.log"
+    with (tmp_path / log_name).open("w") as log:
         return subprocess.Popen(
             [
                 str(runner),
                 f"--nproc-per-node={ranks}",
                 "--rdzv-backend=c10d",
-                "--rdzv-endpoint=127.0.0.1:0",
+                *launch,
                 f"--rdzv-id={job}",
                 str(TRAIN),
                 "--model=mlp",

@@ -8,9 +8,12 @@ its own, and forwards its findings to otlp_sink.py.
 - Rank 2 blocks (sleeps) inside step 30 for 15 s, in a phase ``stuck``: the other ranks wait for
   it in their all-reduce. gpulse raises one ``distributed_hang`` on rank 2's resource, with the
   phase, the collective the others wait in, the waiting ranks and rank 2's stack (the frame where
-  it sleeps), nothing on the others, and clears it once rank 2 goes on.
+  it sleeps), no finding on the others but their stacks as evidence records on their resources,
+  and clears it once rank 2 goes on.
 - Rank 0 writes a "checkpoint" for 10 s while the others wait: ``long_phase_wait`` (info) on rank
   0, and no ``distributed_hang``. Then the job is stopped with SIGTERM: nothing more is raised.
+- Two torchrun agents stand in for two nodes, each with its own gpulse: the one with rank 2 names
+  it; the other says all its ranks wait and the culprit is among ranks 2-3.
 
 The detection bound is a configuration value here (3 s), so each job takes well under a minute.
 No root needed. Needs torch and the binaries ``cargo build --workspace`` makes; without them it
@@ -114,7 +117,7 @@ def of_rule(records, rule, state):
         r
         for r in records
         if r["attributes"]["gpulse.diagnosis.rule"] == rule
-        and r["attributes"]["gpulse.diagnosis.state"] == state
+        and r["attributes"].get("gpulse.diagnosis.state") == state
     ]
 
 
@@ -139,9 +142,19 @@ def test_the_rank_that_blocks_is_named_with_its_stack_and_the_finding_clears(tmp
     assert finding["gpulse.diagnosis.value.step"] == 30
     assert finding["gpulse.diagnosis.value.collective_op"] == "all_reduce"
     assert finding["gpulse.diagnosis.value.waiting_ranks"] == "0,1,3"
-    stack = finding.get("gpulse.diagnosis.value.stack", "")
+    stack = finding.get("code.stacktrace", "")
     assert "train.py" in stack and "time.sleep(args.block_seconds)" in stack, stack
     assert "logs" in finding["gpulse.diagnosis.evidence"]
+    # The waiting ranks' stacks, once, each on its own resource, naming the finding.
+    evidence = [r for r in records if r["body"].get("eventName") == "gpulse.diagnosis.evidence"]
+    assert sorted(r["resource"].get("process.pid") for r in evidence) == sorted(
+        pids[r] for r in (0, 1, 3)
+    ), listing
+    for record in evidence:
+        attributes = record["attributes"]
+        assert attributes["gpulse.diagnosis.subject"] == finding["gpulse.diagnosis.subject"]
+        assert attributes["gpulse.diagnosis.rule"] == "distributed_hang"
+        assert "backward" in attributes["code.stacktrace"], attributes["code.stacktrace"]
     cleared = of_rule(records, "distributed_hang", "cleared")
     assert [r["resource"].get("process.pid") for r in cleared] == [pids[2]], listing
     assert not of_rule(records, "long_phase_wait", "started"), listing
@@ -167,3 +180,79 @@ def test_a_long_checkpoint_is_no_hang_and_a_stopped_job_raises_nothing(tmp_path)
     finding = started[0]["attributes"]
     assert finding["gpulse.diagnosis.severity"] == "info"
     assert finding["gpulse.diagnosis.value.phase"] == "checkpoint"
+
+
+def test_two_nodes_the_culprits_names_it_and_the_other_says_it_is_elsewhere(tmp_path):
+    """Two torchrun agents stand in for two nodes (ranks 0-1 and 2-3, one rendezvous), each with
+    its own gpulse that sees only its node's ranks; rank 2 blocks."""
+    require_torch()
+    job = "two-node-job"
+    go = tmp_path / "go"
+    rendezvous = free_port()
+    nodes, gpulses, sinks = [], [], []
+    outs = [tmp_path / "otlp-node0.jsonl", tmp_path / "otlp-node1.jsonl"]
+    try:
+        endpoints = []
+        for out in outs:
+            sink, endpoint = start_sink(out)
+            sinks.append(sink)
+            endpoints.append(endpoint)
+        receivers = [free_port(), free_port()]
+        for node in (0, 1):
+            nodes.append(
+                torchrun(
+                    tmp_path,
+                    job,
+                    2,
+                    receivers[node],
+                    [
+                        "--steps-per-epoch=60",
+                        "--sleep-per-step=0.05",
+                        f"--start-after={go}",
+                        "--block-rank=2",
+                        "--block-at-step=30",
+                        "--block-seconds=12",
+                    ],
+                    env=LIVE,
+                    node=(2, node, rendezvous),
+                )
+            )
+        pids = rank_pids(tmp_path, job, RANKS, nodes)
+        for node in (0, 1):
+            gpulses.append(
+                start_gpulse_on_sim(
+                    tmp_path,
+                    f"gpulse-node{node}",
+                    {f"RANK{rank}_PID": pids[rank] for rank in (2 * node, 2 * node + 1)},
+                    CONFIG,
+                    receivers[node],
+                    endpoints[node],
+                    outs[node],
+                    WHAT,
+                )
+            )
+        go.touch()
+        for node, process in enumerate(nodes):
+            try:
+                process.wait(180)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"node {node} of {job} still running after 180 s")
+            log = (tmp_path / f"{job}-node{node}.log").read_text()
+            assert process.returncode == 0, log[-3000:]
+        time.sleep(2)
+        for process in gpulses + sinks:
+            stop(process)
+    finally:
+        for process in nodes + gpulses + sinks:
+            stop(process)
+    here, there = (of_rule(findings(out), "distributed_hang", "started") for out in outs)
+    listing = "node 0:\n" + describe(findings(outs[0])) + "\nnode 1:\n" + describe(findings(outs[1]))
+    # The node that hosts the culprit names it.
+    assert {r["resource"].get("process.pid") for r in there} == {pids[2]}, listing
+    assert there[0]["attributes"]["gpulse.diagnosis.cause"] == "phase", listing
+    # The other says every rank of its own waits, and the culprit is among the ranks elsewhere.
+    assert {r["resource"].get("process.pid") for r in here} == {pids[0]}, listing
+    finding = here[0]["attributes"]
+    assert finding["gpulse.diagnosis.cause"] == "remote", listing
+    assert finding["gpulse.diagnosis.value.ranks_elsewhere"] == "2,3"
+    assert finding["gpulse.diagnosis.value.waiting_ranks"] == "0,1"

@@ -119,6 +119,7 @@ pub(crate) fn evaluate(
         );
         out.push(Finding {
             rule: RuleId::CollectiveBound,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

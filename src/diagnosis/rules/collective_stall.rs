@@ -236,6 +236,7 @@ fn finding(
         .unwrap_or(inputs.window.start);
     Finding {
         rule: RuleId::CollectiveStall,
+        related: Vec::new(),
         severity: Severity::Error,
         subject,
         summary,

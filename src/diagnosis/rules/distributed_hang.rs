@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use crate::config::thresholds::DistributedHang;
-use crate::diagnosis::findings::{human_duration, Finding, Layer, RuleId, Severity, Value};
+use crate::diagnosis::findings::{
+    human_duration, Finding, Layer, RelatedEvidence, RuleId, Severity, Value,
+};
 use crate::diagnosis::framework::{DistributedIdentity, ProcessEvidence};
 use crate::diagnosis::live::{DepartedRank, InFlight};
 use crate::sampling::ProcessWindow;
@@ -422,6 +424,19 @@ fn finding(inputs: &Inputs<'_>, t: &DistributedHang, c: Context<'_>) -> Finding 
         ),
     };
     let subject = inputs.workload_subject(pid, device);
+    // The waiting ranks' stacks go with the finding, on their own resources.
+    let related = c
+        .ranks
+        .iter()
+        .filter(|r| r.pid != pid && c.waiting_ranks.contains(&r.identity.rank))
+        .filter_map(|r| {
+            Some(RelatedEvidence {
+                pid: r.pid,
+                rank: Some(r.identity.rank),
+                stack: r.evidence.live.as_ref()?.stack.clone()?,
+            })
+        })
+        .collect();
     Finding {
         rule: if long_phase {
             RuleId::LongPhaseWait
@@ -437,6 +452,7 @@ fn finding(inputs: &Inputs<'_>, t: &DistributedHang, c: Context<'_>) -> Finding 
         summary,
         advice: advice.to_string(),
         values,
+        related,
         since: c.since,
         evidence: match cause {
             // The process left NVML's list.

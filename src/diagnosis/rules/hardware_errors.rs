@@ -121,6 +121,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> 
         }
         out.push(Finding {
             rule: RuleId::HardwareErrors,
+            related: Vec::new(),
             severity,
             subject: subject.clone(),
             summary: format!("{subject}: {}", parts.join("; ")),

@@ -93,6 +93,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
         values.push(("reason".into(), Value::from(reason)));
         out.push(Finding {
             rule: RuleId::IdleHolder,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

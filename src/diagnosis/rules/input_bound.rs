@@ -166,6 +166,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
         };
         out.push(Finding {
             rule: RuleId::InputBound,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

@@ -124,6 +124,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InterconnectBound) -> Vec<Findin
         }
         out.push(Finding {
             rule: RuleId::InterconnectBound,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

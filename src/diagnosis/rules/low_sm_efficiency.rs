@@ -48,6 +48,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &LowSmEfficiency) -> Vec<Finding>
         );
         out.push(Finding {
             rule: RuleId::LowSmEfficiency,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

@@ -91,6 +91,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Find
         );
         out.push(Finding {
             rule: RuleId::MemoryFragmentation,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

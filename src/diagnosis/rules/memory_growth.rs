@@ -131,6 +131,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         }
         out.push(Finding {
             rule: RuleId::MemoryGrowth,
+            related: Vec::new(),
             severity,
             subject,
             summary,
@@ -331,6 +332,7 @@ fn with_allocator(
         }
         return Some(Finding {
             rule: RuleId::MemoryGrowth,
+            related: Vec::new(),
             severity,
             subject,
             summary,
@@ -362,6 +364,7 @@ fn with_allocator(
     values.push(("observed_seconds".into(), Value::from(caching.span_seconds)));
     Some(Finding {
         rule: RuleId::MemoryGrowth,
+        related: Vec::new(),
         severity: Severity::Info,
         subject,
         summary,

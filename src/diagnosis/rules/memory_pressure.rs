@@ -74,6 +74,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryPressure) -> Vec<Finding> 
         );
         out.push(Finding {
             rule: RuleId::MemoryPressure,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,
@@ -126,6 +127,7 @@ fn judge_room(
     );
     Some(Finding {
         rule: RuleId::MemoryPressure,
+        related: Vec::new(),
         severity,
         subject,
         summary,

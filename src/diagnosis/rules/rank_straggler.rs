@@ -218,6 +218,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &RankStraggler) -> Vec<Finding> {
         );
         out.push(Finding {
             rule: RuleId::RankStraggler,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

@@ -48,6 +48,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &TensorCoresIdle) -> Vec<Finding>
         );
         out.push(Finding {
             rule: RuleId::TensorCoresIdle,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

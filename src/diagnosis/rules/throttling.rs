@@ -139,6 +139,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &Throttling) -> Vec<Finding> {
         }
         out.push(Finding {
             rule: RuleId::Throttling,
+            related: Vec::new(),
             severity,
             subject,
             summary,

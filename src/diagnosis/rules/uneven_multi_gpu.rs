@@ -126,6 +126,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> 
         }
         out.push(Finding {
             rule: RuleId::UnevenMultiGpu,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject,
             summary,

@@ -633,6 +633,7 @@ mod tests {
     fn findings_are_counted_by_rule_with_zeros() {
         let finding = Finding {
             rule: RuleId::Throttling,
+            related: Vec::new(),
             severity: Severity::Warning,
             subject: Subject::Device(DeviceRef {
                 uuid: UUID.into(),
