@@ -171,6 +171,7 @@ pub fn run(label: &str, scenario: &str) {
         usage,
         parent_alive: HashMap::new(),
         accounts,
+        departed: Default::default(),
     };
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {

@@ -169,9 +169,17 @@ pub struct Process {
     pub active: Window,
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
+    /// Listed only while its PID is a live process (as the driver drops a process whose CUDA
+    /// context went with it): the scenario's `while_alive = true`, for real processes.
+    pub while_alive: bool,
 }
 
 impl Process {
+    /// Whether the driver lists it at scenario time `t`.
+    pub fn listed_at(&self, t: f64) -> bool {
+        self.active.contains(t) && (!self.while_alive || alive(self.pid))
+    }
+
     #[inline]
     pub fn memory_bytes(&self, t: f64) -> u64 {
         mib_to_bytes(self.memory_used_mib.value(t))
@@ -281,7 +289,7 @@ impl Device {
             None => self
                 .processes
                 .iter()
-                .filter(|p| p.active.contains(t))
+                .filter(|p| p.listed_at(t))
                 .map(|p| p.memory_bytes(t))
                 .sum(),
         };
@@ -442,4 +450,15 @@ impl Sim {
 #[inline]
 pub fn mib_to_bytes(mib: f64) -> u64 {
     (mib.max(0.0) * 1024.0 * 1024.0) as u64
+}
+
+/// Whether `pid` is a running process: it has a `/proc` entry and is not a zombie (a process
+/// that exited and was not yet reaped holds no GPU context).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
 }

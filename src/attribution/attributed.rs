@@ -25,6 +25,10 @@ pub struct AttributedWindow {
     pub parent_alive: HashMap<u32, bool>,
     /// GPU time and energy per process and device, and the roll-ups by job, pod and container.
     pub accounts: Accounts,
+    /// By host PID: processes of a job that left within the last hour, as they were last
+    /// attributed, so what is said about them (a hung job's rank that exited) goes on the
+    /// resource they had.
+    pub departed: HashMap<u32, Workload>,
 }
 
 /// One GPU process of an `AttributedWindow`, with its per-device windows.
@@ -49,6 +53,7 @@ impl AttributedWindow {
             usage: HashMap::new(),
             parent_alive: HashMap::new(),
             accounts: Accounts::default(),
+            departed: HashMap::new(),
         }
     }
 

@@ -4,7 +4,8 @@
 //! without the kubelet socket), the parent watch and the GPU accounts kept from window to window — and turns a [`Window`] into the one
 //! [`AttributedWindow`] every later stage reads, reading each process's `stat` once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use super::accounting::{GpuAccountant, Prices};
 use super::attributed::{visible_pids, AttributedWindow};
@@ -44,7 +45,14 @@ pub struct WindowAttributor {
     parents: ParentWatch,
     own_pod: Option<OwnPod>,
     accountant: GpuAccountant,
+    /// The job processes of the previous window, and those that left since (oldest first).
+    job_processes: HashMap<u32, Workload>,
+    departed: VecDeque<(Instant, Workload)>,
 }
+
+/// How long a process of a job that left is remembered, and how many at most.
+const DEPARTED_KEPT: Duration = Duration::from_secs(3600);
+const DEPARTED_MAX: usize = 256;
 
 impl WindowAttributor {
     pub fn new(settings: AttributionSettings, own_pod: Option<OwnPod>) -> Self {
@@ -53,6 +61,8 @@ impl WindowAttributor {
             attributor: Attributor::new(settings),
             own_pod,
             accountant: GpuAccountant::default(),
+            job_processes: HashMap::new(),
+            departed: VecDeque::new(),
         }
     }
 
@@ -93,19 +103,72 @@ impl WindowAttributor {
         let usage = self.attributor.usage_in(&visible, &table);
         let parent_alive = self.parents.parent_alive_in(&visible, &table);
         let accounts = self.accountant.account(&window, &workloads);
+        let departed = self.note_departures(&workloads);
         AttributedWindow {
             window,
             workloads,
             usage,
             parent_alive,
             accounts,
+            departed,
         }
+    }
+
+    /// Remembers the processes of a job (those with a job id) that the previous window listed
+    /// and this one does not; returns those that left within the last hour, by PID. Only job
+    /// processes: a finding may still name them (a hung job's rank that exited).
+    fn note_departures(&mut self, workloads: &HashMap<u32, Workload>) -> HashMap<u32, Workload> {
+        let now = Instant::now();
+        let previous = std::mem::take(&mut self.job_processes);
+        for (pid, workload) in previous {
+            if !workloads.contains_key(&pid) {
+                self.departed.push_back((now, workload));
+            }
+        }
+        self.job_processes = workloads
+            .iter()
+            .filter(|(_, w)| w.job_id.is_some())
+            .map(|(pid, w)| (*pid, w.clone()))
+            .collect();
+        self.departed.retain(|(left, w)| {
+            now.duration_since(*left) <= DEPARTED_KEPT && !workloads.contains_key(&w.pid)
+        });
+        while self.departed.len() > DEPARTED_MAX {
+            self.departed.pop_front();
+        }
+        self.departed
+            .iter()
+            .map(|(_, w)| (w.pid, w.clone()))
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_process_that_leaves_is_remembered_as_last_attributed() {
+        let mut attributor = WindowAttributor::new(AttributionSettings::default(), None);
+        let rank = |pid: u32, job: Option<&str>| {
+            let mut w = Workload::unresolved(pid);
+            w.job_id = job.map(str::to_string);
+            w.service_name = Some("train".into());
+            (pid, w)
+        };
+        let first: HashMap<u32, Workload> =
+            [rank(10, Some("j")), rank(11, Some("j")), rank(12, None)].into();
+        assert!(attributor.note_departures(&first).is_empty());
+        // 11 (of job j) and 12 (no job) leave.
+        let second: HashMap<u32, Workload> = [rank(10, Some("j"))].into();
+        let departed = attributor.note_departures(&second);
+        assert_eq!(departed.keys().copied().collect::<Vec<_>>(), vec![11]);
+        assert_eq!(departed[&11].service_name.as_deref(), Some("train"));
+        // Still remembered a window later; forgotten once the PID is listed again (reused).
+        assert!(attributor.note_departures(&second).contains_key(&11));
+        let third: HashMap<u32, Workload> = [rank(10, Some("j")), rank(11, None)].into();
+        assert!(attributor.note_departures(&third).is_empty());
+    }
 
     #[test]
     fn own_pod_names_only_its_own_processes() {

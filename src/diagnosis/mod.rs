@@ -67,6 +67,7 @@ impl Diagnoser {
         let inputs = Inputs {
             window,
             workloads: &attributed.workloads,
+            departed: &attributed.departed,
             usage: &attributed.usage,
             parent_alive: &attributed.parent_alive,
             history: &self.history,

@@ -5,7 +5,8 @@
 //! Resources come from `export::resource`, shared with the metrics request: the node resource
 //! first, then one per workload, in the order given. A resource with no record is left out.
 //! [`findings_request`] places one window's finding events: a finding about a process of the
-//! attributed window under that process's resource, every other finding under the node's; the
+//! attributed window (or one of its job's processes that left) under that process's resource,
+//! every other finding under the node's; the
 //! evidence records of a started finding under the resources of the processes they come from.
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -63,12 +64,19 @@ pub fn findings_request(
 ) -> ExportLogsServiceRequest {
     let mut node_records = Vec::new();
     let mut by_pid: BTreeMap<u32, (&Workload, Vec<LogRecord>)> = BTreeMap::new();
+    // A process that left (a hung job's rank that exited) keeps the resource it had.
+    let workload = |pid: u32| {
+        attributed
+            .process(pid)
+            .map(|p| p.workload)
+            .or_else(|| attributed.departed.get(&pid))
+    };
     let mut place = |pid: Option<u32>, record: LogRecord| match pid
-        .and_then(|pid| Some((pid, attributed.process(pid)?)))
+        .and_then(|pid| Some((pid, workload(pid)?)))
     {
-        Some((pid, p)) => by_pid
+        Some((pid, workload)) => by_pid
             .entry(pid)
-            .or_insert_with(|| (p.workload, Vec::new()))
+            .or_insert_with(|| (workload, Vec::new()))
             .1
             .push(record),
         None => node_records.push(record),

@@ -155,6 +155,7 @@ fn view() -> Arc<View> {
             usage: HashMap::from([(TRAINER, usage(1.0)), (OTHER, usage(0.05))]),
             parent_alive: HashMap::from([(TRAINER, true)]),
             accounts: Default::default(),
+            departed: Default::default(),
         }),
         findings: vec![finding],
         training: Default::default(),

@@ -188,7 +188,7 @@ def rank_pids(tmp_path: Path, job: str, ranks: int, watch=()) -> List[int]:
 
 def one_gpu_each(pid_envs: List[str], gpu_util: int = 80) -> str:
     """An nvml-sim scenario giving each process (its PID in the variable named) an H100 of its
-    own."""
+    own, listed while the process runs."""
     devices = "".join(
         f"""
 [[device]]
@@ -199,6 +199,7 @@ gpu_util = {gpu_util}
 power_w = 400
 [[device.process]]
 pid_env = "{pid_env}"
+while_alive = true
 name = "python"
 memory_used_mib = 8192
 sm_util = 70

@@ -14,6 +14,8 @@ its own, and forwards its findings to otlp_sink.py.
   0, and no ``distributed_hang``. Then the job is stopped with SIGTERM: nothing more is raised.
 - Two torchrun agents stand in for two nodes, each with its own gpulse: the one with rank 2 names
   it; the other says all its ranks wait and the culprit is among ranks 2-3.
+- Rank 2 of a job whose collective never notices a dead peer (as NCCL's; gloo's does) is killed
+  outright: the finding is on rank 2, cause ``exited``.
 
 The detection bound is a configuration value here (3 s), so each job takes well under a minute.
 No root needed. Needs torch and the binaries ``cargo build --workspace`` makes; without them it
@@ -22,8 +24,10 @@ is skipped with the reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -256,3 +260,87 @@ def test_two_nodes_the_culprits_names_it_and_the_other_says_it_is_elsewhere(tmp_
     assert finding["gpulse.diagnosis.cause"] == "remote", listing
     assert finding["gpulse.diagnosis.value.ranks_elsewhere"] == "2,3"
     assert finding["gpulse.diagnosis.value.waiting_ranks"] == "0,1"
+
+
+def test_a_rank_killed_outright_is_named_as_exited(tmp_path):
+    """Four ranks of tests/apps/file_barrier_rank.py (a collective that, like NCCL's, never
+    notices a dead peer); rank 2 is killed with SIGKILL at step 20, the others wait for it."""
+    require_torch()  # the companion's venv
+    app = Path(__file__).parent / "apps" / "file_barrier_rank.py"
+    job = "barrier-job"
+    out = tmp_path / "otlp.jsonl"
+    go = tmp_path / "go"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    receiver_port = free_port()
+    ranks, sink, gpulse = [], None, None
+    try:
+        sink, sink_endpoint = start_sink(out)
+        for rank in range(RANKS):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+            env.update(LIVE)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(RANKS),
+                LOCAL_RANK=str(rank),
+                TORCHELASTIC_RUN_ID=job,
+                OTEL_SERVICE_NAME=job,
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
+                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+                OTEL_METRICS_EXPORTER="none",
+                OTEL_BSP_SCHEDULE_DELAY="200",
+            )
+            ranks.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(app),
+                        f"--barrier-dir={barrier}",
+                        f"--pid-file={tmp_path}/{job}-rank{rank}.pid",
+                        f"--start-after={go}",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=(tmp_path / f"rank{rank}.log").open("w"),
+                    env=env,
+                )
+            )
+        pids = rank_pids(tmp_path, job, RANKS, ranks)
+        gpulse = start_gpulse_on_sim(
+            tmp_path,
+            "gpulse",
+            {f"RANK{rank}_PID": pid for rank, pid in enumerate(pids)},
+            CONFIG,
+            receiver_port,
+            sink_endpoint,
+            out,
+            WHAT,
+        )
+        go.touch()
+        wait_until(lambda: (barrier / "20-2").exists(), 60, "waiting for step 20", ranks)
+        ranks[2].kill()
+        ranks[2].wait()
+
+        def exited_named() -> bool:
+            return bool(of_rule(findings(out), "distributed_hang", "started"))
+
+        wait_until(exited_named, 30, "waiting for distributed_hang", [gpulse])
+        time.sleep(1)
+    finally:
+        for process in ranks + [gpulse, sink]:
+            stop(process)
+    records = findings(out)
+    listing = describe(records)
+    started = of_rule(records, "distributed_hang", "started")
+    assert len(started) == 1, listing
+    finding = started[0]
+    assert finding["resource"].get("process.pid") == pids[2], listing
+    # The resource the process had while it ran: its service and rank.
+    assert finding["resource"].get("service.name") == job, finding["resource"]
+    assert finding["resource"].get("pytorch.distributed.rank") == 2, finding["resource"]
+    attributes = finding["attributes"]
+    assert attributes["gpulse.diagnosis.cause"] == "exited", attributes
+    assert attributes["pytorch.distributed.rank"] == 2
+    assert attributes["gpulse.diagnosis.value.collective_op"] == "barrier"
+    assert attributes["gpulse.diagnosis.value.waiting_ranks"] == "0,1,3"
+    assert f"rank 2 (pid {pids[2]}) exited" in finding["body"]["body"]["stringValue"]

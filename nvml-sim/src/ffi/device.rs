@@ -121,7 +121,7 @@ fn memory_of(target: Target, t: f64) -> (u64, u64, u64) {
                     .processes
                     .iter()
                     .filter(|p| {
-                        p.active.contains(t)
+                        p.listed_at(t)
                             && p.gpu_instance_id == m.gpu_instance_id
                             && p.compute_instance_id == m.compute_instance_id
                     })

@@ -13,7 +13,7 @@ use crate::runtime::{self, Target};
 
 #[inline]
 fn listed(p: &Process, kind: u8, t: f64) -> bool {
-    p.kinds & kind != 0 && p.active.contains(t)
+    p.kinds & kind != 0 && p.listed_at(t)
 }
 
 /// Fills `infos` with the device's active processes of `kind`, converted by `make`. On a MIG

@@ -100,6 +100,7 @@ pub(super) fn expand_process(
             active: Window { from, until },
             gpu_instance_id: raw.gpu_instance_id.unwrap_or(abi::NO_INSTANCE),
             compute_instance_id: raw.compute_instance_id.unwrap_or(abi::NO_INSTANCE),
+            while_alive: raw.while_alive,
         });
     }
     Ok(())

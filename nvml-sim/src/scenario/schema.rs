@@ -249,6 +249,9 @@ pub(super) struct RawProcess {
     pub(super) active_until_s: Option<f64>,
     pub(super) gpu_instance_id: Option<u32>,
     pub(super) compute_instance_id: Option<u32>,
+    /// Listed only while the PID is a live process.
+    #[serde(default)]
+    pub(super) while_alive: bool,
 }
 
 #[derive(Deserialize)]

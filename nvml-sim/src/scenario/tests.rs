@@ -192,6 +192,45 @@ fn pids_come_from_the_environment() {
 }
 
 #[test]
+fn a_process_listed_while_alive_goes_when_its_pid_exits() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let pid: &'static str = Box::leak(child.id().to_string().into_boxed_str());
+    let own: &'static str = Box::leak(std::process::id().to_string().into_boxed_str());
+    let e = env(&[("CHILD", pid), ("OWN", own)]);
+    let sim = compile(
+        "t",
+        r#"
+        [[device]]
+        [[device.process]]
+        pid_env = "CHILD"
+        while_alive = true
+        [[device.process]]
+        pid_env = "OWN"
+        while_alive = true
+        "#,
+        &e,
+    )
+    .unwrap();
+    let listed = |sim: &crate::model::Sim| -> Vec<bool> {
+        sim.devices[0]
+            .processes
+            .iter()
+            .map(|p| p.listed_at(1.0))
+            .collect()
+    };
+    assert_eq!(listed(&sim), vec![true, true]);
+    child.kill().expect("kill sleep");
+    // Not yet reaped: a zombie holds no GPU context either.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(listed(&sim), vec![false, true]);
+    child.wait().expect("reap sleep");
+    assert_eq!(listed(&sim), vec![false, true]);
+}
+
+#[test]
 fn errors_point_at_line_and_column_and_say_what_is_wrong() {
     let (line, col, msg) = compile_err("[[device]]\nname = \"x\"\nfans = \"two\"\n");
     assert_eq!((line, col), (3, 8), "{msg}");

@@ -38,6 +38,8 @@ pub(crate) struct Inputs<'a> {
     pub window: &'a Window,
     /// Attributed identity by host PID; a PID missing here is reported as unresolved.
     pub workloads: &'a HashMap<u32, Workload>,
+    /// Job processes that left within the last hour, as last attributed, by host PID.
+    pub departed: &'a HashMap<u32, Workload>,
     /// CPU/memory of each GPU process (and its tree) over the window, by host PID.
     pub usage: &'a HashMap<u32, ProcessUsage>,
     /// Whether the parent of each GPU process is still alive (`false`: re-parented to init or
@@ -54,9 +56,10 @@ impl<'a> Inputs<'a> {
         self.window.devices.iter().find(|d| d.info.uuid == uuid)
     }
 
-    /// The subject for a process, filled from its workload when attribution knew it.
+    /// The subject for a process, filled from its workload when attribution knew it (also when
+    /// it has left since).
     pub(crate) fn workload_subject(&self, pid: u32, device: Option<DeviceRef>) -> Subject {
-        match self.workloads.get(&pid) {
+        match self.workloads.get(&pid).or_else(|| self.departed.get(&pid)) {
             Some(w) => Subject::Workload {
                 pid,
                 vpid: w.vpid,
@@ -442,6 +445,7 @@ pub(crate) mod testkit {
     pub(crate) struct Fixture {
         pub window: Window,
         pub workloads: HashMap<u32, Workload>,
+        pub departed: HashMap<u32, Workload>,
         pub usage: HashMap<u32, ProcessUsage>,
         pub parent_alive: HashMap<u32, bool>,
         pub history: History,
@@ -462,6 +466,7 @@ pub(crate) mod testkit {
             Self {
                 window,
                 workloads: HashMap::new(),
+                departed: HashMap::new(),
                 usage: HashMap::new(),
                 parent_alive: HashMap::new(),
                 history,
@@ -485,6 +490,7 @@ pub(crate) mod testkit {
             super::Inputs {
                 window: &self.window,
                 workloads: &self.workloads,
+                departed: &self.departed,
                 usage: &self.usage,
                 parent_alive: &self.parent_alive,
                 history: &self.history,

@@ -330,6 +330,29 @@ class CollectiveClock:
             self.live.collective_done(seq)
 
 
+class ManualCollective:
+    """A collective the wrappers do not see, marked by the caller (``TrainingTelemetry.collective``):
+    the live state says the rank waits in it while inside, and its host time counts in the step's
+    collective wait."""
+
+    __slots__ = ("_clock", "_live", "_op", "_seq", "_start")
+
+    def __init__(self, clock: Optional[CollectiveClock], live: Any, op: str) -> None:
+        self._clock = clock
+        self._live = live
+        self._op = op
+
+    def __enter__(self) -> None:
+        self._seq = self._live.collective_issued(self._op)
+        self._start = time_ns()
+
+    def __exit__(self, *_exc: object) -> bool:
+        if self._clock is not None:
+            self._clock.add_host(self._start, time_ns())
+        self._live.collective_done(self._seq)
+        return False
+
+
 def _first_tensor(args: tuple, kwargs: dict) -> Any:
     for value in list(args) + list(kwargs.values()):
         if hasattr(value, "is_cuda"):
