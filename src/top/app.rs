@@ -88,8 +88,30 @@ pub(crate) struct Row {
     pub command: String,
     /// `job/rank` of a torch.distributed rank (see [`rank_label`]).
     pub rank: Option<String>,
-    /// A `rank_straggler` finding is active on this process.
-    pub straggler: bool,
+    /// What the rank rules say of this rank now: the straggler, the rank a hung job waits
+    /// for, or one of the ranks that wait.
+    pub mark: Option<RankMark>,
+}
+
+/// What a rank rule says of a rank, as the table marks it after `JOB/RANK`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RankMark {
+    /// `rank_straggler` names it.
+    Slow,
+    /// `distributed_hang` names it: its job is stuck on it.
+    Hung,
+    /// Its job is stuck (`distributed_hang`) and it waits in a collective.
+    Waiting,
+}
+
+impl RankMark {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            RankMark::Slow => "SLOW",
+            RankMark::Hung => "HUNG",
+            RankMark::Waiting => "WAIT",
+        }
+    }
 }
 
 impl Row {
@@ -346,7 +368,7 @@ fn gpu_rows(view: &View) -> Vec<Row> {
                     .and_then(|w| w.command_line.clone().or_else(|| w.executable_name.clone()))
                     .unwrap_or_default(),
                 rank: rank_label(view, p.pid),
-                straggler: is_straggler(view, p.pid),
+                mark: rank_mark(view, p.pid),
             }
         })
         .collect()
@@ -381,12 +403,48 @@ pub(crate) fn rank_label(view: &View, pid: u32) -> Option<String> {
         })
 }
 
-/// Whether `rank_straggler` names `pid` in the view's active findings.
-pub(crate) fn is_straggler(view: &View, pid: u32) -> bool {
-    view.findings.iter().any(|f| {
-        f.rule == RuleId::RankStraggler
-            && matches!(&f.subject, Subject::Workload { pid: p, .. } if *p == pid)
-    })
+/// What the view's active rank findings say of `pid`: a hang first (it is the costlier), then a
+/// straggler.
+pub(crate) fn rank_mark(view: &View, pid: u32) -> Option<RankMark> {
+    let names = |f: &Finding| matches!(&f.subject, Subject::Workload { pid: p, .. } if *p == pid);
+    let hangs = || {
+        view.findings
+            .iter()
+            .filter(|f| f.rule == RuleId::DistributedHang)
+    };
+    if hangs().any(names) {
+        return Some(RankMark::Hung);
+    }
+    // Its job and rank as the rank label gives them (its spans first, else its environment).
+    let job_and_rank = view
+        .training
+        .process(pid)
+        .and_then(|t| t.distributed.as_ref())
+        .and_then(|d| Some((d.job_id.clone()?, d.rank)))
+        .or_else(|| {
+            let w = view.attributed.process(pid)?.workload;
+            Some((w.job_id.clone()?, w.rank?.rank))
+        });
+    if let Some(rank) = job_and_rank {
+        let waits = hangs().any(|f| {
+            let text = |name: &str| {
+                f.values.iter().find_map(|(n, v)| match v {
+                    crate::diagnosis::Value::Text(t) if n == name => Some(t.as_str()),
+                    _ => None,
+                })
+            };
+            text("job_id") == Some(rank.0.as_str())
+                && text("waiting_ranks")
+                    .is_some_and(|list| list.split(',').any(|r| r == rank.1.to_string()))
+        });
+        if waits {
+            return Some(RankMark::Waiting);
+        }
+    }
+    view.findings
+        .iter()
+        .any(|f| f.rule == RuleId::RankStraggler && names(f))
+        .then_some(RankMark::Slow)
 }
 
 fn sort_rows(rows: &mut [Row], key: SortKey) {
@@ -479,7 +537,7 @@ fn push_subtree(
                 rss_bytes: member.rss_bytes,
                 command: member.comm.clone(),
                 rank: None,
-                straggler: false,
+                mark: None,
             });
         }
     }

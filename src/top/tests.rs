@@ -10,7 +10,7 @@ use ratatui::backend::TestBackend;
 use ratatui::style::Color;
 use ratatui::Terminal;
 
-use super::app::{App, RowKind};
+use super::app::{App, RankMark, RowKind};
 use super::input::Action;
 use super::input::SortKey;
 use super::procinfo::Family;
@@ -548,6 +548,80 @@ fn processes_on_mig_show_their_instance_and_only_a_lone_ones_activity() {
     }
 }
 
+/// A hung job: the rank `distributed_hang` names is marked HUNG, the ranks that wait WAIT, and
+/// the culprit's detail pane says where it is.
+#[test]
+fn a_hung_job_marks_its_culprit_and_the_waiting_ranks() {
+    use crate::diagnosis::framework::DistributedIdentity;
+    use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
+    use crate::diagnosis::Value;
+    let mut app = app(false);
+    let mut view = (*view()).clone();
+    let mut training = TrainingWindow::default();
+    for (pid, rank) in [(TRAINER, 0), (OTHER, 1)] {
+        training.processes.insert(
+            pid,
+            ProcessTraining {
+                step_seconds: 0.5,
+                collective_wait_seconds: Some(0.1),
+                data_wait_seconds: 0.0,
+                steps: 40,
+                distributed: Some(DistributedIdentity {
+                    rank,
+                    job_id: Some("job-7".into()),
+                    ..DistributedIdentity::default()
+                }),
+            },
+        );
+    }
+    view.training = Arc::new(training);
+    let mut hang = view.findings[0].clone();
+    hang.rule = RuleId::DistributedHang;
+    hang.subject = Subject::Workload {
+        pid: OTHER,
+        vpid: None,
+        device: None,
+        container_id: None,
+        pod_uid: None,
+        service_name: "llama-server".into(),
+    };
+    hang.values = vec![
+        ("job_id".into(), Value::from("job-7")),
+        ("waiting_ranks".into(), Value::from("0")),
+    ];
+    hang.summary = "job job-7 is stuck on rank 1: it is in phase stuck for 2m".into();
+    view.findings.push(hang);
+    app.observe(Arc::new(view), None);
+
+    let row = |pid| app.rows.iter().find(|r| r.pid == pid).unwrap();
+    assert_eq!(row(OTHER).mark, Some(RankMark::Hung));
+    assert_eq!(row(TRAINER).mark, Some(RankMark::Waiting));
+    let (screen, _) = render(&app, 200, 60);
+    assert!(
+        line_with(&screen, &format!("{OTHER} ")).contains("job-7/1 HUNG"),
+        "{screen}"
+    );
+    assert!(
+        line_with(&screen, &format!("{TRAINER} ")).contains("job-7/0 WAIT"),
+        "{screen}"
+    );
+
+    app.apply(Action::Sort(SortKey::Pid));
+    let other_index = app.rows.iter().position(|r| r.pid == OTHER).unwrap();
+    app.apply(Action::Home);
+    app.apply(Action::Move(other_index as isize));
+    app.apply(Action::ToggleDetail);
+    let (screen, _) = render(&app, 160, 50);
+    assert!(
+        line_with(&screen, "job / rank").contains("HUNG"),
+        "{screen}"
+    );
+    assert!(
+        line_with(&screen, "distributed_hang   ").contains("stuck on rank 1"),
+        "{screen}"
+    );
+}
+
 /// A rank shows its job and rank, the straggler `rank_straggler` names is marked SLOW in the
 /// table, and the detail pane gives its step figures.
 #[test]
@@ -590,9 +664,9 @@ fn ranks_show_their_job_and_the_straggler_is_marked() {
 
     let row = |pid| app.rows.iter().find(|r| r.pid == pid).unwrap();
     assert_eq!(row(TRAINER).rank.as_deref(), Some("job-7/0"));
-    assert!(!row(TRAINER).straggler);
+    assert_eq!(row(TRAINER).mark, None);
     assert_eq!(row(OTHER).rank.as_deref(), Some("job-7/1"));
-    assert!(row(OTHER).straggler);
+    assert_eq!(row(OTHER).mark, Some(RankMark::Slow));
 
     let (screen, _) = render(&app, 200, 60);
     assert!(screen.contains("JOB/RANK"), "{screen}");

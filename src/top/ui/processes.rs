@@ -60,7 +60,8 @@ pub(super) const COLUMNS: [Column; 14] = [
         width: 16,
         priority: 2,
     },
-    // `job/rank` of a distributed rank; ` SLOW` marks the straggler rank_straggler names.
+    // `job/rank` of a distributed rank, marked ` SLOW` (rank_straggler names it), ` HUNG` (its
+    // job is stuck on it: distributed_hang) or ` WAIT` (its job is stuck and it waits).
     Column {
         title: "JOB/RANK",
         width: 14,
@@ -200,11 +201,11 @@ pub(super) fn cell_text(row: &Row, column: usize) -> String {
         "CONTAINER" => row.container.clone().unwrap_or_else(dash),
         "POD/NAMESPACE" => row.pod.clone().unwrap_or_else(dash),
         "SERVICE" => row.service.clone().unwrap_or_default(),
-        "JOB/RANK" => match (&row.rank, row.straggler) {
-            (Some(rank), true) => format!("{rank} SLOW"),
-            (Some(rank), false) => rank.clone(),
-            (None, true) => "SLOW".into(),
-            (None, false) => String::new(),
+        "JOB/RANK" => match (&row.rank, row.mark) {
+            (Some(rank), Some(mark)) => format!("{rank} {}", mark.label()),
+            (Some(rank), None) => rank.clone(),
+            (None, Some(mark)) => mark.label().into(),
+            (None, None) => String::new(),
         },
         "GPU MEM" => row.gpu_memory_bytes.map_or_else(dash, mib),
         "SM%" => row.sm.map_or_else(dash, |s| format!("{s:.0}")),

@@ -1,12 +1,12 @@
 //! The detail pane's lines about a process's place in a distributed training job: its job and
 //! rank, its step figures (from its own step spans, when a receiver heard them) and whether
-//! `rank_straggler` names it. The step figures and the straggler need `top`'s receiver
+//! `rank_straggler` or `distributed_hang` names it. The step figures and the straggler need `top`'s receiver
 //! (`--otlp-receiver-*`); the job and rank from the environment show without it.
 
 use ratatui::text::Line;
 
 use crate::pipeline::View;
-use crate::top::app::{is_straggler, rank_label};
+use crate::top::app::{rank_label, rank_mark, RankMark};
 
 pub(super) fn detail_lines<'a>(
     view: &View,
@@ -17,12 +17,13 @@ pub(super) fn detail_lines<'a>(
     let Some(rank) = rank_label(view, pid) else {
         return lines;
     };
-    let straggler = if is_straggler(view, pid) {
-        "  ← the straggler of its job (rank_straggler below)"
-    } else {
-        ""
+    let mark = match rank_mark(view, pid) {
+        Some(RankMark::Slow) => "  ← the straggler of its job (rank_straggler below)",
+        Some(RankMark::Hung) => "  ← HUNG: its job is stuck on this rank (distributed_hang below)",
+        Some(RankMark::Waiting) => "  ← its job is HUNG; this rank waits in a collective",
+        None => "",
     };
-    lines.push(field("job / rank", format!("{rank}{straggler}")));
+    lines.push(field("job / rank", format!("{rank}{mark}")));
     if let Some(t) = view.training.process(pid) {
         let ms = |s: f64| format!("{:.0} ms", s * 1000.0);
         let wait = match (t.collective_wait_seconds, t.collective_wait_ratio()) {
