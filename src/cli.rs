@@ -58,7 +58,7 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Sample briefly, run the diagnosis rules and print the findings; exit status says whether
     /// any finding is serious.
-    Check(InspectArgs),
+    Check(CheckArgs),
     /// A live terminal view of the GPUs, their processes (container, pod, service) and findings,
     /// refreshed every --interval; q or Ctrl-C quits.
     Top(TopArgs),
@@ -142,6 +142,19 @@ pub struct InspectArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+}
+
+/// `gpulse check`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub inspect: InspectArgs,
+
+    /// Also ask the gpulse agent running on this node (the address of its `run --health-addr`,
+    /// e.g. 127.0.0.1:9400) whether it finds a job stuck: check alone hears no spans and cannot
+    /// see a hang.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub agent: Option<String>,
 }
 
 /// `gpulse snapshot`.
@@ -454,8 +467,11 @@ mod tests {
         let cli = Cli::try_parse_from(["gpulse", "check", "--format", "json"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Check(InspectArgs {
-                format: OutputFormat::Json
+            Command::Check(CheckArgs {
+                inspect: InspectArgs {
+                    format: OutputFormat::Json
+                },
+                agent: None,
             })
         ));
         let cli = Cli::try_parse_from(["gpulse", "snapshot"]).unwrap();

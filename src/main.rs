@@ -56,9 +56,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => {
-            let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
+            let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
             init_logging(&quiet_by_default(&config.common.log));
-            let (text, code) = commands::check::check(&config);
+            let (text, code) = commands::check::check(&config, args.agent.as_deref());
             print!("{text}");
             Ok(ExitCode::from(code))
         }

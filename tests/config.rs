@@ -988,7 +988,8 @@ fn inspect_config_reads_the_shared_settings() {
         ("GPULSE_READ_ENVIRON", "false"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "broken"),
     ]);
-    let c = InspectConfig::resolve_with_file(&cli.global, args, &env.lookup(), None).unwrap();
+    let c =
+        InspectConfig::resolve_with_file(&cli.global, &args.inspect, &env.lookup(), None).unwrap();
     assert_eq!(c.common.nvml_lib, PathBuf::from("/opt/libnvml.so"));
     assert_eq!(c.format, OutputFormat::Json);
     assert!(

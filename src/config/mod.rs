@@ -51,7 +51,7 @@
 //!         println!("{:?}", config.format);
 //!     }
 //!     Command::Check(args) => {
-//!         let config = InspectConfig::resolve(&cli.global, args, &config::process_env)?;
+//!         let config = InspectConfig::resolve(&cli.global, &args.inspect, &config::process_env)?;
 //!         println!("{:?}", config.format);
 //!     }
 //!     // `top` reads the same settings as `snapshot`, with the default output format.

@@ -218,6 +218,7 @@ def start_gpulse_on_sim(
     sink_endpoint: str,
     out: Path,
     what: str,
+    extra_args: List[str] = (),
 ) -> subprocess.Popen:
     """``gpulse run`` on nvml-sim (one GPU per PID of ``pids``, by variable name), its OTLP/HTTP
     receiver on ``receiver_port``, exporting every second to the sink; returns once the sink has
@@ -248,6 +249,7 @@ def start_gpulse_on_sim(
                 "1s",
                 "--otlp-receiver-http",
                 str(receiver_port),
+                *extra_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

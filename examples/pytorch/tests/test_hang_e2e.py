@@ -24,8 +24,10 @@ is skipped with the reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import urllib.request
 import subprocess
 import sys
 import time
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from conftest import require_torch
 from e2e import (
+    built_binaries,
     describe,
     findings,
     free_port,
@@ -69,12 +72,14 @@ LIVE = {
 }
 
 
-def run_job(tmp_path: Path, job: str, train_args, until=None):
+def run_job(tmp_path: Path, job: str, train_args, until=None, while_hung=None):
     """Runs ``job`` under gpulse to its end (or until ``until(out)`` holds, then SIGTERM);
-    returns (findings, rank PIDs, job's exit status)."""
+    ``while_hung(health address)`` is called once a ``distributed_hang`` has started. Returns
+    (findings, rank PIDs, job's exit status)."""
     out = tmp_path / "otlp.jsonl"
     go = tmp_path / "go"
     receiver_port = free_port()
+    health = f"127.0.0.1:{free_port()}"
     sink = gpulse = process = None
     try:
         sink, sink_endpoint = start_sink(out)
@@ -96,8 +101,17 @@ def run_job(tmp_path: Path, job: str, train_args, until=None):
             sink_endpoint,
             out,
             WHAT,
+            ["--health-addr", health],
         )
         go.touch()
+        if while_hung is not None:
+            wait_until(
+                lambda: bool(of_rule(findings(out), "distributed_hang", "started")),
+                120,
+                f"waiting for {job} to hang",
+                [process, gpulse],
+            )
+            while_hung(health)
         if until is not None:
             wait_until(lambda: until(out), 120, f"waiting in {job}", [process, gpulse])
             process.send_signal(signal.SIGTERM)
@@ -127,10 +141,33 @@ def of_rule(records, rule, state):
 
 def test_the_rank_that_blocks_is_named_with_its_stack_and_the_finding_clears(tmp_path):
     require_torch()
+    seen = {}
+
+    def ask(health: str) -> None:
+        # /status carries the active finding, and `gpulse check --agent` says the job is hung.
+        with urllib.request.urlopen(f"http://{health}/status", timeout=5) as answer:
+            seen["status"] = json.load(answer)
+        gpulse_bin, sim_lib = built_binaries(WHAT)
+        check = subprocess.run(
+            [str(gpulse_bin), "check", "--format", "json", "--nvml-lib", str(sim_lib), "--agent", health],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "NVML_SIM_SCENARIO": str(tmp_path / "gpulse-scenario.toml"), **seen_pids()},
+        )
+        seen["check"] = check
+
+    def seen_pids():
+        return {
+            f"RANK{rank}_PID": (tmp_path / f"hang-job-rank{rank}.pid").read_text()
+            for rank in range(RANKS)
+        }
+
     records, pids, status = run_job(
         tmp_path,
         "hang-job",
         ["--block-rank=2", "--block-at-step=30", "--block-seconds=15", "--block-phase=stuck"],
+        while_hung=ask,
     )
     listing = describe(records)
     assert status == 0, (tmp_path / "hang-job.log").read_text()[-3000:]
@@ -162,6 +199,14 @@ def test_the_rank_that_blocks_is_named_with_its_stack_and_the_finding_clears(tmp
     cleared = of_rule(records, "distributed_hang", "cleared")
     assert [r["resource"].get("process.pid") for r in cleared] == [pids[2]], listing
     assert not of_rule(records, "long_phase_wait", "started"), listing
+    active = [f["rule"] for f in seen["status"]["findings"]]
+    assert "distributed_hang" in active, active
+    check = seen["check"]
+    assert check.returncode == 2, check.stdout + check.stderr
+    lines = {line["name"]: line for line in json.loads(check.stdout)["checks"]}
+    stuck = lines["Stuck jobs"]
+    assert stuck["status"] == "fail", stuck
+    assert "HUNG" in stuck["reason"] and "stuck on rank 2" in stuck["reason"], stuck
 
 
 def test_a_long_checkpoint_is_no_hang_and_a_stopped_job_raises_nothing(tmp_path):

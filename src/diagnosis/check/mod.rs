@@ -6,6 +6,7 @@
 //! A field the device does not support is "n/a" and passes, except where its absence hides a
 //! risk the operator should know about (documented per check in `docs/diagnosis.md`).
 
+pub(crate) mod agent;
 pub(crate) mod collect;
 pub(crate) mod facts;
 pub(crate) mod ranks;
