@@ -90,6 +90,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "the others wait for it in their all-reduce (a hung rank, or a long checkpoint)",
     )
     parser.add_argument("--block-at-step", type=int, default=0, metavar="STEP")
+    parser.add_argument(
+        "--no-watch-ddp",
+        action="store_true",
+        help="leave the DDP model without the companion's hook (its collectives unseen)",
+    )
     parser.add_argument("--block-seconds", type=float, default=60.0, metavar="SECONDS")
     parser.add_argument(
         "--block-phase", default="stuck", metavar="NAME", help="the phase it blocks in"
@@ -233,9 +238,9 @@ def main(argv=None) -> int:
     if world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        model = tel.watch_ddp(
-            DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
-        )
+        model = DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
+        if not args.no_watch_ddp:
+            model = tel.watch_ddp(model)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.autocast)
     last_loss = float("nan")
     with tel.run(epochs=args.epochs, device=device.type, seed=args.seed):

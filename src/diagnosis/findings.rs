@@ -31,11 +31,12 @@ pub enum RuleId {
     CollectiveStall,
     DistributedHang,
     LongPhaseWait,
+    CollectivesUnseen,
 }
 
 impl RuleId {
     /// Every rule, in evaluation (and report) order.
-    pub(crate) const ALL: [RuleId; 16] = [
+    pub(crate) const ALL: [RuleId; 17] = [
         RuleId::InputBound,
         RuleId::MemoryPressure,
         RuleId::MemoryGrowth,
@@ -52,6 +53,7 @@ impl RuleId {
         RuleId::CollectiveStall,
         RuleId::DistributedHang,
         RuleId::LongPhaseWait,
+        RuleId::CollectivesUnseen,
     ];
 
     pub(crate) const fn as_str(self) -> &'static str {
@@ -72,6 +74,7 @@ impl RuleId {
             RuleId::CollectiveStall => "collective_stall",
             RuleId::DistributedHang => "distributed_hang",
             RuleId::LongPhaseWait => "long_phase_wait",
+            RuleId::CollectivesUnseen => "collectives_unseen",
         }
     }
 }

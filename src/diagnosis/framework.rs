@@ -36,6 +36,8 @@ pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 /// The seconds of a step with a torch.distributed collective in flight, on the companion's step
 /// span (`distributed.py`).
 pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = A::PytorchCollectiveWait.key();
+/// The collectives a step completed, beside its wait (the companion sends both, or neither).
+pub(crate) const COLLECTIVE_COUNT_ATTRIBUTE: &str = "pytorch.distributed.collective.count";
 /// DataLoader settings on the companion's run and epoch spans.
 pub(crate) use super::live::{DepartedRank, LiveReport};
 use super::live::{DEPARTED_KEPT, DEPARTED_MAX};
@@ -181,6 +183,10 @@ struct ProcessRecord {
     last_heard: Option<SystemTime>,
     /// The newest live state it sent (`pytorch.training.live`).
     live: Option<LiveReport>,
+    /// Its newest steps in a row that carried no collective (none timed, or no figure at all).
+    steps_without_collectives: u64,
+    /// Whether its newest step carried the collective figures (the companion times them).
+    collectives_timed: bool,
 }
 
 /// Bounded per-process framework history. See the module documentation.
@@ -288,6 +294,24 @@ impl FrameworkHistory {
         if !sent.is_empty() {
             self.process(pid, at).sent.merge(sent);
         }
+    }
+
+    /// Records what a step of `pid` said of its collectives: whether it carried the figures at
+    /// all, and whether it saw any.
+    pub(crate) fn record_step_collectives(
+        &mut self,
+        pid: u32,
+        at: SystemTime,
+        timed: bool,
+        seen: bool,
+    ) {
+        let record = self.process(pid, at);
+        record.collectives_timed = timed;
+        record.steps_without_collectives = if seen {
+            0
+        } else {
+            record.steps_without_collectives.saturating_add(1)
+        };
     }
 
     /// Records a finished `data_wait` span of `pid`.
@@ -420,6 +444,8 @@ impl FrameworkHistory {
                     cpu_quota_cores: None,
                     distributed: record.sent.distributed.clone(),
                     live: record.live.clone(),
+                    steps_without_collectives: record.steps_without_collectives,
+                    collectives_timed: record.collectives_timed,
                     last_step_end: record.steps.iter().map(|s| s.end).max(),
                     step_seconds_median: durations.get(durations.len() / 2).copied(),
                 },
@@ -539,6 +565,10 @@ pub struct ProcessEvidence {
     pub last_step_end: Option<SystemTime>,
     /// The median duration of the steps it sent (those still kept).
     pub step_seconds_median: Option<f64>,
+    /// Its newest steps in a row with no collective seen.
+    pub steps_without_collectives: u64,
+    /// Whether its steps carry the collective figures at all.
+    pub collectives_timed: bool,
 }
 
 impl ProcessEvidence {

@@ -20,8 +20,8 @@ use super::spans::ResourcePids;
 use crate::attribution::sent_identity::{SentIdentity, ADOPTED_ATTRIBUTES};
 use crate::diagnosis::framework::{
     AllocatorPoint, DistributedIdentity, FrameworkHistory, LoaderSettings, SpanTiming, ALLOCATED,
-    BACKEND, COLLECTIVE_WAIT_ATTRIBUTE, DATA_WAIT_SPAN, JOB_ID, LOADER_ATTRIBUTES, LOCAL_RANK,
-    MAX_ALLOCATED, RANK, RESERVED, STEP_SPAN, WORLD_SIZE,
+    BACKEND, COLLECTIVE_COUNT_ATTRIBUTE, COLLECTIVE_WAIT_ATTRIBUTE, DATA_WAIT_SPAN, JOB_ID,
+    LOADER_ATTRIBUTES, LOCAL_RANK, MAX_ALLOCATED, RANK, RESERVED, STEP_SPAN, WORLD_SIZE,
 };
 
 /// Whether a metrics request carries any allocator gauge (so resolving its resources is worth
@@ -135,6 +135,14 @@ pub(crate) fn record_spans(
                     if let Some(wait) = wait {
                         history.record_collective_wait(pid, timing.end, wait);
                     }
+                    let count = span
+                        .attributes
+                        .iter()
+                        .find(|kv| kv.key == COLLECTIVE_COUNT_ATTRIBUTE)
+                        .and_then(unsigned)
+                        .unwrap_or(0);
+                    let seen = count > 0 || wait.is_some_and(|w| !w.is_zero());
+                    history.record_step_collectives(pid, timing.end, wait.is_some(), seen);
                 }
                 DATA_WAIT_SPAN => history.record_data_wait(pid, timing),
                 _ => continue,

@@ -16,6 +16,8 @@ its own, and forwards its findings to otlp_sink.py.
   it; the other says all its ranks wait and the culprit is among ranks 2-3.
 - Rank 2 of a job whose collective never notices a dead peer (as NCCL's; gloo's does) is killed
   outright: the finding is on rank 2, cause ``exited``.
+- A DDP model the companion does not watch: ``collectives_unseen`` on every rank, with the line
+  that fixes it.
 
 The detection bound is a configuration value here (3 s), so each job takes well under a minute.
 No root needed. Needs torch and the binaries ``cargo build --workspace`` makes; without them it
@@ -57,6 +59,9 @@ clear_after_windows = 2
 [diagnosis.distributed_hang]
 min_stall = "3s"
 live_fresh_for = "3s"
+
+[diagnosis.collectives_unseen]
+min_steps = 10
 
 [diagnosis.idle_holder]
 enabled = false
@@ -199,6 +204,7 @@ def test_the_rank_that_blocks_is_named_with_its_stack_and_the_finding_clears(tmp
     cleared = of_rule(records, "distributed_hang", "cleared")
     assert [r["resource"].get("process.pid") for r in cleared] == [pids[2]], listing
     assert not of_rule(records, "long_phase_wait", "started"), listing
+    assert not of_rule(records, "collectives_unseen", "started"), listing
     active = [f["rule"] for f in seen["status"]["findings"]]
     assert "distributed_hang" in active, active
     check = seen["check"]
@@ -389,3 +395,16 @@ def test_a_rank_killed_outright_is_named_as_exited(tmp_path):
     assert attributes["gpulse.diagnosis.value.collective_op"] == "barrier"
     assert attributes["gpulse.diagnosis.value.waiting_ranks"] == "0,1,3"
     assert f"rank 2 (pid {pids[2]}) exited" in finding["body"]["body"]["stringValue"]
+
+
+def test_a_ddp_model_the_companion_does_not_watch_is_named_on_every_rank(tmp_path):
+    require_torch()
+    records, pids, status = run_job(tmp_path, "unwatched-job", ["--no-watch-ddp"])
+    listing = describe(records)
+    assert status == 0, (tmp_path / "unwatched-job.log").read_text()[-3000:]
+    unseen = of_rule(records, "collectives_unseen", "started")
+    assert sorted(r["resource"].get("process.pid") for r in unseen) == sorted(pids), listing
+    finding = unseen[0]["attributes"]
+    assert finding["gpulse.diagnosis.severity"] == "info"
+    assert finding["gpulse.diagnosis.cause"] == "not_watched"
+    assert "tel.watch_ddp(" in finding["gpulse.diagnosis.advice"]

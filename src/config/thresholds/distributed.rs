@@ -281,3 +281,34 @@ impl DistributedHang {
         Ok(())
     }
 }
+
+/// `[diagnosis.collectives_unseen]`: a rank whose steps show no collective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectivesUnseen {
+    pub enabled: bool,
+    /// Its newest steps in a row without a collective. Default 20 (longer than any gradient
+    /// accumulation, whose steps between syncs carry none).
+    pub min_steps: u64,
+}
+
+impl Default for CollectivesUnseen {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_steps: 20,
+        }
+    }
+}
+
+impl CollectivesUnseen {
+    pub(crate) fn validate(&self) -> Result<(), ThresholdsError> {
+        if self.min_steps == 0 {
+            return Err(ThresholdsError::NotPositive {
+                key: "collectives_unseen.min_steps",
+                value: "0".into(),
+            });
+        }
+        Ok(())
+    }
+}

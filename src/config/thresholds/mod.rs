@@ -9,7 +9,9 @@ use thiserror::Error;
 
 mod distributed;
 
-pub use distributed::{CollectiveBound, CollectiveStall, DistributedHang, RankStraggler};
+pub use distributed::{
+    CollectiveBound, CollectiveStall, CollectivesUnseen, DistributedHang, RankStraggler,
+};
 
 /// Thresholds of every rule, the history bounds and the tracker's hysteresis.
 ///
@@ -43,6 +45,7 @@ pub struct Thresholds {
     pub collective_bound: CollectiveBound,
     pub collective_stall: CollectiveStall,
     pub distributed_hang: DistributedHang,
+    pub collectives_unseen: CollectivesUnseen,
 }
 
 impl Default for Thresholds {
@@ -66,6 +69,7 @@ impl Default for Thresholds {
             collective_bound: CollectiveBound::default(),
             collective_stall: CollectiveStall::default(),
             distributed_hang: DistributedHang::default(),
+            collectives_unseen: CollectivesUnseen::default(),
         }
     }
 }
@@ -589,6 +593,7 @@ impl Thresholds {
         self.collective_bound.validate()?;
         self.collective_stall.validate()?;
         self.distributed_hang.validate()?;
+        self.collectives_unseen.validate()?;
         Ok(())
     }
 }

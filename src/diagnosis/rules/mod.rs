@@ -5,6 +5,7 @@
 
 pub(crate) mod collective_bound;
 pub(crate) mod collective_stall;
+pub(crate) mod collectives_unseen;
 pub(crate) mod distributed_hang;
 pub(crate) mod hardware_errors;
 pub(crate) mod idle_holder;
@@ -327,6 +328,9 @@ pub(crate) fn evaluate_all(inputs: &Inputs<'_>, t: &Thresholds) -> Vec<Finding> 
     }
     if t.distributed_hang.enabled {
         out.extend(distributed_hang::evaluate(inputs, &t.distributed_hang));
+    }
+    if t.collectives_unseen.enabled {
+        out.extend(collectives_unseen::evaluate(inputs, &t.collectives_unseen));
     }
     out
 }
