@@ -24,6 +24,10 @@ differences (median, and the 25th-75th percentile spread): ``full − nocollect`
 timing's cost per step, ``full − plain`` the whole companion's under DDP. Pairing within a round
 lets a shared machine's load (other builds) hit the three alike; the load average before and after
 is printed with the figures.
+
+``--live`` times, the same way, the companion with and without its live state (``live.py``: the
+step, phase and collective written on the training thread for gpulse's hang detection, and its
+reporter thread): ``full − nolive`` is its cost per step.
 """
 
 from __future__ import annotations
@@ -161,6 +165,7 @@ CONFIGS = {
     "attrs": ("phases as step attributes", {"phase_spans": False}),
     "every10": ("1 step in 10 traced", {"step_spans_every": 10}),
     "nocollect": ("full tree, collectives untimed", {"collectives": False}),
+    "nolive": ("full tree, no live state", {"live": False}),
 }
 
 
@@ -281,6 +286,91 @@ def measure_collective_cost(torch, args) -> dict:
     }
 
 
+def measure_live_cost(torch, args) -> dict:
+    """The companion with and without its live state (live.py), interleaved per round: the
+    state's writes on the training thread (a few per step, phase and collective) and its
+    reporter thread's wakeups, which send nothing while no step lingers."""
+    loops, providers = {}, []
+    work, batches = make_work(torch, args.batch_size, False, None)
+    for name, live in (("nolive", False), ("full", True)):
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(DropExporter(), max_queue_size=65536, max_export_batch_size=2048)
+        )
+        tel = TrainingTelemetry(
+            "bench", tracer_provider=provider, meter_provider=MeterProvider(), cuda=NoCuda(),
+            live=live,
+        )
+        providers.append((provider, tel))
+        loops[name] = (lambda tel: lambda steps: instrumented_loop(tel, work, batches, steps, False))(tel)
+    for run in loops.values():
+        run(args.warmup)
+    rounds = {name: [] for name in loops}
+    names = list(loops)
+    load_before = os.getloadavg()
+    for i in range(args.repeat):
+        for name in names[i % 2:] + names[: i % 2]:
+            rounds[name].append(loops[name](args.steps))
+    load_after = os.getloadavg()
+    for provider, tel in providers:
+        tel.shutdown()
+        provider.shutdown()
+    return {
+        "workload": f"MLP 256-256-10, batch {args.batch_size}, CPU",
+        "steps": args.steps,
+        "rounds": args.repeat,
+        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in names},
+        "live_wall": _spread([x[0] - y[0] for x, y in zip(rounds["full"], rounds["nolive"])]),
+        "live_cpu": _spread([x[1] - y[1] for x, y in zip(rounds["full"], rounds["nolive"])]),
+        "live_writes_us": live_writes_us(),
+        "load_before": load_before,
+        "load_after": load_after,
+        "cpus": os.cpu_count(),
+    }
+
+
+def live_writes_us(iterations: int = 200_000, repeat: int = 7) -> float:
+    """The live state's writes of one step of train.py's shape (step begins, batch arrives, three
+    phases, one collective issued and completed, step ends), timed alone: the best of ``repeat``
+    runs of ``iterations`` steps, in µs per step. The paired loops above carry the machine's
+    noise; this is the floor under it."""
+    import timeit
+
+    from otel_torch_train.live import LiveState
+
+    live = LiveState()
+
+    def step(n=[0]):  # noqa: B006 - a counter
+        live.begin_step(n[0])
+        live.got_batch()
+        for phase in ("forward", "backward", "optimizer"):
+            live.enter_phase(phase)
+            if phase == "backward":
+                live.collective_done(live.collective_issued("all_reduce"))
+            live.exit_phase()
+        live.end_step()
+        n[0] += 1
+
+    best = min(timeit.repeat(step, number=iterations, repeat=repeat))
+    return best / iterations * 1e6
+
+
+def print_live_cost(r: dict) -> None:
+    def fmt(d: dict) -> str:
+        return f"{d['median_us']:7.2f} µs  (p25 {d['p25_us']:6.2f}, p75 {d['p75_us']:6.2f})"
+
+    steps = ", ".join(f"{n} {v:.1f} µs" for n, v in r["step_us"].items())
+    print()
+    print(f"{r['workload']}: {r['rounds']} rounds x {r['steps']} steps, with and without the live state")
+    print(f"  step (median): {steps}")
+    print(f"  live state (full - nolive), wall: {fmt(r['live_wall'])}")
+    print(f"  live state (full - nolive), CPU:  {fmt(r['live_cpu'])}")
+    print(f"  the live state's writes of one step, alone (best of 7 x 200000): {r['live_writes_us']:.2f} µs")
+    before = " ".join(f"{x:.2f}" for x in r["load_before"])
+    after = " ".join(f"{x:.2f}" for x in r["load_after"])
+    print(f"  load average before: {before}; after: {after}; {r['cpus']} CPUs")
+
+
 def print_collective_cost(r: dict) -> None:
     def fmt(d: dict) -> str:
         return f"{d['median_us']:7.1f} µs  (p25 {d['p25_us']:6.1f}, p75 {d['p75_us']:6.1f})"
@@ -317,6 +407,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="the model under DDP in a one-rank gloo group (adds the nocollect setting)",
     )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="also time the live state's cost per step: with and without it, paired per round",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -324,7 +419,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    configs = args.config or [c for c in CONFIGS if c != "nocollect" or args.distributed]
+    configs = args.config or [c for c in CONFIGS if c not in ("nocollect", "nolive") or (c == "nocollect" and args.distributed)]
     if args.distributed:
         import tempfile
 
@@ -338,10 +433,16 @@ def main(argv=None) -> int:
     if args.empty:
         results += [measure(torch, args, True, config) for config in configs]
     paired = measure_collective_cost(torch, args) if args.distributed else None
+    live = measure_live_cost(torch, args) if args.live else None
     if args.distributed:
         torch.distributed.destroy_process_group()
     if args.json:
-        print(json.dumps({"results": results, "paired": paired} if paired else results, indent=2))
+        document = {"results": results}
+        if paired:
+            document["paired"] = paired
+        if live:
+            document["live"] = live
+        print(json.dumps(document if (paired or live) else results, indent=2))
         return 0
     print(
         f"{'workload':30} {'telemetry':28} {'plain µs':>9} {'with µs':>9} {'overhead':>16}"
@@ -363,6 +464,8 @@ def main(argv=None) -> int:
     )
     if paired:
         print_collective_cost(paired)
+    if live:
+        print_live_cost(live)
     return 0
 
 
