@@ -9,7 +9,9 @@
 use crate::attribution::{AttributionSettings, Attributor};
 use crate::cli::OutputFormat;
 use crate::config::InspectConfig;
-use crate::diagnosis::check::agent::{findings_of_status, stuck_jobs, AgentFinding};
+use crate::diagnosis::check::agent::{
+    findings_of_status, stuck_jobs, unseen_collectives, AgentFinding,
+};
 use crate::diagnosis::check::ranks::{distributed_training, RankProcess};
 use crate::diagnosis::check::{
     collect_health_facts, evaluate, exit_code, render_json, render_table, HealthFacts,
@@ -28,7 +30,11 @@ pub fn check(config: &InspectConfig, agent: Option<&str>) -> (String, u8) {
     let mut results = evaluate(&facts);
     results.extend(distributed_training(&rank_processes(config, &facts)));
     if let Some(agent) = agent {
-        results.push(stuck_jobs(agent, agent_findings(agent)));
+        let findings = agent_findings(agent);
+        if let Ok(findings) = &findings {
+            results.extend(unseen_collectives(agent, findings));
+        }
+        results.push(stuck_jobs(agent, findings));
     }
     let code = u8::try_from(exit_code(&results)).unwrap_or(2);
     let text = match config.format {

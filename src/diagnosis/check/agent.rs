@@ -14,6 +14,8 @@ pub(crate) struct AgentFinding {
     pub rule: String,
     pub severity: String,
     pub summary: String,
+    #[serde(default)]
+    pub advice: String,
 }
 
 /// The findings of a `/status` answer.
@@ -84,6 +86,28 @@ pub(crate) fn stuck_jobs(agent: &str, findings: Result<Vec<AgentFinding>, String
     )
 }
 
+/// The `Unseen collectives` line, when the agent finds ranks whose collectives the companion
+/// does not see (`collectives_unseen`): a warning with the line that fixes it, since neither the
+/// straggler nor the hang can be named for their jobs.
+pub(crate) fn unseen_collectives(agent: &str, findings: &[AgentFinding]) -> Option<CheckResult> {
+    let unseen: Vec<&AgentFinding> = findings
+        .iter()
+        .filter(|f| f.rule == RuleId::CollectivesUnseen.as_str())
+        .collect();
+    let first = unseen.first()?;
+    let summaries: Vec<&str> = unseen.iter().map(|f| f.summary.as_str()).collect();
+    Some(CheckResult {
+        name: "Unseen collectives".into(),
+        device: None,
+        status: CheckStatus::Warn,
+        reason: format!(
+            "the gpulse agent at {agent}: {}. {}",
+            summaries.join("; "),
+            first.advice
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +129,8 @@ mod tests {
             line.reason
         );
         assert!(!line.reason.contains("throttles"));
+        let findings = findings_of_status(STATUS).unwrap();
+        assert_eq!(unseen_collectives("a", &findings), None);
     }
 
     #[test]
@@ -115,8 +141,22 @@ mod tests {
             rule: "long_phase_wait".into(),
             severity: "info".into(),
             summary: "job j: rank 0 is in phase checkpoint for 3m".into(),
+            advice: String::new(),
         }]);
         assert_eq!(stuck_jobs("a", waiting).status, CheckStatus::Warn);
+        let unseen = vec![AgentFinding {
+            rule: "collectives_unseen".into(),
+            severity: "info".into(),
+            summary: "rank 1 of job j (pid 7): its last 25 steps show no collective".into(),
+            advice: "Wrap the model once: `model = tel.watch_ddp(...)`".into(),
+        }];
+        let line = unseen_collectives("a", &unseen).expect("a line");
+        assert_eq!(line.status, CheckStatus::Warn);
+        assert!(
+            line.reason.contains("rank 1 of job j") && line.reason.contains("tel.watch_ddp("),
+            "{}",
+            line.reason
+        );
         let bad = findings_of_status("<html>");
         let line = stuck_jobs("a", bad);
         assert_eq!(line.status, CheckStatus::Warn);
