@@ -39,6 +39,7 @@
 use serde::Serialize;
 
 use super::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
+use crate::schema::attributes::AttributeId as A;
 use crate::values::{parse_resource_attributes, ResourceAttributesError};
 
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
@@ -217,7 +218,7 @@ pub(crate) fn resolve_identity(env: &OtelEnvironment) -> OtelIdentity {
         .or_else(|| {
             resource_attributes
                 .iter()
-                .find(|(key, value)| key == "service.name" && !value.is_empty())
+                .find(|(key, value)| key == A::ServiceName.key() && !value.is_empty())
                 .map(|(_, value)| value.clone())
         });
     let rank = rank_of(env, &resource_attributes);

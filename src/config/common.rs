@@ -20,6 +20,7 @@ use super::layers::{first, Layers};
 use super::settings::{AnalysisSettings, CommonSettings, LogFormat, LogSettings};
 use super::thresholds::Thresholds;
 use crate::cli::{CostArgs, GlobalArgs, RunArgs};
+use crate::schema::attributes::AttributeId as A;
 use crate::values;
 
 impl CommonSettings {
@@ -182,7 +183,7 @@ pub(super) fn resource(
         match values::parse_resource_attributes(&raw.text) {
             Ok(list) => {
                 for (key, value) in list {
-                    if key == "service.name" {
+                    if key == A::ServiceName.key() {
                         from_env_service_name = Some(value);
                     } else {
                         attributes.insert(key, value);
@@ -195,7 +196,7 @@ pub(super) fn resource(
             )),
         }
     }
-    let file_service_name = attributes.remove("service.name");
+    let file_service_name = attributes.remove(A::ServiceName.key());
     let service_name = first([
         Layers::flag("--service-name", run.service_name.as_deref()),
         layers.env(env::SERVICE_NAME),

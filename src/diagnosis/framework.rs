@@ -45,8 +45,8 @@ use super::live::{DEPARTED_KEPT, DEPARTED_MAX};
 pub(crate) use crate::attribution::sent_identity::{BACKEND, JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 
 pub(crate) const LOADER_ATTRIBUTES: [&str; 5] = [
-    "pytorch.dataloader.num_workers",
-    "pytorch.dataloader.pin_memory",
+    A::PytorchDataloaderWorkers.key(),
+    A::PytorchDataloaderPinMemory.key(),
     "pytorch.dataloader.prefetch_factor",
     "pytorch.dataloader.persistent_workers",
     "pytorch.dataloader.batch_size",

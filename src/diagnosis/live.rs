@@ -9,6 +9,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::attribution::DistributedIdentity;
+use crate::schema::attributes::AttributeId as A;
 
 /// The event name (and body) of a live-state record.
 pub(crate) const LIVE_EVENT: &str = "pytorch.training.live";
@@ -23,7 +24,7 @@ pub(crate) const COLLECTIVE_OP: &str = "pytorch.distributed.collective.op";
 pub(crate) const COLLECTIVE_SEQ: &str = "pytorch.distributed.collective.seq";
 pub(crate) const COLLECTIVE_ELAPSED: &str = "pytorch.distributed.collective.elapsed";
 /// Every thread's Python stack (OpenTelemetry's `code.stacktrace`), once per state.
-pub(crate) const STACKTRACE: &str = "code.stacktrace";
+pub(crate) const STACKTRACE: &str = A::CodeStacktrace.key();
 
 /// A collective a rank has issued and not seen complete.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,6 +23,7 @@ use crate::diagnosis::framework::{
     BACKEND, COLLECTIVE_COUNT_ATTRIBUTE, COLLECTIVE_WAIT_ATTRIBUTE, DATA_WAIT_SPAN, JOB_ID,
     LOADER_ATTRIBUTES, LOCAL_RANK, MAX_ALLOCATED, RANK, RESERVED, STEP_SPAN, WORLD_SIZE,
 };
+use crate::schema::attributes::AttributeId as A;
 
 /// Whether a metrics request carries any allocator gauge (so resolving its resources is worth
 /// it).
@@ -84,7 +85,7 @@ pub(crate) fn record_metrics(
                 let hw_id = dp
                     .attributes
                     .iter()
-                    .find(|kv| kv.key == "hw.id")
+                    .find(|kv| kv.key == A::HwId.key())
                     .and_then(string)
                     .unwrap_or_default();
                 history.record_allocator(pid, &hw_id, point);

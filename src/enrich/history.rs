@@ -44,6 +44,7 @@ use crate::attribution::energy_share::{
 use crate::attribution::{AttributedWindow, Workload};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Snapshot};
+use crate::schema::attributes::AttributeId as A;
 use crate::schema::{DeviceField, GpmField};
 
 /// One device in one frame.
@@ -97,7 +98,7 @@ impl ProcessIdentity {
             service_instance_id: workload
                 .resource_attributes
                 .iter()
-                .find(|(k, _)| k == "service.instance.id")
+                .find(|(k, _)| k == A::ServiceInstanceId.key())
                 .map(|(_, v)| v.clone()),
         }
     }

@@ -14,6 +14,17 @@ use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 use crate::attribution::{AttributionMethod, Workload};
 use crate::schema::attributes::AttributeId as A;
 
+/// `host.name`, as a pattern.
+const KEY_HOST_NAME: &str = A::HostName.key();
+/// `k8s.node.name`, as a pattern.
+const KEY_K8S_NODE_NAME: &str = A::K8sNodeName.key();
+/// `service.instance.id`, as a pattern.
+const KEY_SERVICE_INSTANCE_ID: &str = A::ServiceInstanceId.key();
+/// `service.name`, as a pattern.
+const KEY_SERVICE_NAME: &str = A::ServiceName.key();
+/// `service.version`, as a pattern.
+const KEY_SERVICE_VERSION: &str = A::ServiceVersion.key();
+
 /// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
 /// the instrumentation scope's version.
 pub const GPULSE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -71,18 +82,18 @@ impl NodeIdentity {
             let value = value.clone();
             match key.as_str() {
                 // `config` resolved it into `service_name` already, with its precedence.
-                "service.name" => {}
-                "host.name" => identity.host_name = value,
-                "service.instance.id" => identity.service_instance_id = value,
-                "service.version" => identity.service_version = value,
-                "k8s.node.name" => node_name = Some(value),
+                KEY_SERVICE_NAME => {}
+                KEY_HOST_NAME => identity.host_name = value,
+                KEY_SERVICE_INSTANCE_ID => identity.service_instance_id = value,
+                KEY_SERVICE_VERSION => identity.service_version = value,
+                KEY_K8S_NODE_NAME => node_name = Some(value),
                 _ => upsert_pair(&mut identity.extra_attributes, key.clone(), value),
             }
         }
         if let Some(name) = node_name {
             upsert_pair(
                 &mut identity.extra_attributes,
-                "k8s.node.name".to_string(),
+                A::K8sNodeName.key().to_string(),
                 name,
             );
         }
@@ -93,7 +104,7 @@ impl NodeIdentity {
     pub fn k8s_node_name(&self) -> Option<&str> {
         self.extra_attributes
             .iter()
-            .find(|(k, _)| k == "k8s.node.name")
+            .find(|(k, _)| k == A::K8sNodeName.key())
             .map(|(_, v)| v.as_str())
     }
 }
@@ -217,7 +228,7 @@ pub fn process_resource(workload: &Workload, node: &NodeIdentity) -> Resource {
         workload.effective_service_name(),
     ));
     for (key, value) in &workload.resource_attributes {
-        if key != "service.name" {
+        if key != A::ServiceName.key() {
             attrs.set(kv_str(key, value.as_str()));
         }
     }

@@ -26,6 +26,7 @@ use opentelemetry::metrics::{AsyncInstrument, Meter, ObservableGauge, Observable
 use opentelemetry::KeyValue;
 
 use crate::sampling::{DeviceSample, DeviceStatus, ProcessSample, Sampler, SessionError, Snapshot};
+use crate::schema::attributes::AttributeId as A;
 use crate::schema::DeviceField;
 use crate::schema::MetricId;
 
@@ -125,7 +126,10 @@ impl GpuMetrics {
                         ("decoder", d.get(DeviceField::UtilizationDecoder)),
                     ] {
                         if let Some(v) = value {
-                            out.observe(v, &with(device_attributes(s, d), "hw.gpu.task", task));
+                            out.observe(
+                                v,
+                                &with(device_attributes(s, d), A::HwGpuTask.key(), task),
+                            );
                         }
                     }
                 }
@@ -158,7 +162,7 @@ impl GpuMetrics {
                         ("decoder", p.decoder_utilization),
                     ] {
                         if let Some(v) = value {
-                            out.observe(v, &with(process_attributes(p), "hw.gpu.task", task));
+                            out.observe(v, &with(process_attributes(p), A::HwGpuTask.key(), task));
                         }
                     }
                 }
@@ -263,27 +267,30 @@ fn own_processes<'a>(s: &'a Snapshot, pids: &'a [u32]) -> impl Iterator<Item = &
 fn device_attributes(s: &Snapshot, d: &DeviceSample) -> Vec<KeyValue> {
     let info = &d.info;
     let mut attrs = Vec::with_capacity(10);
-    attrs.push(KeyValue::new("hw.id", info.uuid.clone()));
-    attrs.push(KeyValue::new("hw.name", format!("gpu{}", info.index)));
-    attrs.push(KeyValue::new("hw.type", "gpu"));
-    attrs.push(KeyValue::new("hw.vendor", "NVIDIA"));
-    attrs.push(KeyValue::new("hw.model", info.name.clone()));
+    attrs.push(KeyValue::new(A::HwId.key(), info.uuid.clone()));
+    attrs.push(KeyValue::new(A::HwName.key(), format!("gpu{}", info.index)));
+    attrs.push(KeyValue::new(A::HwType.key(), "gpu"));
+    attrs.push(KeyValue::new(A::HwVendor.key(), "NVIDIA"));
+    attrs.push(KeyValue::new(A::HwModel.key(), info.name.clone()));
     if let Some(version) = &s.driver_version {
-        attrs.push(KeyValue::new("hw.driver_version", version.clone()));
+        attrs.push(KeyValue::new(A::HwDriverVersion.key(), version.clone()));
     }
     if let Some(serial) = &info.serial {
-        attrs.push(KeyValue::new("hw.serial_number", serial.clone()));
+        attrs.push(KeyValue::new(A::HwSerialNumber.key(), serial.clone()));
     }
-    attrs.push(KeyValue::new("gpu.index", i64::from(info.index)));
-    attrs.push(KeyValue::new("gpu.pci_address", info.pci_bus_id.clone()));
+    attrs.push(KeyValue::new(A::GpuIndex.key(), i64::from(info.index)));
+    attrs.push(KeyValue::new(
+        A::GpuPciAddress.key(),
+        info.pci_bus_id.clone(),
+    ));
     attrs
 }
 
 /// The attributes of a per-process point, as the sidecar writes them on a process resource.
 fn process_attributes(p: &ProcessSample) -> Vec<KeyValue> {
     vec![
-        KeyValue::new("hw.id", p.device_uuid.clone()),
-        KeyValue::new("gpu.index", i64::from(p.device_index)),
+        KeyValue::new(A::HwId.key(), p.device_uuid.clone()),
+        KeyValue::new(A::GpuIndex.key(), i64::from(p.device_index)),
     ]
 }
 

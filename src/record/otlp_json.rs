@@ -26,7 +26,9 @@ use super::model::{
 use crate::attribution::environ::{EnvRank, JobIdSource};
 use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, UNKNOWN_SERVICE, WORLD_SIZE};
 use crate::attribution::{AttributionMethod, IdentitySource, Workload};
+use crate::schema::attributes::AttributeId as A;
 use crate::schema::throttle_reasons;
+use crate::schema::MetricId;
 
 /// Why a recording could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -156,8 +158,8 @@ fn point_value(point: &Value) -> Option<f64> {
 fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
     let get = |key: &str| resource.get(key).cloned();
     let gpulse_keys = |key: &str| {
-        key == "service.name"
-            || key == "host.name"
+        key == A::ServiceName.key()
+            || key == A::HostName.key()
             || [RANK, LOCAL_RANK, WORLD_SIZE, JOB_ID].contains(&key)
             || ["process.", "container.", "k8s.", "gpulse."]
                 .iter()
@@ -171,28 +173,30 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
     resource_attributes.sort();
     Workload {
         pid,
-        vpid: resource.get("process.vpid").and_then(|v| v.parse().ok()),
+        vpid: resource
+            .get(A::ProcessVpid.key())
+            .and_then(|v| v.parse().ok()),
         creation_time: resource
-            .get("process.creation.time")
+            .get(A::ProcessCreationTime.key())
             .and_then(|t| humantime::parse_rfc3339(t).ok()),
-        executable_name: get("process.executable.name"),
-        owner: get("process.owner"),
-        command_line: get("process.command_line"),
-        container_id: get("container.id"),
+        executable_name: get(A::ProcessExecutableName.key()),
+        owner: get(A::ProcessOwner.key()),
+        command_line: get(A::ProcessCommandLine.key()),
+        container_id: get(A::ContainerId.key()),
         // `container.runtime` in recordings made before gpulse followed the conventions' rename.
-        container_runtime: get("container.runtime.name").or_else(|| get("container.runtime")),
-        pod_uid: get("k8s.pod.uid"),
-        pod_name: get("k8s.pod.name"),
-        namespace_name: get("k8s.namespace.name"),
-        container_name: get("k8s.container.name"),
-        service_name: get("service.name").filter(|name| !name.starts_with(UNKNOWN_SERVICE)),
+        container_runtime: get(A::ContainerRuntime.key()).or_else(|| get("container.runtime")),
+        pod_uid: get(A::K8sPodUid.key()),
+        pod_name: get(A::K8sPodName.key()),
+        namespace_name: get(A::K8sNamespaceName.key()),
+        container_name: get(A::K8sContainerName.key()),
+        service_name: get(A::ServiceName.key()).filter(|name| !name.starts_with(UNKNOWN_SERVICE)),
         identity_source: resource
-            .get("gpulse.identity.source")
+            .get(A::GpulseIdentitySource.key())
             .and_then(|name| IdentitySource::from_name(name))
             .unwrap_or_default(),
         resource_attributes,
-        job_id: get("gpulse.job.id"),
-        job_id_source: resource.get("gpulse.job.id.source").and_then(|name| {
+        job_id: get(A::GpulseJobId.key()),
+        job_id_source: resource.get(A::GpulseJobIdSource.key()).and_then(|name| {
             [
                 JobIdSource::Companion,
                 JobIdSource::ResourceAttributes,
@@ -205,7 +209,7 @@ fn workload_of(resource: &HashMap<String, String>, pid: u32) -> Workload {
         }),
         rank: rank_of(resource),
         attributed_by: match resource
-            .get("gpulse.attribution.method")
+            .get(A::GpulseAttributionMethod.key())
             .map(String::as_str)
         {
             Some("host_pid") => AttributionMethod::HostPid,
@@ -278,8 +282,10 @@ impl Builder {
 
     fn resource_metrics(&mut self, rm: &Value) {
         let resource = attributes(rm.get("resource"));
-        let pid: Option<u32> = resource.get("process.pid").and_then(|p| p.parse().ok());
-        let exe = resource.get("process.executable.name").cloned();
+        let pid: Option<u32> = resource
+            .get(A::ProcessPid.key())
+            .and_then(|p| p.parse().ok());
+        let exe = resource.get(A::ProcessExecutableName.key()).cloned();
         let scopes = rm.get("scopeMetrics").and_then(Value::as_array);
         for metric in scopes.into_iter().flatten().flat_map(|s| {
             s.get("metrics")
@@ -300,11 +306,11 @@ impl Builder {
                     continue;
                 };
                 let attrs = attributes(Some(point));
-                let Some(uuid) = attrs.get("hw.id").cloned() else {
+                let Some(uuid) = attrs.get(A::HwId.key()).cloned() else {
                     continue;
                 };
                 let index: u32 = attrs
-                    .get("gpu.index")
+                    .get(A::GpuIndex.key())
                     .and_then(|i| i.parse().ok())
                     .unwrap_or(0);
                 match pid {
@@ -332,7 +338,7 @@ impl Builder {
         t: u64,
         value: f64,
     ) {
-        if name != "process.gpu.memory.usage" {
+        if MetricId::by_name(name) != Some(MetricId::ProcessGpuMemoryUsage) {
             return;
         }
         self.see(t);
@@ -354,10 +360,10 @@ impl Builder {
         let d = self.devices.entry(uuid).or_default();
         d.index = index;
         if d.name.is_none() {
-            d.name = attrs.get("hw.model").cloned();
+            d.name = attrs.get(A::HwModel.key()).cloned();
         }
         if d.pci_bus_id.is_none() {
-            d.pci_bus_id = attrs.get("gpu.pci_address").cloned();
+            d.pci_bus_id = attrs.get(A::GpuPciAddress.key()).cloned();
         }
         let is = |key: &str, want: &str| attrs.get(key).is_some_and(|v| v == want);
         let mut known = true;
@@ -366,26 +372,26 @@ impl Builder {
                 n: 1,
                 ..DevicePoint::default()
             });
-            match name {
-                "hw.gpu.utilization" if is("hw.gpu.task", "general") => {
+            match MetricId::by_name(name) {
+                Some(MetricId::GpuUtilization) if is(A::HwGpuTask.key(), "general") => {
                     p.utilization = Some(value as f32)
                 }
-                "nvidia.gpu.sm.activity" => p.sm_activity = Some(value as f32),
-                "nvidia.gpu.pipe.activity" if is("nvidia.gpu.pipe", "tensor") => {
+                Some(MetricId::SmActivity) => p.sm_activity = Some(value as f32),
+                Some(MetricId::PipeActivity) if is(A::NvidiaPipe.key(), "tensor") => {
                     p.tensor_activity = Some(value as f32)
                 }
-                "nvidia.gpu.dram.activity" => p.dram_activity = Some(value as f32),
-                "hw.gpu.memory.usage" => p.memory_used = Some(value),
-                "hw.power" => p.power_watts = Some(value as f32),
-                "nvidia.gpu.clock" if is("nvidia.gpu.clock.type", "sm") => {
+                Some(MetricId::DramActivity) => p.dram_activity = Some(value as f32),
+                Some(MetricId::GpuMemoryUsage) => p.memory_used = Some(value),
+                Some(MetricId::Power) => p.power_watts = Some(value as f32),
+                Some(MetricId::Clock) if is(A::NvidiaClockType.key(), "sm") => {
                     p.sm_clock_mhz = Some(value as f32)
                 }
-                "nvidia.gpu.clock" if is("nvidia.gpu.clock.type", "memory") => {
+                Some(MetricId::Clock) if is(A::NvidiaClockType.key(), "memory") => {
                     p.memory_clock_mhz = Some(value as f32)
                 }
                 // The window's share of samples the reason was active in; "throttled" at half.
-                "nvidia.gpu.throttle" => {
-                    let bit = attrs.get("nvidia.gpu.throttle.reason").and_then(|r| {
+                Some(MetricId::Throttle) => {
+                    let bit = attrs.get(A::NvidiaThrottleReason.key()).and_then(|r| {
                         throttle_reasons()
                             .iter()
                             .find(|(_, name)| name == r)
@@ -399,15 +405,15 @@ impl Builder {
                 _ => known = false,
             }
         }
-        match name {
-            "hw.gpu.utilization.max" if is("hw.gpu.task", "general") => {
+        match MetricId::by_name(name) {
+            Some(MetricId::GpuUtilizationMax) if is(A::HwGpuTask.key(), "general") => {
                 d.utilization_peak = max_opt(d.utilization_peak, value)
             }
-            "hw.power.max" => d.power_peak = max_opt(d.power_peak, value),
-            "nvidia.gpu.sm.activity.max" => d.sm_peak = max_opt(d.sm_peak, value),
-            "hw.gpu.memory.limit" => d.memory_total = Some(value),
+            Some(MetricId::PowerMax) => d.power_peak = max_opt(d.power_peak, value),
+            Some(MetricId::SmActivityMax) => d.sm_peak = max_opt(d.sm_peak, value),
+            Some(MetricId::GpuMemoryLimit) => d.memory_total = Some(value),
             // Energy since gpulse first saw the GPU: the largest total is the run's.
-            "hw.energy" => d.energy = max_opt(d.energy, value),
+            Some(MetricId::Energy) => d.energy = max_opt(d.energy, value),
             _ if known => {}
             _ => return,
         }
@@ -423,7 +429,7 @@ impl Builder {
                 .flatten()
         }) {
             let attrs = attributes(Some(record));
-            let Some(rule) = attrs.get("gpulse.diagnosis.rule").cloned() else {
+            let Some(rule) = attrs.get(A::DiagnosisRule.key()).cloned() else {
                 continue;
             };
             let Some(t) = nanos(record.get("timeUnixNano")) else {
@@ -435,11 +441,11 @@ impl Builder {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let subject = attrs
-                .get("gpulse.diagnosis.subject")
+                .get(A::DiagnosisSubject.key())
                 .cloned()
                 .unwrap_or_default();
             let since = attrs
-                .get("gpulse.diagnosis.since")
+                .get(A::DiagnosisSince.key())
                 .and_then(|s| humantime::parse_rfc3339(s).ok())
                 .and_then(|s| s.duration_since(UNIX_EPOCH).ok())
                 .map(|d| d.as_nanos() as u64);
@@ -458,25 +464,25 @@ impl Builder {
                 t,
                 FindingMarkAt {
                     cleared: attrs
-                        .get("gpulse.diagnosis.state")
+                        .get(A::DiagnosisState.key())
                         .is_some_and(|s| s == "cleared"),
                     key: format!("{rule}|{subject}"),
                     since,
                     mark: FindingMark {
-                        device_index: attrs.get("gpu.index").and_then(|i| i.parse().ok()),
+                        device_index: attrs.get(A::GpuIndex.key()).and_then(|i| i.parse().ok()),
                         severity: attrs
-                            .get("gpulse.diagnosis.severity")
+                            .get(A::DiagnosisSeverity.key())
                             .cloned()
                             .unwrap_or_else(|| "warning".into()),
                         rule,
                         subject,
                         summary: summary.to_string(),
                         advice: attrs
-                            .get("gpulse.diagnosis.advice")
+                            .get(A::DiagnosisAdvice.key())
                             .cloned()
                             .unwrap_or_default(),
                         evidence: attrs
-                            .get("gpulse.diagnosis.evidence")
+                            .get(A::DiagnosisEvidence.key())
                             .map(|e| e.split(',').map(|s| s.trim().to_string()).collect())
                             .unwrap_or_default(),
                         values,

@@ -69,6 +69,16 @@ impl MetricId {
     pub(crate) const fn spec(self) -> &'static MetricSpec {
         &METRICS[self as usize]
     }
+
+    /// The metric named `name` (as exported), if gpulse has one.
+    pub(crate) fn by_name(name: &str) -> Option<MetricId> {
+        static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, MetricId>> =
+            std::sync::OnceLock::new();
+        BY_NAME
+            .get_or_init(|| METRICS.iter().map(|m| (m.name, m.id)).collect())
+            .get(name)
+            .copied()
+    }
 }
 
 /// Declares [`MetricId`] and [`METRICS`] from one list, so they cannot disagree.

@@ -22,6 +22,8 @@ pub(crate) mod device;
 pub mod docs;
 pub(crate) mod gpm;
 pub mod health;
+#[cfg(test)]
+mod literals;
 pub(crate) mod metrics;
 pub mod registry;
 pub(crate) mod signals;

@@ -23,17 +23,18 @@ use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Finding, RuleId};
 use crate::export::metrics::metrics_request_with_training;
 use crate::export::resource::NodeIdentity;
+use crate::schema::attributes::AttributeId as A;
 
 /// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
 /// translation turns into `instance`, which the scrape sets itself (and it changes with every
 /// restart); the SDK attributes only say "gpulse" on every series; a command line can carry
 /// secrets and would make a label of unbounded size.
 const NOT_PROMOTED: [&str; 5] = [
-    "service.instance.id",
-    "telemetry.sdk.name",
-    "telemetry.sdk.language",
-    "telemetry.sdk.version",
-    "process.command_line",
+    A::ServiceInstanceId.key(),
+    A::TelemetrySdkName.key(),
+    A::TelemetrySdkLanguage.key(),
+    A::TelemetrySdkVersion.key(),
+    A::ProcessCommandLine.key(),
 ];
 
 /// The label form of an OTLP attribute value.

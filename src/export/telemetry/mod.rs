@@ -28,6 +28,7 @@ use prost::Message as _;
 use crate::export::metrics::{data_point_count, MetricsBatch};
 use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 use crate::schema::attributes::AttributeId;
+use crate::schema::attributes::AttributeId as A;
 
 /// `ResourceMetrics.scope_metrics`: the field the health's scopes are written as.
 const SCOPE_METRICS_FIELD: u32 = 2;
@@ -184,13 +185,13 @@ impl SelfTelemetry {
 /// environment again, which `config` already did.
 fn node_resource(node: &NodeIdentity) -> Resource {
     let mut attrs = vec![
-        KeyValue::new("service.name", node.service_name.clone()),
-        KeyValue::new("service.instance.id", node.service_instance_id.clone()),
-        KeyValue::new("service.version", node.service_version.clone()),
-        KeyValue::new("host.name", node.host_name.clone()),
-        KeyValue::new("telemetry.sdk.name", "gpulse"),
-        KeyValue::new("telemetry.sdk.language", "rust"),
-        KeyValue::new("telemetry.sdk.version", GPULSE_VERSION),
+        KeyValue::new(A::ServiceName.key(), node.service_name.clone()),
+        KeyValue::new(A::ServiceInstanceId.key(), node.service_instance_id.clone()),
+        KeyValue::new(A::ServiceVersion.key(), node.service_version.clone()),
+        KeyValue::new(A::HostName.key(), node.host_name.clone()),
+        KeyValue::new(A::TelemetrySdkName.key(), "gpulse"),
+        KeyValue::new(A::TelemetrySdkLanguage.key(), "rust"),
+        KeyValue::new(A::TelemetrySdkVersion.key(), GPULSE_VERSION),
     ];
     for (key, value) in &node.extra_attributes {
         if !attrs.iter().any(|kv| kv.key.as_str() == key) {

@@ -8,6 +8,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
 
 use super::{mib, Palette};
+use crate::schema::attributes::AttributeId as A;
 use crate::top::app::App;
 
 /// The selected process: its workload attributes, usage, devices, findings and history.
@@ -49,7 +50,7 @@ pub(super) fn draw_detail(frame: &mut Frame, area: Rect, app: &App, palette: &Pa
     match process {
         Some(p) => {
             let w = p.workload;
-            lines.push(field("service.name", w.effective_service_name()));
+            lines.push(field(A::ServiceName.key(), w.effective_service_name()));
             lines.push(field(
                 "process.pid / vpid",
                 format!(
@@ -62,7 +63,7 @@ pub(super) fn draw_detail(frame: &mut Frame, area: Rect, app: &App, palette: &Pa
             lines.push(field("command line", opt(w.command_line.as_ref())));
             lines.push(field("owner", opt(w.owner.as_ref())));
             lines.push(field(
-                "container.id",
+                A::ContainerId.key(),
                 format!(
                     "{} {}",
                     opt(w.container_id.as_ref()),
