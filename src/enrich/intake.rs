@@ -586,15 +586,22 @@ impl Intake {
                 .collect()
         };
         if let (true, Some(peer)) = (pids.iter().any(Option::is_none), peer) {
-            let me = Arc::clone(self);
-            let found = tokio::task::spawn_blocking(move || {
-                me.peers.get_or_resolve(peer.local, peer.remote, || {
-                    resolve_peer(&me.settings.proc_root, peer.local, peer.remote)
-                })
-            })
-            .await
-            .ok()
-            .flatten();
+            // A connection's answer is cached: only a miss reads /proc, off the async workers
+            // (a hop to the blocking pool on every request costs an SDK's exporter latency).
+            let found = match self.peers.cached(peer.local, peer.remote) {
+                Some(found) => found,
+                None => {
+                    let me = Arc::clone(self);
+                    tokio::task::spawn_blocking(move || {
+                        me.peers.get_or_resolve(peer.local, peer.remote, || {
+                            resolve_peer(&me.settings.proc_root, peer.local, peer.remote)
+                        })
+                    })
+                    .await
+                    .ok()
+                    .flatten()
+                }
+            };
             // One connection is one SDK, so every resource it sent that is not named otherwise
             // is that process's.
             if let Some(pid) = found.filter(|&pid| self.history.read().knows(pid)) {
