@@ -231,6 +231,32 @@ def count_spans(paths):
 
 
 # ---------------------------------------------------------------------------------------------
+# gpulse with its OTLP/HTTP receiver
+
+
+def start_gpulse_receiver(gpulse, lib, log, endpoint, queue_mib, extra=(), preexec_fn=None):
+    """`gpulse run` on nvml-sim's built-in node (200 ms sampling, 1 s export) with its OTLP/HTTP
+    receiver on a free port, exporting OTLP/HTTP to `endpoint` with `--queue-max-bytes
+    queue_mib`MiB; waits until the receiver listens. Returns (process, receiver port)."""
+    receiver = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GPULSE_"))}
+    env.update({"GPULSE_LOG": "warn", "NO_COLOR": "1", "GPULSE_KUBELET_SOCKET": "none"})
+    proc = subprocess.Popen(
+        [str(gpulse), "run", "--nvml-lib", str(lib), "--sample-interval", "200ms", "--export-interval", "1s",
+         "--otlp-endpoint", endpoint, "--otlp-protocol", "http/protobuf", "--queue-max-bytes", f"{queue_mib}MiB",
+         "--otlp-receiver-http", f"127.0.0.1:{receiver}", *extra],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"), preexec_fn=preexec_fn)
+    deadline = time.monotonic() + 60
+    while not port_open(receiver):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"gpulse did not start listening (exit {proc.poll()}):\n"
+                               f"{Path(log).read_text()[-3000:]}")
+        time.sleep(0.2)
+    return proc, receiver
+
+
+# ---------------------------------------------------------------------------------------------
 # gpulse's own metrics, as the Collector received them
 
 HEALTH = ("gpulse.export.queue.size", "gpulse.export.queue.bytes", "gpulse.export.dropped",

@@ -8,7 +8,6 @@ $GPULSE_LOAD_MEMLIMIT_MIB (48) MiB without swap. Needs root (CI runs as root).""
 
 import os
 import re
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -92,25 +91,15 @@ def test_a_small_memory_limit_and_an_unreachable_backend(tmp_path, binaries, mem
         with open(procs, "w") as f:
             f.write(str(os.getpid()))
 
-    receiver = otlp_load.free_port()
     unreachable = otlp_load.free_port()  # nothing listens there
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GPULSE_"))}
-    env.update({"GPULSE_LOG": "warn", "NO_COLOR": "1", "GPULSE_KUBELET_SOCKET": "none"})
     log = tmp_path / "gpulse.log"
-    proc = subprocess.Popen(
-        [str(gpulse), "run", "--nvml-lib", str(lib), "--sample-interval", "200ms", "--export-interval", "1s",
-         "--otlp-endpoint", f"http://127.0.0.1:{unreachable}", "--otlp-protocol", "http/protobuf",
-         "--queue-max-bytes", f"{QUEUE_MIB}MiB", "--queue-max-age", "1h", "--otlp-receiver-http", f"127.0.0.1:{receiver}"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"), preexec_fn=join)
+    proc, receiver = otlp_load.start_gpulse_receiver(gpulse, lib, log, f"http://127.0.0.1:{unreachable}",
+                                                     QUEUE_MIB, extra=("--queue-max-age", "1h"), preexec_fn=join)
     # About 3 MB/s of spans: the queue's bound is reached within seconds.
     sender = otlp_load.SpanSender(f"http://127.0.0.1:{receiver}/v1/traces", 3000, batch=100, timeout=2.0,
                                   padding=1000)
     peak_rss = 0
     try:
-        deadline = time.monotonic() + 60
-        while not otlp_load.port_open(receiver):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
         sender.start()
         end = time.monotonic() + seconds
         while time.monotonic() < end:

@@ -7,7 +7,6 @@ The outage lasts $GPULSE_LOAD_OUTAGE_S seconds (20 here and in CI; docs/reliabil
 run of 60)."""
 
 import os
-import subprocess
 import time
 
 import otlp_load
@@ -22,23 +21,13 @@ def test_a_stopped_collector_under_span_load(tmp_path, binaries):
     outage = float(os.environ.get("GPULSE_LOAD_OUTAGE_S", "20"))
     collector = otlp_load.Collector(tmp_path, keep_metrics=True).start()
     health = otlp_load.HealthReader(collector.metrics_path)
-    receiver = otlp_load.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GPULSE_"))}
-    env.update({"GPULSE_LOG": "warn", "NO_COLOR": "1", "GPULSE_KUBELET_SOCKET": "none"})
     log = tmp_path / "gpulse.log"
-    proc = subprocess.Popen(
-        [str(gpulse), "run", "--nvml-lib", str(lib), "--sample-interval", "200ms", "--export-interval", "1s",
-         "--otlp-endpoint", f"http://127.0.0.1:{collector.http_port}", "--otlp-protocol", "http/protobuf",
-         "--queue-max-bytes", f"{QUEUE_MIB}MiB", "--otlp-receiver-http", f"127.0.0.1:{receiver}"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    proc, receiver = otlp_load.start_gpulse_receiver(gpulse, lib, log, f"http://127.0.0.1:{collector.http_port}",
+                                                     QUEUE_MIB)
     sender = otlp_load.SpanSender(f"http://127.0.0.1:{receiver}/v1/traces", SPAN_RATE, batch=100,
                                   timeout=SENDER_TIMEOUT_S)
     rss = []
     try:
-        deadline = time.monotonic() + 60
-        while not otlp_load.port_open(receiver):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
         sender.start()
         time.sleep(5)
         before = otlp_load.rss_kib(proc.pid)
