@@ -6,8 +6,10 @@ machine's wall clock). The same sink ends the direct run (telemetrygen straight 
 gpulse run and the Collector run, so what a middle adds is the difference of the runs.
 
 Prints {"grpc": PORT} once listening. Each line on stdin is a command: `reset` forgets what was
-received, `report` prints one JSON line: spans, distinct ids, latency percentiles (ms) and the
-enriched count (spans with gpulse.gpu.samples).
+received, `report` prints one JSON line: spans, distinct ids, latency percentiles (ms), the
+enriched count (spans with gpulse.gpu.samples), and the last gpulse.receiver.spans that gpulse's
+own metrics brought (what its receiver accepted: generated minus that is what the sender's SDK
+dropped or had refused, that minus the distinct spans here is what gpulse lost).
 """
 
 import json
@@ -35,6 +37,7 @@ class State:
             self.spans = 0
             self.enriched = 0
             self.latencies_ns = []
+            self.gpulse_accepted = None
 
     def report(self):
         with self.lock:
@@ -43,7 +46,8 @@ class State:
             def pct(p):
                 return round(lat[min(len(lat) - 1, int(p / 100 * len(lat)))] / 1e6, 2) if lat else None
             return {"spans": self.spans, "distinct": len(self.ids), "enriched": self.enriched,
-                    "p50_ms": pct(50), "p99_ms": pct(99), "max_ms": pct(100)}
+                    "p50_ms": pct(50), "p99_ms": pct(99), "max_ms": pct(100),
+                    "gpulse_accepted": self.gpulse_accepted}
 
 
 class Traces(trace_service_pb2_grpc.TraceServiceServicer):
@@ -68,7 +72,16 @@ class Traces(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, state):
+        self.state = state
+
     def Export(self, request, context):  # noqa: N802
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == "gpulse.receiver.spans":
+                        with self.state.lock:
+                            self.state.gpulse_accepted = sum(p.as_int for p in metric.sum.data_points)
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
@@ -82,7 +95,7 @@ def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          options=[("grpc.max_receive_message_length", 64 << 20)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(state), server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(state), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

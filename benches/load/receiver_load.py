@@ -15,7 +15,8 @@ percentiles, not a percentile of differences). telemetrygen is one of gpulse's G
 (nvml-sim lists its PID), so gpulse enriches every span, found by the connection: the costly
 path. CPU is the middle's whole-process CPU time from the first span to the last one at the
 sink (gpulse's own sampling, once a second, included), per 1000 spans generated; peak RSS is its
-VmHWM. A run counts its spans: generated (telemetrygen's own count), arrived, distinct.
+VmHWM. A run counts its spans: generated (telemetrygen's own count), accepted (by gpulse's
+receiver, from its own gpulse.receiver.spans), arrived and distinct (at the sink).
 
     scripts/backends otelcol telemetrygen && cargo build --release -p gpulse -p nvml-sim
     $GPULSE_TEST_PYTHON benches/load/receiver_load.py --rates 1000,10000,50000 --repeat 2
@@ -171,10 +172,15 @@ def one_run(kind, protocol, rate, round_, sink, work, args):
         elapsed = time.monotonic() - started
         cpu = (otlp_load.cpu_seconds(middle.pid) - cpu0) if middle else 0.0
         hwm = otlp_load.hwm_kib(middle.pid) if middle else None
+        if kind == "gpulse":
+            # Its last health (with gpulse.receiver.spans) goes out at SIGTERM.
+            middle.send_signal(signal.SIGTERM)
+            middle.wait(30)
         report = sink.command("report")
         generated = generated_spans(log_path)
         return {"middle": kind, "protocol": protocol, "rate": rate, "round": round_, "generated": generated,
                 "arrived": report["spans"], "distinct": report["distinct"], "enriched": report["enriched"],
+                "gpulse_accepted": report["gpulse_accepted"],
                 "p50_ms": report["p50_ms"], "p99_ms": report["p99_ms"], "cpu_s": round(cpu, 3),
                 "cpu_ms_per_1k_spans": round(1e6 * cpu / generated, 3) if generated else None,
                 "peak_rss_mib": round(hwm / 1024, 1) if hwm else None, "seconds": round(elapsed, 1)}
@@ -204,7 +210,8 @@ def main():
     protocols = args.protocols.split(",")
     middles = args.middles.split(",")
     print(f"receiver_load: {args.seconds:g} s per run, {args.repeat} round(s); logs in {work}", flush=True)
-    print(f"{'middle':>9} {'proto':>5} {'rate':>6} {'generated':>9} {'arrived':>8} {'distinct':>8} {'enriched':>8} "
+    print(f"{'middle':>9} {'proto':>5} {'rate':>6} {'generated':>9} {'accepted':>8} {'arrived':>8} {'distinct':>8} "
+          f"{'enriched':>8} "
           f"{'p50 ms':>7} {'p99 ms':>7} {'CPU s':>6} {'ms/1k':>6} {'RSS MiB':>7}", flush=True)
     runs = []
     out = open(args.json, "a") if args.json else None
@@ -220,7 +227,9 @@ def main():
                         if out:
                             out.write(json.dumps(r) + "\n")
                             out.flush()
-                        print(f"{r['middle']:>9} {r['protocol']:>5} {rate:>6} {r['generated']:>9} {r['arrived']:>8} "
+                        accepted = r["gpulse_accepted"] if r["gpulse_accepted"] is not None else "-"
+                        print(f"{r['middle']:>9} {r['protocol']:>5} {rate:>6} {r['generated']:>9} {accepted:>8} "
+                              f"{r['arrived']:>8} "
                               f"{r['distinct']:>8} {r['enriched']:>8} {r['p50_ms'] or 0:>7.1f} {r['p99_ms'] or 0:>7.1f} "
                               f"{r['cpu_s']:>6.2f} {r['cpu_ms_per_1k_spans'] or 0:>6.1f} {r['peak_rss_mib'] or 0:>7.1f}",
                               flush=True)
