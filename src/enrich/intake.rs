@@ -425,10 +425,8 @@ impl Intake {
             })
             .await;
             me.reserved_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            let (enriched, report) = match done {
-                Ok(done) => done,
-                Err(_) => (0, crate::export::queue::PushReport::default()),
-            };
+            // A panic while enriching leaves the request unqueued: reported below as lost.
+            let (enriched, report) = done.unwrap_or_default();
             if report.queued {
                 me.count_spans(items, enriched);
             } else {
