@@ -616,7 +616,7 @@ fn spans_wait_in_the_queue_while_upstream_is_down_and_a_full_queue_says_429() {
             "--otlp-receiver-http",
             &http_port.to_string(),
             "--queue-max-bytes",
-            "400KiB",
+            "600KiB",
         ],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", upstream.http_base()),
@@ -637,8 +637,8 @@ fn spans_wait_in_the_queue_while_upstream_is_down_and_a_full_queue_says_429() {
     );
     assert_eq!(answer.status, 200, "{}", rpc_message(&answer.body));
 
-    // ~300 KB requests: the first fits in the 400 KiB queue, the next cannot without pushing
-    // queued data out, so the application is told to retry.
+    // ~300 KB requests: the first fits in the 450 KiB the receiver may fill of the 600 KiB queue
+    // (the last quarter is gpulse's own), the next cannot, so the application is told to retry.
     let names: Vec<String> = (0..1500)
         .map(|i| format!("bulk-{i:04}-{}", "x".repeat(60)))
         .collect();

@@ -14,6 +14,7 @@ use crate::enrich::{
     HistoryHandle, Intake, IntakeSettings, ReceiverError, Receivers, SpanObserver,
 };
 use crate::export::queue::QueueHandle;
+use crate::export::telemetry::ReceiverCounters;
 use crate::export::transport::Signal;
 use crate::export::Exporter;
 use crate::pipeline::{WindowLoop, WindowObserver};
@@ -39,10 +40,12 @@ pub(crate) struct IntakePlan {
 #[derive(Debug)]
 struct Upstream {
     queue: QueueHandle,
-    /// The queue's byte bound: the intake refuses rather than evicts.
+    /// The part of the queue's byte bound the intake may fill: it refuses rather than evicts.
     max_queue_bytes: usize,
     /// The signals no transport carries: accepted for diagnosis, never queued.
     not_forwarded: Vec<Signal>,
+    /// Where the intake counts what it accepts and refuses, for gpulse's own metrics.
+    counters: Arc<ReceiverCounters>,
 }
 
 impl IntakePlan {
@@ -59,9 +62,11 @@ impl IntakePlan {
             proc_root: config.common.analysis.proc_root.clone(),
             upstream: Some(Upstream {
                 queue: exporter.queue().clone(),
-                max_queue_bytes: usize::try_from(config.export.queue.max_bytes)
-                    .unwrap_or(usize::MAX),
+                max_queue_bytes: forwarding_share(
+                    usize::try_from(config.export.queue.max_bytes).unwrap_or(usize::MAX),
+                ),
                 not_forwarded: exporter.not_forwarded().to_vec(),
+                counters: Arc::clone(exporter.receiver_counters()),
             }),
             span_observer,
         }
@@ -84,6 +89,14 @@ impl IntakePlan {
     }
 }
 
+/// The part of the queue's byte bound the intake fills before it refuses: three quarters. The
+/// rest is gpulse's own telemetry's during an outage, so that its windows, pushed every export
+/// interval, find room (and push out their own oldest) instead of pushing out spans the
+/// receiver has already accepted.
+fn forwarding_share(max_queue_bytes: usize) -> usize {
+    max_queue_bytes / 4 * 3
+}
+
 /// Builds the intake as `plan` says, starts listening, and makes the receivers' history the
 /// observer of `windows`.
 ///
@@ -102,7 +115,8 @@ pub(crate) async fn start(
     };
     let mut intake = match plan.upstream {
         Some(upstream) => Intake::new(upstream.queue, history, settings)
-            .without_forwarding(&upstream.not_forwarded),
+            .without_forwarding(&upstream.not_forwarded)
+            .counted_in(upstream.counters),
         None => Intake::local(history, settings),
     }
     .with_framework(windows.framework());

@@ -252,7 +252,7 @@ async fn watch(
     }
     close_window(&mut windows, recorder, &mut exporter);
     if let Some(receivers) = &receivers {
-        receivers.stop();
+        receivers.stop().await;
     }
     if let Some(spans) = spans {
         spans.try_iter().for_each(|span| recorder.add_span(span));

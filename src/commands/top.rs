@@ -235,7 +235,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
     };
     drop(guard);
     if let Some(receivers) = &receivers {
-        receivers.stop();
+        runtime.block_on(receivers.stop());
     }
     // The thread finishes its current tick; a hung NVML call is left behind, we are exiting.
     sampler.stop(Duration::from_secs(1));

@@ -3,9 +3,13 @@
 //! upstream over the same connection, with the same retry and bounds, as gpulse's metrics.
 //!
 //! ## Contract toward the sending application
-//! - Accepted means queued: delivery is then gpulse's business (at least once, oldest first,
-//!   the queue's age and byte bounds). A partial success upstream is logged by the queue; the
-//!   application has already been answered.
+//! - Accepted means queued, or about to be: delivery is then gpulse's business (at least once,
+//!   oldest first, the queue's age and byte bounds). A span that ends after the newest GPU
+//!   sample needs the next one (at most one sample interval away) to be enriched: its request is
+//!   answered at once and queued when that sample is in ([`Intake::settle`] waits for those at
+//!   shutdown), so the application never waits on gpulse's sampling. Its bytes are reserved in
+//!   the bound meanwhile. A partial success upstream is logged by the queue; the application has
+//!   already been answered.
 //! - Nothing is dropped because enrichment could not be done: a span of a process gpulse does
 //!   not know, or older than the history, goes on unchanged. A request in which no span was
 //!   enriched is forwarded as the very bytes received (prost does not keep unknown fields, so
@@ -24,7 +28,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +47,12 @@ use crate::diagnosis::framework::FrameworkHandle;
 use crate::export::logs::log_record_count;
 use crate::export::metrics::data_point_count;
 use crate::export::queue::QueueHandle;
+use crate::export::telemetry::{ReceiverCounters, Refusal};
+use crate::export::transport::WarnLimiter;
 use crate::export::transport::{EncodedRequest, Signal};
+
+/// Blocking-pool threads enriching the requests that waited for a sample, at most.
+const ENRICH_THREADS: usize = 2;
 
 /// The retry hint sent with a "queue full" refusal.
 pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -68,10 +77,12 @@ pub enum IntakeError {
          receiver takes OTLP/gRPC or OTLP/HTTP with application/x-protobuf bodies"
     )]
     Malformed { signal: Signal, detail: String },
-    /// Taking it would push older data out of gpulse's bounded queue.
+    /// Taking it would push older data out of gpulse's bounded queue: `queued` bytes are in it,
+    /// and what the receivers forward may fill `max` of its bound (the rest is gpulse's own).
     #[error(
-        "gpulse's export queue is full ({queued} of {max} bytes): the upstream collector is \
-         unreachable or slow. Retry after {}s; raise --queue-max-bytes to buffer more",
+        "gpulse's export queue is full ({queued} bytes queued; forwarded data may fill {max}): \
+         the upstream collector is unreachable or slow. Retry after {}s; raise \
+         --queue-max-bytes to buffer more",
         retry_after.as_secs()
     )]
     QueueFull {
@@ -89,7 +100,8 @@ pub enum IntakeError {
 pub struct Accepted {
     /// Spans, data points or log records.
     pub items: u64,
-    /// Spans given GPU attributes.
+    /// Spans given GPU attributes; 0 for a request enriched after the answer (counted in
+    /// [`IntakeStats::enriched_spans`] when it is queued).
     pub enriched: u64,
 }
 
@@ -141,6 +153,33 @@ pub struct Intake {
     /// Signals received but not forwarded, because no exporter carries them (e.g. traces in
     /// Prometheus-only mode without an explicit OTLP upstream). They still feed diagnosis.
     not_forwarded: Vec<Signal>,
+    /// Trace requests answered and waiting for the next sample before they are queued, and
+    /// their encoded bytes, which count against the queue's bound meanwhile.
+    later: AtomicUsize,
+    reserved_bytes: AtomicUsize,
+    later_done: tokio::sync::Notify,
+    /// Bounds the blocking-pool threads that enrich those requests: each thread would bring its
+    /// own allocator arena (tens of MiB of RSS at 40 000 spans/s), and two keep up.
+    enrich_slots: Arc<tokio::sync::Semaphore>,
+    /// gpulse's own metrics of the receiver (`gpulse.receiver.*`), when it forwards.
+    counters: Option<Arc<ReceiverCounters>>,
+}
+
+/// A trace request's way into the queue.
+enum TraceIntake {
+    /// Enriched (or not to be) now.
+    Now(EncodedRequest, Accepted),
+    /// Ends after the newest sample: answered now, enriched and queued when the next sample is
+    /// in (or after the intake's `max_wait`).
+    Later(Pending),
+}
+
+struct Pending {
+    request: ExportTraceServiceRequest,
+    pids: ResourcePids,
+    end: u64,
+    items: u64,
+    bytes: usize,
 }
 
 impl Intake {
@@ -163,6 +202,35 @@ impl Intake {
             framework: None,
             span_observer: None,
             not_forwarded: Vec::new(),
+            later: AtomicUsize::new(0),
+            reserved_bytes: AtomicUsize::new(0),
+            later_done: tokio::sync::Notify::new(),
+            enrich_slots: Arc::new(tokio::sync::Semaphore::new(ENRICH_THREADS)),
+            counters: None,
+        }
+    }
+
+    /// Also counts what is accepted and refused in `counters` (gpulse's own metrics).
+    #[must_use]
+    pub(crate) fn counted_in(mut self, counters: Arc<ReceiverCounters>) -> Self {
+        counters.attach();
+        self.counters = Some(counters);
+        self
+    }
+
+    fn count_refusal(&self, why: Refusal) {
+        if let Some(counters) = &self.counters {
+            counters.refused(why);
+        }
+    }
+
+    fn count_spans(&self, spans: u64, enriched: u64) {
+        self.stats.spans.fetch_add(spans, Ordering::Relaxed);
+        self.stats
+            .enriched_spans
+            .fetch_add(enriched, Ordering::Relaxed);
+        if let Some(counters) = &self.counters {
+            counters.accepted_spans(spans);
         }
     }
 
@@ -194,6 +262,11 @@ impl Intake {
         self
     }
 
+    /// How long a span ending after the newest sample waits for the next one.
+    pub(crate) fn max_wait(&self) -> Duration {
+        self.settings.max_wait
+    }
+
     pub(crate) fn history(&self) -> &HistoryHandle {
         &self.history
     }
@@ -211,6 +284,7 @@ impl Intake {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let malformed = |e: prost::DecodeError| {
             self.stats.refused_malformed.fetch_add(1, Ordering::Relaxed);
+            self.count_refusal(Refusal::Malformed);
             IntakeError::Malformed {
                 signal,
                 detail: e.to_string(),
@@ -238,7 +312,10 @@ impl Intake {
             }
             Signal::Traces => {
                 let decoded = ExportTraceServiceRequest::decode(body.clone()).map_err(malformed)?;
-                self.traces(decoded, body, peer).await
+                match self.traces(decoded, body, peer).await {
+                    TraceIntake::Now(request, accepted) => (request, accepted),
+                    TraceIntake::Later(pending) => return self.enrich_later(pending),
+                }
             }
         };
         if accepted.items == 0 {
@@ -254,14 +331,40 @@ impl Intake {
         };
         self.push(queue, signal, request)?;
         if signal == Signal::Traces {
-            self.stats
-                .spans
-                .fetch_add(accepted.items, Ordering::Relaxed);
-            self.stats
-                .enriched_spans
-                .fetch_add(accepted.enriched, Ordering::Relaxed);
+            self.count_spans(accepted.items, accepted.enriched);
         }
         Ok(accepted)
+    }
+
+    /// Refuses `bytes` more when they would push queued data out of the bound (counting the
+    /// bytes reserved by requests waiting to be enriched).
+    fn room_for(&self, queue: &QueueHandle, bytes: usize) -> Result<(), IntakeError> {
+        let queued = queue
+            .bytes()
+            .saturating_add(self.reserved_bytes.load(Ordering::Relaxed));
+        let max = self.settings.max_queue_bytes;
+        if queued.saturating_add(bytes) > max {
+            self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
+            self.count_refusal(Refusal::QueueFull);
+            static LIMIT: WarnLimiter = WarnLimiter::new(Duration::from_secs(60));
+            if let Some(suppressed) = LIMIT.permit() {
+                tracing::warn!(
+                    queued_bytes = queued,
+                    max_bytes = max,
+                    refused_since_last = suppressed + 1,
+                    "the OTLP receiver refuses requests: the export queue is full (the upstream \
+                     is unreachable or slow); the senders' SDKs are told to retry in {}s and drop \
+                     what they cannot keep; counted in gpulse.receiver.refused{{error.type=queue_full}}",
+                    RETRY_AFTER.as_secs()
+                );
+            }
+            return Err(IntakeError::QueueFull {
+                queued,
+                max,
+                retry_after: RETRY_AFTER,
+            });
+        }
+        Ok(())
     }
 
     fn push(
@@ -270,21 +373,89 @@ impl Intake {
         signal: Signal,
         request: EncodedRequest,
     ) -> Result<(), IntakeError> {
-        let queued = queue.bytes();
-        let max = self.settings.max_queue_bytes;
-        if queued.saturating_add(request.len()) > max {
-            self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
-            return Err(IntakeError::QueueFull {
-                queued,
-                max,
-                retry_after: RETRY_AFTER,
-            });
-        }
+        self.room_for(queue, request.len())?;
         let report = queue.push(signal, request);
         if report.queued {
             Ok(())
         } else {
+            self.count_refusal(Refusal::ShuttingDown);
             Err(IntakeError::ShuttingDown)
+        }
+    }
+
+    /// Answers `pending` now (after reserving its bytes in the bound) and queues it once the
+    /// sample its spans need is in, so the application never waits on gpulse's sampling.
+    fn enrich_later(self: &Arc<Self>, pending: Pending) -> Result<Accepted, IntakeError> {
+        let Some(queue) = self.queue.clone() else {
+            // `traces` defers only what is forwarded.
+            return Ok(Accepted {
+                items: pending.items,
+                enriched: 0,
+            });
+        };
+        self.room_for(&queue, pending.bytes)?;
+        self.reserved_bytes
+            .fetch_add(pending.bytes, Ordering::Relaxed);
+        self.later.fetch_add(1, Ordering::AcqRel);
+        let items = pending.items;
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let Pending {
+                mut request,
+                pids,
+                end,
+                items,
+                bytes,
+            } = pending;
+            me.history.wait_for_sample(end, me.settings.max_wait).await;
+            // Every request that waited for this sample wakes with it: enriching and encoding
+            // them all on the async workers stalled the receivers' answers for long enough that
+            // an SDK's batch processor dropped spans at 40 000 spans/s (BENCHMARKS.md). On the
+            // blocking pool the kernel shares the CPU with the answers instead.
+            let worker = Arc::clone(&me);
+            let slot = Arc::clone(&me.enrich_slots).acquire_owned().await;
+            let done = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                let enriched = enrich_request(&mut request, &pids, &worker.history.read());
+                let report = queue.push(
+                    Signal::Traces,
+                    EncodedRequest::from_message(&request, items),
+                );
+                (enriched, report)
+            })
+            .await;
+            me.reserved_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            // A panic while enriching leaves the request unqueued: reported below as lost.
+            let (enriched, report) = done.unwrap_or_default();
+            if report.queued {
+                me.count_spans(items, enriched);
+            } else {
+                tracing::warn!(
+                    spans = items,
+                    "gpulse stopped before a trace request it had accepted could be queued; \
+                     its spans are lost"
+                );
+            }
+            if me.later.fetch_sub(1, Ordering::AcqRel) == 1 {
+                me.later_done.notify_waiters();
+            }
+        });
+        Ok(Accepted { items, enriched: 0 })
+    }
+
+    /// Waits until every trace request answered but not yet queued is queued, at most until
+    /// `deadline`; called at shutdown, after the receivers stopped and before the queue's flush.
+    /// Returns how many are still waiting.
+    pub(crate) async fn settle(&self, deadline: tokio::time::Instant) -> usize {
+        loop {
+            let done = self.later_done.notified();
+            let waiting = self.later.load(Ordering::Acquire);
+            if waiting == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return self.later.load(Ordering::Acquire);
+            }
         }
     }
 
@@ -293,13 +464,13 @@ impl Intake {
         mut request: ExportTraceServiceRequest,
         body: Bytes,
         peer: Option<Peer>,
-    ) -> (EncodedRequest, Accepted) {
+    ) -> TraceIntake {
         let items = span_count(&request) as u64;
         if let Some(observer) = &self.span_observer {
             (observer.0)(&request);
         }
         let unchanged = |body| {
-            (
+            TraceIntake::Now(
                 EncodedRequest::new(body, items),
                 Accepted { items, enriched: 0 },
             )
@@ -316,7 +487,7 @@ impl Intake {
                 super::framework::record_spans(&mut framework, &request, &pids);
             }
         }
-        if self.queue.is_none() {
+        if self.queue.is_none() || self.not_forwarded.contains(&Signal::Traces) {
             // Nothing goes upstream: enriching would be work for nobody.
             return unchanged(body);
         }
@@ -329,15 +500,19 @@ impl Intake {
             .newest()
             .is_some_and(|newest| newest < end)
         {
-            self.history
-                .wait_for_sample(end, self.settings.max_wait)
-                .await;
+            return TraceIntake::Later(Pending {
+                request,
+                pids,
+                end,
+                items,
+                bytes: body.len(),
+            });
         }
         let enriched = enrich_request(&mut request, &pids, &self.history.read());
         if enriched == 0 {
             return unchanged(body);
         }
-        (
+        TraceIntake::Now(
             EncodedRequest::from_message(&request, items),
             Accepted { items, enriched },
         )
@@ -436,15 +611,22 @@ impl Intake {
                 .collect()
         };
         if let (true, Some(peer)) = (pids.iter().any(Option::is_none), peer) {
-            let me = Arc::clone(self);
-            let found = tokio::task::spawn_blocking(move || {
-                me.peers.get_or_resolve(peer.local, peer.remote, || {
-                    resolve_peer(&me.settings.proc_root, peer.local, peer.remote)
-                })
-            })
-            .await
-            .ok()
-            .flatten();
+            // A connection's answer is cached: only a miss reads /proc, off the async workers
+            // (a hop to the blocking pool on every request costs an SDK's exporter latency).
+            let found = match self.peers.cached(peer.local, peer.remote) {
+                Some(found) => found,
+                None => {
+                    let me = Arc::clone(self);
+                    tokio::task::spawn_blocking(move || {
+                        me.peers.get_or_resolve(peer.local, peer.remote, || {
+                            resolve_peer(&me.settings.proc_root, peer.local, peer.remote)
+                        })
+                    })
+                    .await
+                    .ok()
+                    .flatten()
+                }
+            };
             // One connection is one SDK, so every resource it sent that is not named otherwise
             // is that process's.
             if let Some(pid) = found.filter(|&pid| self.history.read().knows(pid)) {
@@ -775,39 +957,63 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_span_ending_after_the_newest_sample_waits_for_the_next_one() {
-        let (intake, _queue) = intake(1 << 20, Duration::from_secs(5));
+    async fn a_span_ending_after_the_newest_sample_is_answered_at_once_and_queued_enriched_after_it(
+    ) {
+        let (intake, queue) = intake(1 << 20, Duration::from_secs(5));
+        let (sample_in, sample_wanted) = tokio::sync::oneshot::channel::<()>();
         let writer = intake.history().clone();
         let late = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            sample_wanted.await.unwrap();
             writer.record(&snapshot(
                 112,
                 vec![device("GPU-a", 0.9, 10.0)],
                 vec![process(42, "GPU-a", 1, Some(0.9))],
             ));
         });
-        let started = std::time::Instant::now();
+        // Answered while the sample it needs is not in yet: the application never waits on it.
         let accepted = intake
             .accept(Signal::Traces, traces(42, 109, 112), None)
             .await
             .unwrap();
+        assert_eq!(accepted.items, 1);
+        assert_eq!(queue.stats().depth, 0, "queued before its sample was in");
+        // Its bytes count against the bound meanwhile.
+        assert!(intake.reserved_bytes.load(Ordering::Relaxed) > 0);
+        sample_in.send(()).unwrap();
         late.await.unwrap();
-        assert_eq!(accepted.enriched, 1);
-        assert!(started.elapsed() >= Duration::from_millis(40));
-        assert!(started.elapsed() < Duration::from_secs(4));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+        assert_eq!(intake.settle(deadline).await, 0);
+        assert_eq!(queue.stats().depth, 1);
+        assert_eq!(intake.stats.enriched_spans.load(Ordering::Relaxed), 1);
+        assert_eq!(intake.reserved_bytes.load(Ordering::Relaxed), 0);
         // Without a next sample the wait ends after max_wait and the span still goes.
-        let (intake, _queue) = intake_with_wait(Duration::from_millis(30));
+        let (intake, queue) = intake_with_wait(Duration::from_millis(30));
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        let started = std::time::Instant::now();
         let accepted = intake
             .accept(Signal::Traces, traces(42, 105, now + 60), None)
             .await
             .unwrap();
         assert_eq!(accepted.items, 1);
-        assert!(started.elapsed() < Duration::from_secs(2));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        assert_eq!(intake.settle(deadline).await, 0);
+        assert_eq!(queue.stats().depth, 1);
+    }
+
+    #[tokio::test]
+    async fn requests_waiting_for_their_sample_count_against_the_bound() {
+        let body = traces(42, 109, 200);
+        // Room for one such request, not two: the second is refused while the first waits.
+        let (intake, queue) = intake(body.len() * 3 / 2, Duration::from_secs(5));
+        intake
+            .accept(Signal::Traces, body.clone(), None)
+            .await
+            .unwrap();
+        let err = intake.accept(Signal::Traces, body, None).await.unwrap_err();
+        assert!(matches!(err, IntakeError::QueueFull { .. }), "{err}");
+        assert_eq!(queue.stats().depth, 0);
     }
 
     fn intake_with_wait(wait: Duration) -> (Arc<Intake>, QueueHandle) {

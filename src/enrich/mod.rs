@@ -111,10 +111,21 @@ impl Receivers {
         Ok(receivers)
     }
 
-    /// Stops accepting; requests already queued are delivered by the queue's flush.
-    pub(crate) fn stop(&self) {
+    /// Stops accepting, then waits (at most the intake's wait for a sample, and a second) for
+    /// the requests already answered to be queued; the queue's flush delivers them.
+    pub(crate) async fn stop(&self) {
         for task in &self.tasks {
             task.abort();
+        }
+        let deadline = tokio::time::Instant::now()
+            + self.intake.max_wait()
+            + std::time::Duration::from_secs(1);
+        let waiting = self.intake.settle(deadline).await;
+        if waiting > 0 {
+            tracing::warn!(
+                requests = waiting,
+                "stopping with trace requests accepted but not yet queued; their spans are lost"
+            );
         }
     }
 }

@@ -117,6 +117,16 @@ pub(crate) struct PeerCache {
 }
 
 impl PeerCache {
+    /// The cached answer for the connection `peer` → `local`, when there is a fresh one:
+    /// `Some(None)` says the connection has no known peer process.
+    pub(crate) fn cached(&self, local: SocketAddr, peer: SocketAddr) -> Option<Option<u32>> {
+        let now = Instant::now();
+        self.lock()
+            .get(&(local, peer))
+            .filter(|(_, at)| now.duration_since(*at) < TTL)
+            .map(|(pid, _)| *pid)
+    }
+
     /// The cached answer for the connection `peer` → `local`, computed with `resolve` when
     /// missing or stale.
     pub(crate) fn get_or_resolve(

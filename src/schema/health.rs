@@ -71,4 +71,8 @@ health_table! {
         "Sampling ticks skipped because a pass overran.", [];
     DiagnosisActive: "gpulse.diagnosis.active", UpDownCounter, "{finding}",
         "Diagnosis findings active now, by rule.", [req(A::DiagnosisRule)];
+    ReceiverSpans: "gpulse.receiver.spans", Counter, "{span}",
+        "Spans the OTLP receiver accepted for forwarding.", [];
+    ReceiverRefused: "gpulse.receiver.refused", Counter, "{request}",
+        "Requests the OTLP receiver refused, by reason: queue_full (the sender retries later), malformed, shutting_down.", [req(A::ErrorType)];
 }

@@ -240,7 +240,7 @@ impl Pipeline {
 
     async fn shutdown(mut self) {
         if let Some(receivers) = &self.receivers {
-            receivers.stop();
+            receivers.stop().await;
         }
         if let Some(sampler) = self.sampler.take() {
             if !sampler.stop(Duration::from_secs(2)) {

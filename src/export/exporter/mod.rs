@@ -22,7 +22,7 @@ use crate::export::queue::{
     BackoffPolicy, Count, DeliveryQueue, FlushReport, QueueHandle, QueueLimits, QueueStats,
 };
 use crate::export::resource::{host_name, NodeIdentity};
-use crate::export::telemetry::SelfTelemetry;
+use crate::export::telemetry::{ReceiverCounters, SelfTelemetry};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
 use crate::pipeline::{Analysis, SamplerHealth, ViewReceiver};
 
@@ -33,6 +33,8 @@ pub struct Exporter {
     sender: tokio::task::JoinHandle<FlushReport>,
     /// gpulse's own health metrics, on the OTel SDK, collected into each window's request.
     telemetry: SelfTelemetry,
+    /// What the OTLP receiver accepted and refused, counted by its intake.
+    receiver: Arc<ReceiverCounters>,
     /// The process resources of the last window, encoded: reused while a process stays.
     resources: ProcessResources,
     /// Whether gauges carry `.max`/`.min`: fixed by the sample and export intervals.
@@ -98,11 +100,15 @@ impl Exporter {
         let (queue, sender) =
             DeliveryQueue::new(queue_limits(settings), BackoffPolicy::default(), transports);
         let sender = tokio::spawn(sender.run());
-        let telemetry =
-            SelfTelemetry::start(&node, self_health::reader(queue.clone(), sampler, view));
+        let receiver = Arc::new(ReceiverCounters::default());
+        let telemetry = SelfTelemetry::start(
+            &node,
+            self_health::reader(queue.clone(), sampler, view, Arc::clone(&receiver)),
+        );
         Self {
             node,
             queue,
+            receiver,
             sender,
             telemetry,
             resources: ProcessResources::new(),
@@ -121,6 +127,11 @@ impl Exporter {
     /// The queue, for the receivers' intake to forward into.
     pub fn queue(&self) -> &QueueHandle {
         &self.queue
+    }
+
+    /// The OTLP receiver's counters, exported with the health once a receiver attaches.
+    pub fn receiver_counters(&self) -> &Arc<ReceiverCounters> {
+        &self.receiver
     }
 
     /// The signals no transport carries (pass to `Intake::without_forwarding`).

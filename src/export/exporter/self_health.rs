@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::diagnosis::RuleId;
 use crate::export::queue::QueueHandle;
-use crate::export::telemetry::{HealthReading, HealthSource};
+use crate::export::telemetry::{HealthReading, HealthSource, ReceiverCounters};
 use crate::pipeline::SamplerHealth;
 use crate::pipeline::ViewReceiver;
 
@@ -17,11 +17,17 @@ pub(super) fn reader(
     queue: QueueHandle,
     sampler: Arc<SamplerHealth>,
     view: ViewReceiver,
+    receiver: Arc<ReceiverCounters>,
 ) -> HealthSource {
-    Box::new(move || read(&queue, &sampler, &view))
+    Box::new(move || read(&queue, &sampler, &view, &receiver))
 }
 
-fn read(queue: &QueueHandle, sampler: &SamplerHealth, view: &ViewReceiver) -> HealthReading {
+fn read(
+    queue: &QueueHandle,
+    sampler: &SamplerHealth,
+    view: &ViewReceiver,
+    receiver: &ReceiverCounters,
+) -> HealthReading {
     let stats = queue.stats();
     let durations = sampler.take_durations();
     let mut findings_active: BTreeMap<String, u64> = RuleId::ALL
@@ -56,5 +62,6 @@ fn read(queue: &QueueHandle, sampler: &SamplerHealth, view: &ViewReceiver) -> He
         nvml_errors_total: sampler.nvml_errors(),
         stalled_ticks_total: sampler.stalled_ticks.load(Ordering::Relaxed),
         findings_active,
+        receiver: receiver.read(),
     }
 }

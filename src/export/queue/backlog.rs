@@ -136,8 +136,11 @@ impl Backlog {
             .map(|(_, lane, index)| (lane, index))
     }
 
-    /// Appends `entry` to its lane, dropping the oldest idle entries of any lane while the
-    /// shared bound would be passed. An entry alone over the bound is refused and counted.
+    /// Appends `entry` to its lane, dropping idle entries while the shared bound would be
+    /// passed: the oldest of its own lane first, then the oldest of any lane. Own lane first,
+    /// so that gpulse's metrics, pushed every window, push out their own old windows rather than
+    /// the spans the receiver accepted (which it admits only below the bound, leaving room, see
+    /// `crate::commands::receivers`). An entry alone over the bound is refused and counted.
     pub(super) fn push(&mut self, entry: Entry, max_bytes: usize) -> (bool, Count) {
         let mut dropped = Count::default();
         let len = entry.request.len();
@@ -145,8 +148,10 @@ impl Backlog {
             dropped.add(Count::one(&entry.request));
             return (false, dropped);
         }
+        let own = lane_index(entry.signal);
         while self.bytes + len > max_bytes {
-            let Some((lane, index)) = self.oldest_idle() else {
+            let own_oldest = self.lanes[own].first_idle().map(|index| (own, index));
+            let Some((lane, index)) = own_oldest.or_else(|| self.oldest_idle()) else {
                 break;
             };
             let old = self.remove_at(lane, index).expect("found just above");

@@ -15,9 +15,10 @@
 //!   attempt abandoned at the shutdown deadline may still have arrived.
 //! - A permanent failure (400, INVALID_ARGUMENT...) drops the request, logs why and counts it.
 //! - Bounds, shared by the lanes: total encoded bytes ([`DEFAULT_MAX_BYTES`], 64 MiB) and age
-//!   ([`DEFAULT_MAX_AGE`], 1 h). A push over the byte bound drops the oldest requests first,
-//!   whichever lane holds them (a stuck lane's backlog is what ages, so it is what goes), never
-//!   the one pushed unless it alone is over the bound; requests being sent at that moment are
+//!   ([`DEFAULT_MAX_AGE`], 1 h). A push over the byte bound drops the oldest requests of its
+//!   own lane first, then the oldest of any lane (a stuck lane's backlog is what ages, so it is
+//!   what goes once the pushing lane has nothing left to give), never the one pushed unless it
+//!   alone is over the bound; requests being sent at that moment are
 //!   not dropped either, so the bound can be passed by those for the length of one attempt.
 //!   Requests older than the age bound are dropped. Every drop is counted (requests and points).
 //! - Shutdown: [`QueueHandle::flush`] lets the lanes deliver what they can until a deadline,
@@ -554,6 +555,25 @@ mod tests {
         assert_eq!(ids(&b, Signal::Metrics), [0, 4]);
         assert_eq!(ids(&b, Signal::Traces), [3]);
         assert_eq!(b.bytes, 350);
+    }
+
+    #[test]
+    fn a_push_over_the_bound_drops_its_own_lanes_oldest_before_older_ones_of_other_lanes() {
+        // Accepted spans wait while the upstream is down; gpulse's metrics windows keep coming.
+        // A window pushes out the oldest window, not the spans, older as they are.
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        b.push(entry_of(Signal::Traces, 0, 100, now), 400);
+        b.push(entry_of(Signal::Traces, 1, 100, now), 400);
+        b.push(entry_of(Signal::Metrics, 2, 100, now), 400);
+        b.push(entry_of(Signal::Metrics, 3, 100, now), 400);
+        let (queued, dropped) = b.push(entry_of(Signal::Metrics, 4, 100, now), 400);
+        assert!(queued);
+        assert_eq!(dropped.requests, 1);
+        let ids = |b: &Backlog, s| b.lane(s).entries.iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(ids(&b, Signal::Traces), [0, 1]);
+        assert_eq!(ids(&b, Signal::Metrics), [3, 4]);
+        assert_eq!(b.bytes, 400);
     }
 
     #[test]

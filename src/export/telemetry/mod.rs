@@ -30,6 +30,9 @@ use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 use crate::schema::attributes::AttributeId;
 use crate::schema::attributes::AttributeId as A;
 
+mod receiver;
+pub use receiver::{ReceiverCounters, ReceiverReading, Refusal};
+
 /// `ResourceMetrics.scope_metrics`: the field the health's scopes are written as.
 const SCOPE_METRICS_FIELD: u32 = 2;
 
@@ -55,6 +58,8 @@ pub struct HealthReading {
     pub stalled_ticks_total: u64,
     /// Active findings by rule, every rule present.
     pub findings_active: BTreeMap<String, u64>,
+    /// What the OTLP receiver accepted and refused; `None` when it is off.
+    pub receiver: Option<ReceiverReading>,
 }
 
 /// Reads gpulse's health; called once per collection.
@@ -309,6 +314,16 @@ fn register(meter: &Meter, collection: &Arc<Collection>) {
     counter(H::SampleStalled, |h, out| {
         out.observe(h.stalled_ticks_total, &[])
     });
+    counter(H::ReceiverSpans, |h, out| {
+        if let Some(receiver) = &h.receiver {
+            out.observe(receiver.spans_total, &[]);
+        }
+    });
+    counter(H::ReceiverRefused, |h, out| {
+        if let Some(receiver) = &h.receiver {
+            by_key(out, AttributeId::ErrorType.key(), &receiver.refused_total);
+        }
+    });
     up_down(H::DiagnosisActive, |h, out| {
         for (rule, count) in &h.findings_active {
             out.observe(
@@ -387,6 +402,10 @@ mod tests {
                 ("throttling".to_string(), 0),
             ]
             .into(),
+            receiver: Some(ReceiverReading {
+                spans_total: 900,
+                refused_total: [("queue_full".to_string(), 4)].into(),
+            }),
         }
     }
 
@@ -471,7 +490,7 @@ mod tests {
         );
 
         let none = Vec::<String>::new;
-        let cases: [(&str, &str, Vec<Point>); 11] = [
+        let cases: [(&str, &str, Vec<Point>); 13] = [
             ("gpulse.export.queue.size", "{request}", vec![(3.0, none())]),
             ("gpulse.export.queue.bytes", "By", vec![(4096.0, none())]),
             ("gpulse.export.dropped", "{request}", vec![(2.0, none())]),
@@ -502,6 +521,12 @@ mod tests {
                     (0.0, vec!["gpulse.diagnosis.rule=throttling".into()]),
                 ],
             ),
+            ("gpulse.receiver.spans", "{span}", vec![(900.0, none())]),
+            (
+                "gpulse.receiver.refused",
+                "{request}",
+                vec![(4.0, vec!["error.type=queue_full".into()])],
+            ),
         ];
         for (name, unit, want) in cases {
             let m = metric(request, name);
@@ -523,6 +548,21 @@ mod tests {
             metric(request, "gpulse.sample.duration").data,
             Some(Data::Gauge(_))
         ));
+        // Without a receiver, its metrics are left out rather than exported as zeros.
+        let telemetry = started(Box::new(|| HealthReading {
+            receiver: None,
+            ..reading()
+        }));
+        let request = collected(&telemetry);
+        let names: Vec<&str> = request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.starts_with("gpulse.receiver.")),
+            "{names:?}"
+        );
     }
 
     #[test]
