@@ -34,6 +34,7 @@ use serde::Serialize;
 
 pub use super::energy_share::ActivitySource;
 use super::energy_share::{energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim};
+use super::ledger::Ledger;
 use super::workload::Workload;
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 use crate::schema::{DeviceField, GpmField};
@@ -124,8 +125,28 @@ pub struct Rollup {
     idle_hours: f64,
 }
 
+impl Rollup {
+    /// A group with nothing summed yet (for the tests of what builds on the roll-ups).
+    #[cfg(test)]
+    pub(crate) fn empty(kind: GroupKind, id: &str) -> Self {
+        Self {
+            kind,
+            id: id.to_string(),
+            name: None,
+            processes: 0,
+            gpu_hours: 0.0,
+            idle_share: None,
+            energy_kwh: 0.0,
+            cost: None,
+            last_seen: 0,
+            known_hours: 0.0,
+            idle_hours: 0.0,
+        }
+    }
+}
+
 /// `gpu_hours` × the price per GPU-hour plus `kwh` × the price per kWh, for the prices given.
-fn cost(prices: &Prices, gpu_hours: f64, kwh: f64) -> Option<f64> {
+pub(crate) fn cost(prices: &Prices, gpu_hours: f64, kwh: f64) -> Option<f64> {
     match (prices.per_gpu_hour, prices.per_kwh) {
         (None, None) => None,
         (hour, kwh_price) => {
@@ -142,6 +163,9 @@ pub struct Accounts {
     pub devices: Vec<DeviceAccount>,
     /// Every group seen so far, jobs first, then pods, then containers, by id.
     pub rollups: Vec<Rollup>,
+    /// The same time and energy by cause; filled once the window's step phases and findings are
+    /// known (`pipeline::Analyzer`), empty where no analysis ran.
+    pub ledger: Ledger,
 }
 
 impl Accounts {
@@ -238,6 +262,7 @@ impl GpuAccountant {
             processes,
             devices,
             rollups: self.rollups(),
+            ledger: Ledger::default(),
         }
     }
 
@@ -474,7 +499,7 @@ fn activities(
 }
 
 /// The groups a process counts in: its job, pod and container, where known.
-fn groups_of(workload: &Workload) -> Vec<(GroupKind, String, Option<String>)> {
+pub(crate) fn groups_of(workload: &Workload) -> Vec<(GroupKind, String, Option<String>)> {
     let mut groups = Vec::with_capacity(3);
     if let Some(job) = &workload.job_id {
         groups.push((GroupKind::Job, job.clone(), None));

@@ -13,6 +13,7 @@ pub mod findings;
 pub mod framework;
 pub mod history;
 pub mod otlp;
+pub(crate) mod phases;
 pub(crate) mod rules;
 pub(crate) mod tracker;
 pub mod training;

@@ -147,6 +147,18 @@ impl MetricsBatch {
         id
     }
 
+    /// Registers the attribute list `base` extended by `more` (a point with two attributes beyond
+    /// a shared list: `process.gpu.time` by state and cause).
+    pub(crate) fn extend_attribute_set(
+        &mut self,
+        base: AttributeSetId,
+        more: impl IntoIterator<Item = KeyValue>,
+    ) -> AttributeSetId {
+        let mut attributes = self.attribute_sets[base.0 as usize].clone();
+        attributes.extend(more);
+        self.add_attribute_set(attributes)
+    }
+
     /// Appends a resource; `points` are sorted into metric order here.
     pub(crate) fn push_resource(&mut self, resource: Resource, mut points: Vec<BatchPoint>) {
         sort_by_metric(&mut points);

@@ -279,7 +279,15 @@ fn build(
                 gauge_span,
             );
             if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
-                accounting::push_process_accounting(&mut b, base, account, gauge_span.end);
+                let ledger = attributed.accounts.ledger.process(p.pid, &p.device_uuid);
+                accounting::push_process_accounting(
+                    &mut b,
+                    &mut batch,
+                    base,
+                    account,
+                    ledger,
+                    gauge_span.end,
+                );
             }
         }
         let process = attributed.process(pid);
