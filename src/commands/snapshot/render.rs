@@ -418,6 +418,7 @@ mod tests {
                     workload: Some(w),
                     usage: None,
                     accounting: None,
+                    causes: None,
                 })
                 .collect(),
             findings: Vec::new(),
