@@ -523,6 +523,64 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     ));
     assert_eq!(job["idle_share"], 0.0, "both are busy: {job}");
     assert!(job["energy_kwh"].as_f64().expect("kWh") > 0.0);
+    // The ledger's roll-up of the same job: the same GPU-hours by cause. No step spans: A busy
+    // 40 % and B 20 % of the same time make 30 % compute and 70 % idle, all the energy compute.
+    let causes = json["accounting"]["cause_rollups"]
+        .as_array()
+        .expect("cause_rollups")
+        .iter()
+        .find(|r| r["kind"] == "job" && r["id"] == "slurm-7001")
+        .unwrap_or_else(|| panic!("no causes for slurm-7001: {json:#}"));
+    assert!(
+        close(causes["gpu_hours"].as_f64().unwrap(), hours, 1e-9),
+        "{causes}"
+    );
+    let share = |cause: &str| {
+        causes["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["cause"] == cause)
+            .unwrap_or_else(|| panic!("no {cause}: {causes}"))
+    };
+    let busy = |pid: u32| {
+        json["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .and_then(|p| p["accounting"]["activity"].as_f64())
+            .unwrap_or_else(|| panic!("no activity for {pid}: {json:#}"))
+    };
+    let compute = (busy(a.pid()) * held(a.pid()) + busy(b.pid()) * held(b.pid())) / held_seconds;
+    assert!(compute > 0.05, "{json:#}");
+    let compute_share = share("compute")["share"].as_f64().unwrap();
+    assert!(close(compute_share, compute, 1e-6), "{compute}: {causes}");
+    let idle_share = share("idle")["share"].as_f64().unwrap();
+    assert!(close(idle_share, 1.0 - compute, 1e-6), "{causes}");
+    assert_eq!(share("idle")["energy_kwh"], 0.0, "{causes}");
+    assert!(close(
+        share("compute")["cost"].as_f64().unwrap() + share("idle")["cost"].as_f64().unwrap(),
+        hours * 3.6,
+        1e-9
+    ));
+    let process_causes = json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == a.pid())
+        .map(|p| &p["causes"])
+        .expect("the process's causes");
+    let held_by_cause: f64 = process_causes["total"]
+        .as_array()
+        .expect("total")
+        .iter()
+        .map(|c| c["seconds"].as_f64().unwrap())
+        .sum();
+    assert!(
+        close(held_by_cause, held(a.pid()), 1e-9),
+        "{process_causes}"
+    );
 
     let table = run("table");
     let line = table
@@ -537,4 +595,28 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     let table_hours: f64 = cells[4].parse().expect("GPU-hours");
     assert!((cost - table_hours * 3.6).abs() < 1e-3, "{line}");
     assert!(table.contains("Roll-ups over the"), "{table}");
+    let (_, by_cause) = table
+        .split_once("Where the GPU-hours went")
+        .unwrap_or_else(|| panic!("no causes in the table:\n{table}"));
+    let line = by_cause
+        .lines()
+        .find(|l| l.starts_with("job ") && l.contains(" slurm-7001 "))
+        .unwrap_or_else(|| panic!("no job line by cause:\n{table}"));
+    // KIND ID COMPUTE INPUT COLL STRAG HOST IDLE% UNKN
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    let pct = |share: f64| format!("{:.0}%", share * 100.0);
+    let (compute, idle) = (pct(compute_share), pct(idle_share));
+    assert_eq!(
+        cells[2..],
+        [
+            compute.as_str(),
+            "0%",
+            "0%",
+            "0%",
+            "0%",
+            idle.as_str(),
+            "0%"
+        ],
+        "{line}"
+    );
 }
