@@ -319,6 +319,10 @@ pub(crate) struct Recording {
     pub processes: Vec<ProcessTrack>,
     pub findings: Vec<FindingMark>,
     pub spans: Vec<SpanMark>,
+    /// The command's GPU time and energy by cause, window by window (the ledger).
+    pub causes: Series<super::causes::CausePoint>,
+    /// The prices its cost is figured with (`--cost-per-gpu-hour`, `--cost-per-kwh`).
+    pub prices: crate::attribution::Prices,
 }
 
 impl Recording {
@@ -335,6 +339,8 @@ impl Recording {
             processes: Vec::new(),
             findings: Vec::new(),
             spans: Vec::new(),
+            causes: Series::default(),
+            prices: Default::default(),
         }
     }
 

@@ -37,6 +37,9 @@ pub(crate) struct Summary<'a> {
     pub idle_ratio: Option<f64>,
     pub energy_joules: Option<f64>,
     pub energy_wh: Option<f64>,
+    /// The command's GPU time by cause (the ledger), each with its GPU-hours, share, energy,
+    /// cost and, for the waits a fix removes, the saving; empty when no window was analysed.
+    pub causes: Vec<super::causes::CauseLine>,
     pub findings: &'a [FindingMark],
     /// Where the HTML report was written, as an absolute path (to copy it off an SSH box);
     /// `null` with `--report none` or when it could not be written.
@@ -229,6 +232,7 @@ impl<'a> Summary<'a> {
             idle_ratio: (held > 0.0).then(|| idle / held),
             energy_joules: energy,
             energy_wh: energy.map(|j| j / 3600.0),
+            causes: super::causes::cause_lines(&recording.causes.points(), &recording.prices),
             findings: &recording.findings,
             report: None,
             export: None,
@@ -317,6 +321,7 @@ impl<'a> Summary<'a> {
                 wh(self.energy_joules)
             );
         }
+        super::causes::render_lines(&mut out, &self.causes);
         if self.findings.is_empty() && !self.devices.is_empty() {
             let _ = writeln!(out, "  findings: none");
         }
