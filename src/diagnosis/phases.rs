@@ -9,13 +9,17 @@
 //! "outside the loop". The loop's shares are the means over the evidence's lookback
 //! (`input_bound.step_lookback`): the ledger uses the loop's recent rhythm, not the instants of
 //! one window, for the same reason.
+//!
+//! Back the other way, [`with_saving`] gives an `input_bound` or `rank_straggler` finding's
+//! advice what fixing its cause alone would have saved so far, from the ledger.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::findings::{Finding, RuleId, Subject, Value};
 use super::framework::FrameworkEvidence;
-use crate::attribution::StepPhases;
+use crate::attribution::accounting::{Accounts, GroupKind};
+use crate::attribution::{Cause, Prices, StepPhases};
 
 /// How late a finished step's span may reach gpulse: the OpenTelemetry SDK's batch span
 /// processor sends every 5 s by default, and a request may be in flight for as long again.
@@ -65,6 +69,63 @@ pub(crate) fn step_phases<'a>(
         );
     }
     phases
+}
+
+/// `finding` with what fixing its cause alone would have saved over the run so far appended to
+/// its advice: for `input_bound`, the process's `input_wait` GPU-hours on the finding's device
+/// (every device without one); for `rank_straggler`, the `straggler_wait` GPU-hours of its job.
+/// At most: where the GPU still ran queued work during a wait, fixing it saves less. Other
+/// findings, and one whose cause has no time yet, are returned as they are.
+pub(crate) fn with_saving(mut finding: Finding, accounts: &Accounts, prices: &Prices) -> Finding {
+    let hours = match (&finding.rule, &finding.subject) {
+        (RuleId::InputBound, Subject::Workload { pid, device, .. }) => {
+            let on = |uuid: &str| device.as_ref().is_none_or(|d| d.uuid == uuid);
+            accounts
+                .ledger
+                .processes
+                .iter()
+                .filter(|p| p.pid == *pid && on(&p.device_uuid))
+                .map(|p| {
+                    let share = accounts
+                        .process(p.pid, &p.device_uuid)
+                        .and_then(|a| a.gpu_share)
+                        .unwrap_or(0.0);
+                    let seconds: f64 = p
+                        .total
+                        .iter()
+                        .filter(|c| c.cause == Cause::InputWait)
+                        .map(|c| c.seconds)
+                        .sum();
+                    seconds * share / 3600.0
+                })
+                .sum::<f64>()
+        }
+        (RuleId::RankStraggler, _) => {
+            let job = finding.values.iter().find_map(|(name, value)| match value {
+                Value::Text(job) if name == "job_id" => Some(job.clone()),
+                _ => None,
+            });
+            job.and_then(|job| accounts.ledger.rollup(GroupKind::Job, &job))
+                .and_then(|r| r.cause(Cause::StragglerWait))
+                .map_or(0.0, |c| c.gpu_hours)
+        }
+        _ => return finding,
+    };
+    if hours <= 0.0 {
+        return finding;
+    }
+    let cost = prices.per_gpu_hour.map_or(String::new(), |p| {
+        format!(", cost {:.2} at the GPU-hour price", p * hours)
+    });
+    let what = match finding.rule {
+        RuleId::RankStraggler => "the other ranks' wait for this one",
+        _ => "this wait",
+    };
+    finding.advice.push_str(&format!(
+        " Fixing {what} alone would have saved up to {hours:.3} GPU-hours{cost} so far (gpulse's \
+         ledger, docs/shared-gpus.md)."
+    ));
+    finding
 }
 
 /// The straggler `rank_straggler` names in each job: job id → (its host PID, its rank).
@@ -167,6 +228,89 @@ mod tests {
         assert_eq!(
             phases[&10].waited_for_rank, None,
             "no finding, no named rank"
+        );
+    }
+
+    /// An hour of rank 0 (job-7) waiting 40 % of its steps for rank 1, and rank 1 20 % on its
+    /// loader, both 50 % busy.
+    fn charged_hour() -> Accounts {
+        use crate::attribution::accounting::{ProcessAccount, Rollup};
+        use crate::attribution::{CauseBook, Workload};
+        let account = |pid| ProcessAccount {
+            pid,
+            device_uuid: "GPU-0".into(),
+            mig_uuid: None,
+            activity: Some(0.5),
+            activity_source: None,
+            energy_weight: None,
+            window_held_seconds: 3600.0,
+            window_energy_joules: None,
+            held_seconds: 3600.0,
+            active_seconds: None,
+            idle_seconds: None,
+            unknown_seconds: 0.0,
+            energy_joules: None,
+            gpu_share: Some(1.0),
+            since: t(0),
+        };
+        let mut accounts = Accounts {
+            processes: vec![account(10), account(11)],
+            rollups: vec![Rollup::empty(GroupKind::Job, "job-7")],
+            ..Accounts::default()
+        };
+        let workloads = [10, 11]
+            .map(|pid| {
+                let workload = Workload {
+                    job_id: Some("job-7".into()),
+                    ..Workload::unresolved(pid)
+                };
+                (pid, workload)
+            })
+            .into_iter()
+            .collect();
+        let waiting = StepPhases {
+            in_step: 1.0,
+            collective_wait: 0.4,
+            waited_for_rank: Some(1),
+            ..StepPhases::default()
+        };
+        let loading = StepPhases {
+            in_step: 1.0,
+            input_wait: 0.2,
+            ..StepPhases::default()
+        };
+        let phases = [(10, waiting), (11, loading)].into_iter().collect();
+        accounts.ledger = CauseBook::default().charge(&accounts, &phases, &workloads);
+        accounts
+    }
+
+    #[test]
+    fn a_waits_finding_says_what_fixing_it_alone_would_have_saved() {
+        let accounts = charged_hour();
+        let prices = Prices {
+            per_gpu_hour: Some(2.0),
+            per_kwh: None,
+        };
+        let straggler = with_saving(straggler_finding(11, 1), &accounts, &prices);
+        let said = " Fixing the other ranks' wait for this one alone would have saved up to 0.400 \
+                    GPU-hours, cost 0.80 at the GPU-hour price so far (gpulse's ledger, \
+                    docs/shared-gpus.md).";
+        assert!(straggler.advice.ends_with(said), "{}", straggler.advice);
+        let mut input = straggler_finding(11, 1);
+        input.rule = RuleId::InputBound;
+        let input = with_saving(input, &accounts, &Prices::default());
+        let said = " Fixing this wait alone would have saved up to 0.200 GPU-hours so far \
+                    (gpulse's ledger, docs/shared-gpus.md).";
+        assert!(input.advice.ends_with(said), "{}", input.advice);
+        // Nothing to save yet, or another rule: the advice stays as it was.
+        let mut other = straggler_finding(10, 1);
+        other.rule = RuleId::InputBound;
+        assert_eq!(with_saving(other.clone(), &accounts, &prices), other);
+        let mut throttling = straggler_finding(11, 1);
+        throttling.rule = RuleId::Throttling;
+        assert_eq!(
+            with_saving(throttling.clone(), &accounts, &prices),
+            throttling
         );
     }
 }

@@ -14,9 +14,9 @@ use crate::attribution::{CauseBook, Prices};
 use crate::config::downward::DownwardApi;
 use crate::config::AnalysisSettings;
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
-use crate::diagnosis::phases::step_phases;
+use crate::diagnosis::phases::{step_phases, with_saving};
 use crate::diagnosis::training::TrainingWindow;
-use crate::diagnosis::{Diagnoser, FindingEvent, Thresholds};
+use crate::diagnosis::{Diagnoser, Finding, FindingEvent, Thresholds};
 use crate::sampling::Window;
 
 /// Attribution and diagnosis, with the state they keep between windows.
@@ -29,6 +29,8 @@ pub struct Analyzer {
     cpu_quotas: CpuQuotas,
     /// The held time and energy by cause, kept from window to window.
     ledger: CauseBook,
+    /// What the savings in a finding's advice are costed with.
+    prices: Prices,
 }
 
 /// One analysed window.
@@ -70,6 +72,7 @@ impl Analyzer {
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
             ledger: CauseBook::new(prices),
+            prices,
         }
     }
 
@@ -100,10 +103,25 @@ impl Analyzer {
             self.ledger
                 .charge(&attributed.accounts, &phases, &attributed.workloads);
         let attributed = Arc::new(attributed);
+        // The advice of a wait's finding says what fixing it would have saved, by the ledger.
+        let saving = |finding: Finding| with_saving(finding, &attributed.accounts, &self.prices);
+        let events: Vec<FindingEvent> = events
+            .into_iter()
+            .map(|event| FindingEvent {
+                finding: saving(event.finding),
+                ..event
+            })
+            .collect();
         let training = Arc::new(TrainingWindow::from_evidence(&framework));
         self.view.send_replace(Some(Arc::new(View {
             attributed: Arc::clone(&attributed),
-            findings: self.diagnoser.tracker().active().cloned().collect(),
+            findings: self
+                .diagnoser
+                .tracker()
+                .active()
+                .cloned()
+                .map(saving)
+                .collect(),
             training: Arc::clone(&training),
             at: SystemTime::now(),
         })));
