@@ -132,6 +132,7 @@ impl Loop {
             usage: self.usage.clone(),
             parent_alive: self.parent_alive.clone(),
             accounts: Default::default(),
+            ledger: Default::default(),
         };
         self.diagnoser.observe(&attributed)
     }

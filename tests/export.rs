@@ -221,6 +221,7 @@ mod request {
             usage,
             parent_alive: HashMap::new(),
             accounts: Default::default(),
+            ledger: Default::default(),
         }
     }
 

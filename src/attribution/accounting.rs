@@ -34,7 +34,6 @@ use serde::Serialize;
 
 pub use super::energy_share::ActivitySource;
 use super::energy_share::{energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim};
-use super::ledger::Ledger;
 use super::workload::Workload;
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 use crate::schema::{DeviceField, GpmField};
@@ -126,12 +125,11 @@ pub struct Rollup {
 }
 
 impl Rollup {
-    /// A group with nothing summed yet (for the tests of what builds on the roll-ups).
-    #[cfg(test)]
-    pub(crate) fn empty(kind: GroupKind, id: &str) -> Self {
+    /// A group with nothing summed yet.
+    pub(crate) fn empty(kind: GroupKind, id: String) -> Self {
         Self {
             kind,
-            id: id.to_string(),
+            id,
             name: None,
             processes: 0,
             gpu_hours: 0.0,
@@ -163,9 +161,6 @@ pub struct Accounts {
     pub devices: Vec<DeviceAccount>,
     /// Every group seen so far, jobs first, then pods, then containers, by id.
     pub rollups: Vec<Rollup>,
-    /// The same time and energy by cause; filled once the window's step phases and findings are
-    /// known (`pipeline::Analyzer`), empty where no analysis ran.
-    pub ledger: Ledger,
 }
 
 impl Accounts {
@@ -262,7 +257,6 @@ impl GpuAccountant {
             processes,
             devices,
             rollups: self.rollups(),
-            ledger: Ledger::default(),
         }
     }
 
@@ -367,19 +361,10 @@ impl GpuAccountant {
             for (kind, id, name) in groups_of(workload) {
                 let key = (kind, id.clone());
                 *members.entry(key.clone()).or_insert(0) += 1;
-                let group = self.groups.entry(key).or_insert_with(|| Rollup {
-                    kind,
-                    id,
-                    name: None,
-                    processes: 0,
-                    gpu_hours: 0.0,
-                    idle_share: None,
-                    energy_kwh: 0.0,
-                    cost: None,
-                    last_seen: 0,
-                    known_hours: 0.0,
-                    idle_hours: 0.0,
-                });
+                let group = self
+                    .groups
+                    .entry(key)
+                    .or_insert_with(|| Rollup::empty(kind, id));
                 if name.is_some() {
                     group.name = name;
                 }

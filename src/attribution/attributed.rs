@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::accounting::Accounts;
+use super::ledger::Ledger;
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
 use crate::sampling::{ProcessWindow, Window};
 
@@ -25,6 +26,9 @@ pub struct AttributedWindow {
     pub parent_alive: HashMap<u32, bool>,
     /// GPU time and energy per process and device, and the roll-ups by job, pod and container.
     pub accounts: Accounts,
+    /// The same time and energy by cause; filled once the window's step phases and findings are
+    /// known (`pipeline::Analyzer`), empty where no analysis ran.
+    pub ledger: Ledger,
 }
 
 /// One GPU process of an `AttributedWindow`, with its per-device windows.
@@ -49,6 +53,7 @@ impl AttributedWindow {
             usage: HashMap::new(),
             parent_alive: HashMap::new(),
             accounts: Accounts::default(),
+            ledger: Ledger::default(),
         }
     }
 

@@ -121,7 +121,7 @@ fn account(pid: u32, activity: Option<f64>, held: f64, energy: Option<f64>) -> P
 }
 
 fn job_rollup(id: &str) -> Rollup {
-    Rollup::empty(GroupKind::Job, id)
+    Rollup::empty(GroupKind::Job, id.to_string())
 }
 
 #[test]

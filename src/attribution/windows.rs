@@ -99,6 +99,7 @@ impl WindowAttributor {
             usage,
             parent_alive,
             accounts,
+            ledger: Default::default(),
         }
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use super::findings::{Finding, RuleId, Subject, Value};
 use super::framework::FrameworkEvidence;
 use crate::attribution::accounting::{Accounts, GroupKind};
-use crate::attribution::{Cause, Prices, StepPhases};
+use crate::attribution::{Cause, Ledger, Prices, StepPhases};
 
 /// How late a finished step's span may reach gpulse: the OpenTelemetry SDK's batch span
 /// processor sends every 5 s by default, and a request may be in flight for as long again.
@@ -76,12 +76,16 @@ pub(crate) fn step_phases<'a>(
 /// (every device without one); for `rank_straggler`, the `straggler_wait` GPU-hours of its job.
 /// At most: where the GPU still ran queued work during a wait, fixing it saves less. Other
 /// findings, and one whose cause has no time yet, are returned as they are.
-pub(crate) fn with_saving(mut finding: Finding, accounts: &Accounts, prices: &Prices) -> Finding {
+pub(crate) fn with_saving(
+    mut finding: Finding,
+    accounts: &Accounts,
+    ledger: &Ledger,
+    prices: &Prices,
+) -> Finding {
     let hours = match (&finding.rule, &finding.subject) {
         (RuleId::InputBound, Subject::Workload { pid, device, .. }) => {
             let on = |uuid: &str| device.as_ref().is_none_or(|d| d.uuid == uuid);
-            accounts
-                .ledger
+            ledger
                 .processes
                 .iter()
                 .filter(|p| p.pid == *pid && on(&p.device_uuid))
@@ -105,7 +109,7 @@ pub(crate) fn with_saving(mut finding: Finding, accounts: &Accounts, prices: &Pr
                 Value::Text(job) if name == "job_id" => Some(job.clone()),
                 _ => None,
             });
-            job.and_then(|job| accounts.ledger.rollup(GroupKind::Job, &job))
+            job.and_then(|job| ledger.rollup(GroupKind::Job, &job))
                 .and_then(|r| r.cause(Cause::StragglerWait))
                 .map_or(0.0, |c| c.gpu_hours)
         }
@@ -233,7 +237,7 @@ mod tests {
 
     /// An hour of rank 0 (job-7) waiting 40 % of its steps for rank 1, and rank 1 20 % on its
     /// loader, both 50 % busy.
-    fn charged_hour() -> Accounts {
+    fn charged_hour() -> (Accounts, Ledger) {
         use crate::attribution::accounting::{ProcessAccount, Rollup};
         use crate::attribution::{CauseBook, Workload};
         let account = |pid| ProcessAccount {
@@ -253,9 +257,9 @@ mod tests {
             gpu_share: Some(1.0),
             since: t(0),
         };
-        let mut accounts = Accounts {
+        let accounts = Accounts {
             processes: vec![account(10), account(11)],
-            rollups: vec![Rollup::empty(GroupKind::Job, "job-7")],
+            rollups: vec![Rollup::empty(GroupKind::Job, "job-7".into())],
             ..Accounts::default()
         };
         let workloads = [10, 11]
@@ -280,36 +284,39 @@ mod tests {
             ..StepPhases::default()
         };
         let phases = [(10, waiting), (11, loading)].into_iter().collect();
-        accounts.ledger = CauseBook::default().charge(&accounts, &phases, &workloads);
-        accounts
+        let ledger = CauseBook::default().charge(&accounts, &phases, &workloads);
+        (accounts, ledger)
     }
 
     #[test]
     fn a_waits_finding_says_what_fixing_it_alone_would_have_saved() {
-        let accounts = charged_hour();
+        let (accounts, ledger) = charged_hour();
         let prices = Prices {
             per_gpu_hour: Some(2.0),
             per_kwh: None,
         };
-        let straggler = with_saving(straggler_finding(11, 1), &accounts, &prices);
+        let straggler = with_saving(straggler_finding(11, 1), &accounts, &ledger, &prices);
         let said = " Fixing the other ranks' wait for this one alone would have saved up to 0.400 \
                     GPU-hours, cost 0.80 at the GPU-hour price so far (gpulse's ledger, \
                     docs/shared-gpus.md).";
         assert!(straggler.advice.ends_with(said), "{}", straggler.advice);
         let mut input = straggler_finding(11, 1);
         input.rule = RuleId::InputBound;
-        let input = with_saving(input, &accounts, &Prices::default());
+        let input = with_saving(input, &accounts, &ledger, &Prices::default());
         let said = " Fixing this wait alone would have saved up to 0.200 GPU-hours so far \
                     (gpulse's ledger, docs/shared-gpus.md).";
         assert!(input.advice.ends_with(said), "{}", input.advice);
         // Nothing to save yet, or another rule: the advice stays as it was.
         let mut other = straggler_finding(10, 1);
         other.rule = RuleId::InputBound;
-        assert_eq!(with_saving(other.clone(), &accounts, &prices), other);
+        assert_eq!(
+            with_saving(other.clone(), &accounts, &ledger, &prices),
+            other
+        );
         let mut throttling = straggler_finding(11, 1);
         throttling.rule = RuleId::Throttling;
         assert_eq!(
-            with_saving(throttling.clone(), &accounts, &prices),
+            with_saving(throttling.clone(), &accounts, &ledger, &prices),
             throttling
         );
     }

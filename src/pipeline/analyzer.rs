@@ -99,12 +99,19 @@ impl Analyzer {
             self.diagnoser.tracker().active(),
             attributed.window.start,
         );
-        attributed.accounts.ledger =
+        attributed.ledger =
             self.ledger
                 .charge(&attributed.accounts, &phases, &attributed.workloads);
         let attributed = Arc::new(attributed);
         // The advice of a wait's finding says what fixing it would have saved, by the ledger.
-        let saving = |finding: Finding| with_saving(finding, &attributed.accounts, &self.prices);
+        let saving = |finding: Finding| {
+            with_saving(
+                finding,
+                &attributed.accounts,
+                &attributed.ledger,
+                &self.prices,
+            )
+        };
         let events: Vec<FindingEvent> = events
             .into_iter()
             .map(|event| FindingEvent {

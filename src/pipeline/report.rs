@@ -207,7 +207,7 @@ impl<'a> SnapshotReport<'a> {
                     workload: attributed.workloads.get(&p.pid),
                     usage: attributed.usage.get(&p.pid),
                     accounting: attributed.accounts.process(p.pid, &p.device_uuid),
-                    causes: attributed.accounts.ledger.process(p.pid, &p.device_uuid),
+                    causes: attributed.ledger.process(p.pid, &p.device_uuid),
                 })
                 .collect(),
             findings: view.findings.clone(),
@@ -221,7 +221,7 @@ impl<'a> SnapshotReport<'a> {
                 active_threshold: crate::attribution::accounting::ACTIVE_THRESHOLD,
                 devices: &attributed.accounts.devices,
                 rollups: &attributed.accounts.rollups,
-                cause_rollups: &attributed.accounts.ledger.rollups,
+                cause_rollups: &attributed.ledger.rollups,
             }),
         }
     }

@@ -295,7 +295,7 @@ impl Recorder {
         let t = self.recording.offset(from);
         let dt = self.recording.offset(window.end) - t;
         let point =
-            super::causes::CausePoint::of_window(attributed, t, dt, |pid| self.is_command(pid));
+            super::model::CausePoint::of_window(attributed, t, dt, |pid| self.is_command(pid));
         if let Some(point) = point {
             self.recording.causes.push(point);
         }

@@ -154,6 +154,7 @@ fn view() -> Arc<View> {
             usage: HashMap::from([(TRAINER, usage(1.0)), (OTHER, usage(0.05))]),
             parent_alive: HashMap::from([(TRAINER, true)]),
             accounts: Default::default(),
+            ledger: Default::default(),
         }),
         findings: vec![finding],
         training: Default::default(),
@@ -672,12 +673,13 @@ fn accounted_view() -> Arc<View> {
     });
     let workloads = &first.attributed.workloads;
     accountant.account(&first.attributed.window, workloads);
-    let mut accounts = accountant.account(&second, workloads);
-    accounts.ledger =
+    let accounts = accountant.account(&second, workloads);
+    let ledger =
         crate::attribution::CauseBook::default().charge(&accounts, &Default::default(), workloads);
     let attributed = AttributedWindow {
         window: second,
         accounts,
+        ledger,
         ..(*first.attributed).clone()
     };
     Arc::new(View {

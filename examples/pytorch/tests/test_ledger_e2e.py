@@ -54,48 +54,59 @@ KNOWN = {
     "host": HOST / STEP,
 }
 STEPS = 50
+# train.py as both tests run it: the MLP on the CPU, no DataLoader workers (the main process waits
+# for each batch), the loader sleeping DATA_WAIT a batch and the step GPU_WORK + HOST.
+TRAINER_ARGS = [
+    "--model=mlp",
+    "--batch-size=16",
+    "--epochs=1",
+    f"--steps-per-epoch={STEPS}",
+    f"--data-delay={DATA_WAIT}",
+    f"--sleep-per-step={GPU_WORK + HOST}",
+]
 TRAINER_GPU = "GPU-1ed9e500-0000-4000-8000-000000000000"
 PLAIN_GPU = "GPU-1ed9e500-0000-4000-8000-000000000001"
 
 
-def phases(over_seconds: float) -> str:
-    """A steps signal idle for DATA_WAIT, busy for GPU_WORK, idle for HOST, period after period."""
+def phased(low: int, high: int, over_seconds: float = 300.0) -> str:
+    """A steps signal at ``low`` for DATA_WAIT, ``high`` for GPU_WORK, ``low`` for HOST, period
+    after period (the loop's phases as the GPU sees them)."""
     points = []
     t = 0.0
     while t < over_seconds:
-        points += [[round(t, 3), 0], [round(t + DATA_WAIT, 3), 100], [round(t + DATA_WAIT + GPU_WORK, 3), 0]]
+        busy, rest = round(t + DATA_WAIT, 3), round(t + DATA_WAIT + GPU_WORK, 3)
+        points += [[round(t, 3), low], [busy, high], [rest, low]]
         t += STEP
     return "{ steps = " + repr(points) + " }"
 
 
-def power(over_seconds: float) -> str:
-    points = []
-    t = 0.0
-    while t < over_seconds:
-        points += [[round(t, 3), 100], [round(t + DATA_WAIT, 3), 500], [round(t + DATA_WAIT + GPU_WORK, 3), 100]]
-        t += STEP
-    return "{ steps = " + repr(points) + " }"
-
-
-def scenario() -> str:
-    over = 300.0
-    return f"""
+DRIVER = """
 [driver]
 version = "550.54.15"
 cuda_version = "12.4"
+"""
 
+
+def phased_gpu(processes: str, memory_mib: int) -> str:
+    """The GPU whose utilisation and power follow the loop's phases, listing ``processes`` (a
+    ``pid_env`` or ``pids_env`` line) with that utilisation."""
+    return f"""
 [[device]]
 name = "NVIDIA H100 80GB HBM3"
 uuid = "{TRAINER_GPU}"
 [device.signals]
-gpu_util = {phases(over)}
-power_w = {power(over)}
+gpu_util = {phased(0, 100)}
+power_w = {phased(100, 500)}
 [[device.process]]
-pid_env = "LEDGER_TRAINER_PID"
+{processes}
 name = "python"
-memory_used_mib = 4096
-sm_util = {phases(over)}
+memory_used_mib = {memory_mib}
+sm_util = {phased(0, 100)}
+"""
 
+
+def scenario() -> str:
+    return DRIVER + phased_gpu('pid_env = "LEDGER_TRAINER_PID"', 4096) + f"""
 [[device]]
 name = "NVIDIA H100 80GB HBM3"
 uuid = "{PLAIN_GPU}"
@@ -139,12 +150,7 @@ def test_a_training_loop_lands_in_its_known_causes_and_everything_adds_up(tmp_pa
                 [
                     sys.executable,
                     str(TRAIN),
-                    "--model=mlp",
-                    "--batch-size=16",
-                    "--epochs=1",
-                    f"--steps-per-epoch={STEPS}",
-                    f"--data-delay={DATA_WAIT}",
-                    f"--sleep-per-step={GPU_WORK + HOST}",
+                    *TRAINER_ARGS,
                     f"--pid-file={tmp_path}/trainer.pid",
                     f"--start-after={go}",
                 ],
@@ -267,24 +273,7 @@ PRICE_PER_GPU_HOUR = 2.5
 def namespaced_scenario() -> str:
     """One GPU whose utilisation follows the loop's phases, listing PIDs 2 to 199: in the PID
     namespace ``gpulse record`` runs in, the trainer gets one of them (PID 1 is gpulse)."""
-    over = 300.0
-    return f"""
-[driver]
-version = "550.54.15"
-cuda_version = "12.4"
-
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "{TRAINER_GPU}"
-[device.signals]
-gpu_util = {phases(over)}
-power_w = {power(over)}
-[[device.process]]
-pids_env = "LEDGER_RECORD_PIDS"
-name = "python"
-memory_used_mib = 256
-sm_util = {phases(over)}
-"""
+    return DRIVER + phased_gpu('pids_env = "LEDGER_RECORD_PIDS"', 256)
 
 
 def png_pixels(path: Path) -> Tuple[int, int, List[bytes]]:
@@ -381,9 +370,7 @@ def test_gpulse_record_of_the_loop_says_where_its_gpu_time_went(tmp_path):
         "--json", str(summary_json),
         "--report", str(report),
         "--",
-        "env", *trainer_env, sys.executable, str(TRAIN),
-        "--model=mlp", "--batch-size=16", "--epochs=1", f"--steps-per-epoch={STEPS}",
-        f"--data-delay={DATA_WAIT}", f"--sleep-per-step={GPU_WORK + HOST}",
+        "env", *trainer_env, sys.executable, str(TRAIN), *TRAINER_ARGS,
     ]  # fmt: skip
     done = subprocess.run(
         command, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,

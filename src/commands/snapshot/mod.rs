@@ -68,6 +68,7 @@ fn current_findings(
         usage: HashMap::new(),
         parent_alive: HashMap::new(),
         accounts: Default::default(),
+        ledger: Default::default(),
     };
     diagnoser.observe(&attributed);
     diagnoser.tracker().active().cloned().collect()

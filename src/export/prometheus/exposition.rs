@@ -306,6 +306,7 @@ mod tests {
             usage: HashMap::new(),
             parent_alive: HashMap::new(),
             accounts: Default::default(),
+            ledger: Default::default(),
         }
     }
 

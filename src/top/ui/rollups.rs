@@ -36,7 +36,7 @@ fn rollups(app: &App) -> &[Rollup] {
 fn cause_rollups(app: &App) -> &[CauseRollup] {
     app.view
         .as_ref()
-        .map_or(&[], |v| &v.attributed.accounts.ledger.rollups)
+        .map_or(&[], |v| &v.attributed.ledger.rollups)
 }
 
 /// The width the cause columns take, with the space before each.

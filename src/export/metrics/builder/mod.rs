@@ -279,7 +279,7 @@ fn build(
                 gauge_span,
             );
             if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
-                let ledger = attributed.accounts.ledger.process(p.pid, &p.device_uuid);
+                let ledger = attributed.ledger.process(p.pid, &p.device_uuid);
                 accounting::push_process_accounting(
                     &mut b,
                     &mut batch,

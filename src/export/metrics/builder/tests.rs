@@ -677,6 +677,7 @@ fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
         usage,
         parent_alive: HashMap::new(),
         accounts: Default::default(),
+        ledger: Default::default(),
     };
     let req = metrics_request(&attributed, &node());
     assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
@@ -878,6 +879,7 @@ fn attributed_of(devices: u32, workloads: &[Workload]) -> AttributedWindow {
         usage: HashMap::new(),
         parent_alive: HashMap::new(),
         accounts: Default::default(),
+        ledger: Default::default(),
     }
 }
 
