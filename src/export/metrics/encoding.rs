@@ -25,7 +25,7 @@ use crate::export::resource::{gpulse_scope, kv_str};
 use crate::schema::{Instrument, MetricId, METRICS, METRIC_COUNT};
 
 /// Index of a shared attribute list in its batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AttributeSetId(u32);
 
 /// The value of a data point's extra attribute: nearly always a constant of the builder.

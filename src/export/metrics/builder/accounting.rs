@@ -5,10 +5,10 @@
 //! (`crate::attribution::ledger`); this module only turns them into cumulative sums, each
 //! starting when its account started.
 
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use std::collections::HashMap;
 
 use super::{with, MetricsBuilder, Span, Value};
-use crate::attribution::ledger::ProcessLedger;
+use crate::attribution::ledger::{ProcessLedger, TimeState};
 use crate::attribution::{Cause, DeviceAccount, ProcessAccount};
 use crate::export::metrics::encoding::{AttributeSetId, ExtraValue, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
@@ -50,6 +50,7 @@ pub(super) fn push_device_energy(
 pub(super) fn push_process_accounting(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
+    cause_sets: &mut CauseSets,
     base: AttributeSetId,
     account: &ProcessAccount,
     ledger: Option<&ProcessLedger>,
@@ -60,7 +61,7 @@ pub(super) fn push_process_accounting(
         end,
     };
     if let Some(ledger) = ledger {
-        push_by_cause(b, batch, base, account, ledger, span);
+        push_by_cause(b, batch, cause_sets, base, account, ledger, span);
         return;
     }
     if let Some(joules) = account.energy_joules {
@@ -87,24 +88,45 @@ pub(super) fn push_process_accounting(
     }
 }
 
+/// The attribute sets of the ledger's points: a process's device set extended by the state
+/// and the straggler rank, registered once per batch and shared by the points of every process
+/// on that device (64 processes on a GPU: a handful of sets, not hundreds).
+#[derive(Default)]
+pub(super) struct CauseSets {
+    extended: HashMap<(AttributeSetId, Option<TimeState>, Option<u32>), AttributeSetId>,
+}
+
+impl CauseSets {
+    fn of(
+        &mut self,
+        batch: &mut MetricsBatch,
+        base: AttributeSetId,
+        state: Option<TimeState>,
+        rank: Option<u32>,
+    ) -> AttributeSetId {
+        if state.is_none() && rank.is_none() {
+            return base;
+        }
+        *self.extended.entry((base, state, rank)).or_insert_with(|| {
+            let state = state.map(|s| kv_str(A::GpulseGpuTimeState.key(), s.as_str()));
+            let rank = rank.map(|r| kv_int(A::GpulseStragglerRank.key(), i64::from(r)));
+            batch.extend_attribute_set(base, state.into_iter().chain(rank))
+        })
+    }
+}
+
 /// The ledger's shape of [`push_process_accounting`]: a point per (state, cause, straggler rank)
 /// that ever had time, and per (cause, straggler rank) that ever had energy (`compute` always,
 /// so a process whose energy is known has a point even at zero).
 fn push_by_cause(
     b: &mut MetricsBuilder,
     batch: &mut MetricsBatch,
+    sets: &mut CauseSets,
     base: AttributeSetId,
     account: &ProcessAccount,
     ledger: &ProcessLedger,
     span: Span,
 ) {
-    let rank_set = |batch: &mut MetricsBatch, rank: Option<u32>, more: Option<KeyValue>| {
-        let extra = rank.map(|r| kv_int(A::GpulseStragglerRank.key(), i64::from(r)));
-        match (extra, more) {
-            (None, None) => base,
-            (a, b) => batch.extend_attribute_set(base, a.into_iter().chain(b)),
-        }
-    };
     if account.energy_joules.is_some() {
         for share in &ledger.total {
             let Some(joules) = share.joules else {
@@ -113,7 +135,7 @@ fn push_by_cause(
             if joules <= 0.0 && share.cause != Cause::Compute {
                 continue;
             }
-            let set = rank_set(batch, share.straggler_rank, None);
+            let set = sets.of(batch, base, None, share.straggler_rank);
             let attrs = PointAttributes::with(
                 Some(set),
                 A::GpulseGpuCause.key(),
@@ -123,8 +145,7 @@ fn push_by_cause(
         }
     }
     for (state, cause, rank, seconds) in &ledger.time_by_state {
-        let state_kv = kv_str(A::GpulseGpuTimeState.key(), state.as_str());
-        let set = rank_set(batch, *rank, Some(state_kv));
+        let set = sets.of(batch, base, Some(*state), *rank);
         let attrs = PointAttributes::with(
             Some(set),
             A::GpulseGpuCause.key(),

@@ -258,6 +258,7 @@ fn build(
     batch.push_resource(node_resource(node), node_builder.points);
 
     let mut device_sets = process::DeviceSets::default();
+    let mut cause_sets = accounting::CauseSets::default();
     for rows in by_pid {
         let pid = rows[0].pid;
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3, extremes);
@@ -283,6 +284,7 @@ fn build(
                 accounting::push_process_accounting(
                     &mut b,
                     &mut batch,
+                    &mut cause_sets,
                     base,
                     account,
                     ledger,
