@@ -365,6 +365,22 @@ pub(crate) fn cause_index(cause: Cause) -> usize {
     Cause::ALL.iter().position(|c| *c == cause).unwrap_or(0)
 }
 
+#[cfg(test)]
+impl CausePoint {
+    /// A second from `t` with `compute` and `input` GPU-seconds, `joules` charged to compute.
+    pub(crate) fn of_compute_and_input(t: f64, compute: f64, input: f64, joules: f64) -> Self {
+        let mut p = CausePoint {
+            t,
+            dt: 1.0,
+            ..CausePoint::default()
+        };
+        p.gpu_seconds[0] = compute;
+        p.gpu_seconds[1] = input;
+        p.joules[0] = joules;
+        p
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone)]
 pub(crate) struct Recording {

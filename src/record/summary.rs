@@ -488,15 +488,7 @@ mod tests {
     use crate::record::model::{CausePoint, Merge as _};
 
     fn point(t: f64, compute: f64, input: f64, joules: f64) -> CausePoint {
-        let mut p = CausePoint {
-            t,
-            dt: 1.0,
-            ..CausePoint::default()
-        };
-        p.gpu_seconds[0] = compute;
-        p.gpu_seconds[1] = input;
-        p.joules[0] = joules;
-        p
+        CausePoint::of_compute_and_input(t, compute, input, joules)
     }
 
     #[test]
