@@ -133,6 +133,7 @@ impl Loop {
             parent_alive: self.parent_alive.clone(),
             accounts: Default::default(),
             departed: Default::default(),
+            ledger: Default::default(),
         };
         self.diagnoser.observe(&attributed)
     }

@@ -29,28 +29,75 @@ pub(crate) fn sleeper() -> ChildGuard {
     ChildGuard::spawn(Command::new("sleep").arg("300")).expect("spawn sleep")
 }
 
-/// The one value of `name` on `resource` with `key` = `want`, `None` when there is no point.
-fn one(resource: &Value, name: &str, key: &str, want: &str) -> Option<f64> {
-    let found = points_where(resource, name, key, want);
-    assert!(found.len() <= 1, "{name} {key}={want}: {found:?}");
-    found.first().map(|p| value(p))
-}
-
 fn process(request: &Value, pid: u32) -> &Value {
     process_resource(request, pid).unwrap_or_else(|| panic!("no resource for pid {pid}"))
 }
 
+/// A process's time on its device summed by `key` (`gpulse.gpu.time.state`, `gpulse.gpu.cause`).
+fn time_by(resource: &Value, key: &str) -> Vec<(String, f64)> {
+    sum_by(points_where(resource, "process.gpu.time", "", ""), key)
+}
+
+/// The points' values summed by the attribute `key`, sorted by its value.
+fn sum_by(points: Vec<&Value>, key: &str) -> Vec<(String, f64)> {
+    let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
+    for p in points {
+        let at = attr_str(&p["attributes"], key).unwrap_or_else(|| panic!("no {key}: {p}"));
+        *sums.entry(at).or_default() += value(p);
+    }
+    sums.into_iter().collect()
+}
+
 /// A process's time on its device, by `gpulse.gpu.time.state`.
 fn time_states(resource: &Value) -> Vec<(String, f64)> {
-    let mut states: Vec<(String, f64)> = points_where(resource, "process.gpu.time", "", "")
-        .into_iter()
-        .map(|p| {
-            let state = attr_str(&p["attributes"], "gpulse.gpu.time.state").expect("a state");
-            (state, value(p))
-        })
-        .collect();
-    states.sort_by(|a, b| a.0.cmp(&b.0));
-    states
+    time_by(resource, "gpulse.gpu.time.state")
+}
+
+/// A process's energy on its device: its sum over `gpulse.gpu.cause`, checked to be split
+/// by the ledger's cause.
+fn energy_of(resource: &Value, device: &str) -> Option<f64> {
+    let points = points_where(resource, "process.gpu.energy", "hw.id", device);
+    let by_cause = sum_by(points.clone(), "gpulse.gpu.cause");
+    (!points.is_empty()).then(|| by_cause.iter().map(|(_, v)| v).sum())
+}
+
+/// The seconds from a process's first window to this one, as its `process.gpu.time` says.
+fn held_span(resource: &Value) -> f64 {
+    let point = points_where(resource, "process.gpu.time", "", "")[0];
+    let nanos = |key: &str| -> f64 { point[key].as_str().expect(key).parse().expect(key) };
+    (nanos("timeUnixNano") - nanos("startTimeUnixNano")) / 1e9
+}
+
+/// Item 4 of the ledger: a process's causes add up to its held time (all of the time since it
+/// was first seen, as the sleepers are listed in every sample) and, summed by state, to the
+/// states. Returns its time by cause.
+fn causes_add_up(resource: &Value) -> Vec<(String, f64)> {
+    let causes = time_by(resource, "gpulse.gpu.cause");
+    let held: f64 = causes.iter().map(|(_, v)| v).sum();
+    let by_state: f64 = time_states(resource).iter().map(|(_, v)| v).sum();
+    assert!(close(held, by_state, 1e-9), "{causes:?}");
+    let span = held_span(resource);
+    assert!(
+        close(held, span, 0.01),
+        "causes {held} s, held {span} s: {causes:?}"
+    );
+    causes
+}
+
+fn cause(causes: &[(String, f64)], name: &str) -> f64 {
+    causes
+        .iter()
+        .find(|(c, _)| c == name)
+        .map_or(0.0, |(_, v)| *v)
+}
+
+/// The GPU's own energy counter (`hw.energy`, its increase since gpulse first saw it).
+fn device_counter(request: &Value, uuid: &str) -> f64 {
+    let node = &request["request"]["resourceMetrics"][0];
+    points_where(node, "hw.energy", "hw.id", uuid)
+        .first()
+        .map(|p| value(p))
+        .unwrap_or_else(|| panic!("no hw.energy for {uuid}"))
 }
 
 /// The device's `gpulse.gpu.energy`: (attributed, unattributed).
@@ -150,13 +197,8 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     // Time-sliced GPU: A is busy 40 %, B 20 %: A is charged twice B's energy, and the two add
     // up to what the device says it charged; the 40 % idle rest is unattributed.
     let energy = |pid| {
-        one(
-            process(last, pid),
-            "process.gpu.energy",
-            "hw.id",
-            SLICED_GPU,
-        )
-        .unwrap_or_else(|| panic!("no process.gpu.energy for {pid}"))
+        energy_of(process(last, pid), SLICED_GPU)
+            .unwrap_or_else(|| panic!("no process.gpu.energy for {pid}"))
     };
     let (energy_a, energy_b) = (energy(a), energy(b));
     assert!(energy_a > 0.0);
@@ -172,20 +214,55 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     assert!(energy_a + energy_b <= attributed + unattributed);
     let share = unattributed / (attributed + unattributed);
     assert!((share - 0.4).abs() < 0.02, "unattributed share {share}");
-    // Both are busy above the threshold all the time: held time is all active, none idle.
-    for pid in [a, b] {
-        let states = time_states(process(last, pid));
-        assert_eq!(states.len(), 2, "{pid}: {states:?}");
+    // Per GPU, what its processes were charged and the unattributed rest are the device's
+    // energy counter's increase.
+    for uuid in [SLICED_GPU, MIG_GPU] {
+        let (attributed, unattributed) = device_energy(last, uuid);
+        let counter = device_counter(last, uuid);
+        assert!(
+            close(attributed + unattributed, counter, 0.01),
+            "{uuid}: {attributed} + {unattributed} against the counter's {counter}"
+        );
+    }
+    // Both are busy above the threshold all the time: held time is all active, none idle. No
+    // step spans: the ledger splits it into compute (the busy share) and idle, and charges the
+    // energy to compute alone.
+    for (pid, busy) in [(a, 0.4), (b, 0.2)] {
+        let resource = process(last, pid);
+        let states = time_states(resource);
+        assert_eq!(states.len(), 1, "{pid}: {states:?}");
         assert_eq!(states[0].0, "active");
         assert!(states[0].1 > 1.0, "{pid}: {states:?}");
-        assert_eq!(states[1], ("idle".to_string(), 0.0), "{pid}");
+        let causes = causes_add_up(resource);
+        assert_eq!(causes.len(), 2, "only compute and idle: {causes:?}");
+        let held = states[0].1;
+        assert!(
+            close(cause(&causes, "compute"), busy * held, 0.01),
+            "{causes:?}"
+        );
+        assert!(
+            close(cause(&causes, "idle"), (1.0 - busy) * held, 0.01),
+            "{causes:?}"
+        );
+        let energy = points_where(resource, "process.gpu.energy", "", "");
+        assert_eq!(energy.len(), 1, "{energy:?}");
+        assert_eq!(
+            attr_str(&energy[0]["attributes"], "gpulse.gpu.cause").as_deref(),
+            Some("compute")
+        );
     }
 
     // MIG: the lone process is charged 0.6 (activity) × 0.5 (its slice) of the GPU's energy,
     // on its instance's hw.id; the pair on the other instance gets unknown time and no energy.
     let alone_resource = process(last, alone.pid());
-    let alone_energy = one(alone_resource, "process.gpu.energy", "hw.id", MIG_ALONE)
-        .expect("the lone process's energy on its instance");
+    let alone_energy =
+        energy_of(alone_resource, MIG_ALONE).expect("the lone process's energy on its instance");
+    let alone_causes = causes_add_up(alone_resource);
+    let alone_held = alone_causes.iter().map(|(_, v)| v).sum::<f64>();
+    assert!(
+        close(cause(&alone_causes, "compute"), 0.6 * alone_held, 0.01),
+        "{alone_causes:?}"
+    );
     let (mig_attributed, mig_unattributed) = device_energy(last, MIG_GPU);
     assert!(close(mig_attributed, alone_energy, 1e-9));
     let alone_share = alone_energy / (mig_attributed + mig_unattributed);
@@ -200,6 +277,8 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
         assert_eq!(states.len(), 1, "{states:?}");
         assert_eq!(states[0].0, "unknown");
         assert!(states[0].1 > 1.0);
+        let causes = causes_add_up(resource);
+        assert_eq!(causes, [("unknown".to_string(), states[0].1)]);
         assert_eq!(
             attr_str(
                 &points_where(resource, "process.gpu.time", "", "")[0]["attributes"],
@@ -214,7 +293,7 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     let mut previous = 0.0;
     for w in &windows[1..] {
         let resource = process(w, a);
-        let joules = one(resource, "process.gpu.energy", "hw.id", SLICED_GPU).expect("energy");
+        let joules = energy_of(resource, SLICED_GPU).expect("energy");
         assert!(joules >= previous, "{joules} after {previous}");
         previous = joules;
         assert_eq!(
@@ -252,15 +331,23 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     let process_sum: f64 = processes.iter().map(|(_, v)| v).sum();
     let device_sum: f64 = device.iter().map(|(_, v)| v).sum();
     assert!(process_sum > 0.0 && process_sum <= device_sum, "{scrape}");
-    let active: Vec<f64> = on_sliced("process_gpu_time_seconds_total")
-        .into_iter()
-        .filter(|(l, _)| l.contains("gpulse_gpu_time_state=\"active\""))
-        .map(|(_, v)| v)
-        .collect();
-    assert!(
-        active.len() == 2 && active.iter().all(|v| *v > 0.0),
-        "{scrape}"
-    );
+    // Each state's time split by cause: the two processes' active compute and active idle time.
+    let time = on_sliced("process_gpu_time_seconds_total");
+    assert_eq!(time.len(), 4, "{scrape}");
+    for cause in ["compute", "idle"] {
+        let active: Vec<f64> = time
+            .iter()
+            .filter(|(l, _)| {
+                l.contains("gpulse_gpu_time_state=\"active\"")
+                    && l.contains(&format!("gpulse_gpu_cause=\"{cause}\""))
+            })
+            .map(|(_, v)| *v)
+            .collect();
+        assert!(
+            active.len() == 2 && active.iter().all(|v| *v > 0.0),
+            "{cause}: {scrape}"
+        );
+    }
     assert!(
         scrape.contains("# TYPE process_gpu_energy_joules_total counter"),
         "{scrape}"
@@ -300,21 +387,29 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
     // Alone on GI 5: charged its instance's 9 % graphics activity × its 0.25 slice; 9 % is over
     // the 5 % threshold, so its held time is active.
     let alone_resource = process(last, alone.pid());
-    let alone_energy = one(alone_resource, "process.gpu.energy", "hw.id", OTHER_GI5)
-        .expect("the lone process's energy on GI 5");
+    let alone_energy =
+        energy_of(alone_resource, OTHER_GI5).expect("the lone process's energy on GI 5");
     assert!(
         close(alone_energy, total * 0.09 * 0.25, 1e-6),
         "{alone_energy} of {total}: {alone_resource}"
     );
     assert!(close(attributed, alone_energy, 1e-9), "only it is charged");
     let states = time_states(alone_resource);
-    assert_eq!(states.len(), 2, "{states:?}");
+    assert_eq!(states.len(), 1, "{states:?}");
     assert_eq!(states[0].0, "active");
     assert!(
         close(states[0].1, seconds, 1e-6),
         "{states:?} over {seconds} s"
     );
-    assert_eq!(states[1], ("idle".to_string(), 0.0));
+    let causes = causes_add_up(alone_resource);
+    assert!(
+        close(cause(&causes, "compute"), 0.09 * seconds, 0.01),
+        "{causes:?}"
+    );
+    assert!(
+        close(cause(&causes, "idle"), 0.91 * seconds, 0.01),
+        "{causes:?}"
+    );
 
     // Two on GI 3: NVML cannot tell their split, so neither is charged; their held time is
     // unknown time, and the sum of every process stays below the device's.
@@ -428,6 +523,64 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     ));
     assert_eq!(job["idle_share"], 0.0, "both are busy: {job}");
     assert!(job["energy_kwh"].as_f64().expect("kWh") > 0.0);
+    // The ledger's roll-up of the same job: the same GPU-hours by cause. No step spans: A busy
+    // 40 % and B 20 % of the same time make 30 % compute and 70 % idle, all the energy compute.
+    let causes = json["accounting"]["cause_rollups"]
+        .as_array()
+        .expect("cause_rollups")
+        .iter()
+        .find(|r| r["kind"] == "job" && r["id"] == "slurm-7001")
+        .unwrap_or_else(|| panic!("no causes for slurm-7001: {json:#}"));
+    assert!(
+        close(causes["gpu_hours"].as_f64().unwrap(), hours, 1e-9),
+        "{causes}"
+    );
+    let share = |cause: &str| {
+        causes["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["cause"] == cause)
+            .unwrap_or_else(|| panic!("no {cause}: {causes}"))
+    };
+    let busy = |pid: u32| {
+        json["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .and_then(|p| p["accounting"]["activity"].as_f64())
+            .unwrap_or_else(|| panic!("no activity for {pid}: {json:#}"))
+    };
+    let compute = (busy(a.pid()) * held(a.pid()) + busy(b.pid()) * held(b.pid())) / held_seconds;
+    assert!(compute > 0.05, "{json:#}");
+    let compute_share = share("compute")["share"].as_f64().unwrap();
+    assert!(close(compute_share, compute, 1e-6), "{compute}: {causes}");
+    let idle_share = share("idle")["share"].as_f64().unwrap();
+    assert!(close(idle_share, 1.0 - compute, 1e-6), "{causes}");
+    assert_eq!(share("idle")["energy_kwh"], 0.0, "{causes}");
+    assert!(close(
+        share("compute")["cost"].as_f64().unwrap() + share("idle")["cost"].as_f64().unwrap(),
+        hours * 3.6,
+        1e-9
+    ));
+    let process_causes = json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == a.pid())
+        .map(|p| &p["causes"])
+        .expect("the process's causes");
+    let held_by_cause: f64 = process_causes["total"]
+        .as_array()
+        .expect("total")
+        .iter()
+        .map(|c| c["seconds"].as_f64().unwrap())
+        .sum();
+    assert!(
+        close(held_by_cause, held(a.pid()), 1e-9),
+        "{process_causes}"
+    );
 
     let table = run("table");
     let line = table
@@ -442,4 +595,28 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     let table_hours: f64 = cells[4].parse().expect("GPU-hours");
     assert!((cost - table_hours * 3.6).abs() < 1e-3, "{line}");
     assert!(table.contains("Roll-ups over the"), "{table}");
+    let (_, by_cause) = table
+        .split_once("Where the GPU-hours went")
+        .unwrap_or_else(|| panic!("no causes in the table:\n{table}"));
+    let line = by_cause
+        .lines()
+        .find(|l| l.starts_with("job ") && l.contains(" slurm-7001 "))
+        .unwrap_or_else(|| panic!("no job line by cause:\n{table}"));
+    // KIND ID COMPUTE INPUT COLL STRAG HOST IDLE% UNKN
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    let pct = |share: f64| format!("{:.0}%", share * 100.0);
+    let (compute, idle) = (pct(compute_share), pct(idle_share));
+    assert_eq!(
+        cells[2..],
+        [
+            compute.as_str(),
+            "0%",
+            "0%",
+            "0%",
+            "0%",
+            idle.as_str(),
+            "0%"
+        ],
+        "{line}"
+    );
 }

@@ -222,6 +222,7 @@ mod request {
             parent_alive: HashMap::new(),
             accounts: Default::default(),
             departed: Default::default(),
+            ledger: Default::default(),
         }
     }
 

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use gpulse::attribution::{
-    AttributedWindow, AttributionSettings, Attributor, GpuAccountant, GpuProcessRef, ParentWatch,
-    ProcessUsage,
+    AttributedWindow, AttributionSettings, Attributor, CauseBook, GpuAccountant, GpuProcessRef,
+    ParentWatch, ProcessUsage, StepPhases,
 };
 use gpulse::export::metrics::{metrics_batch, metrics_request};
 use gpulse::export::resource::NodeIdentity;
@@ -163,8 +163,27 @@ pub fn run(label: &str, scenario: &str) {
     group.bench_function("account", |b| {
         b.iter(|| black_box(accountant.account(&window, &workloads)))
     });
-    group.finish();
+    // The ledger of the same window, every process a training loop waiting on data and in
+    // collectives (the most causes a process can have).
     let accounts = GpuAccountant::default().account(&window, &workloads);
+    let phases: HashMap<u32, StepPhases> = pids
+        .iter()
+        .map(|&pid| {
+            let phases = StepPhases {
+                in_step: 1.0,
+                input_wait: 0.2,
+                collective_wait: 0.3,
+                waited_for_rank: None,
+            };
+            (pid, phases)
+        })
+        .collect();
+    let mut book = CauseBook::default();
+    group.bench_function("ledger", |b| {
+        b.iter(|| black_box(book.charge(&accounts, &phases, &workloads)))
+    });
+    group.finish();
+    let ledger = CauseBook::default().charge(&accounts, &phases, &workloads);
     let attributed = AttributedWindow {
         window: window.clone(),
         workloads,
@@ -172,6 +191,7 @@ pub fn run(label: &str, scenario: &str) {
         parent_alive: HashMap::new(),
         accounts,
         departed: Default::default(),
+        ledger,
     };
     let mut group = c.benchmark_group(format!("export/{label}"));
     group.bench_function("build", |b| {

@@ -124,8 +124,27 @@ pub struct Rollup {
     idle_hours: f64,
 }
 
+impl Rollup {
+    /// A group with nothing summed yet.
+    pub(crate) fn empty(kind: GroupKind, id: String) -> Self {
+        Self {
+            kind,
+            id,
+            name: None,
+            processes: 0,
+            gpu_hours: 0.0,
+            idle_share: None,
+            energy_kwh: 0.0,
+            cost: None,
+            last_seen: 0,
+            known_hours: 0.0,
+            idle_hours: 0.0,
+        }
+    }
+}
+
 /// `gpu_hours` × the price per GPU-hour plus `kwh` × the price per kWh, for the prices given.
-fn cost(prices: &Prices, gpu_hours: f64, kwh: f64) -> Option<f64> {
+pub(crate) fn cost(prices: &Prices, gpu_hours: f64, kwh: f64) -> Option<f64> {
     match (prices.per_gpu_hour, prices.per_kwh) {
         (None, None) => None,
         (hour, kwh_price) => {
@@ -342,19 +361,10 @@ impl GpuAccountant {
             for (kind, id, name) in groups_of(workload) {
                 let key = (kind, id.clone());
                 *members.entry(key.clone()).or_insert(0) += 1;
-                let group = self.groups.entry(key).or_insert_with(|| Rollup {
-                    kind,
-                    id,
-                    name: None,
-                    processes: 0,
-                    gpu_hours: 0.0,
-                    idle_share: None,
-                    energy_kwh: 0.0,
-                    cost: None,
-                    last_seen: 0,
-                    known_hours: 0.0,
-                    idle_hours: 0.0,
-                });
+                let group = self
+                    .groups
+                    .entry(key)
+                    .or_insert_with(|| Rollup::empty(kind, id));
                 if name.is_some() {
                     group.name = name;
                 }
@@ -474,7 +484,7 @@ fn activities(
 }
 
 /// The groups a process counts in: its job, pod and container, where known.
-fn groups_of(workload: &Workload) -> Vec<(GroupKind, String, Option<String>)> {
+pub(crate) fn groups_of(workload: &Workload) -> Vec<(GroupKind, String, Option<String>)> {
     let mut groups = Vec::with_capacity(3);
     if let Some(job) = &workload.job_id {
         groups.push((GroupKind::Job, job.clone(), None));

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::accounting::Accounts;
+use super::ledger::Ledger;
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
 use crate::sampling::{ProcessWindow, Window};
 
@@ -29,6 +30,9 @@ pub struct AttributedWindow {
     /// attributed, so what is said about them (a hung job's rank that exited) goes on the
     /// resource they had.
     pub departed: HashMap<u32, Workload>,
+    /// The same time and energy by cause; filled once the window's step phases and findings are
+    /// known (`pipeline::Analyzer`), empty where no analysis ran.
+    pub ledger: Ledger,
 }
 
 /// One GPU process of an `AttributedWindow`, with its per-device windows.
@@ -54,6 +58,7 @@ impl AttributedWindow {
             parent_alive: HashMap::new(),
             accounts: Accounts::default(),
             departed: HashMap::new(),
+            ledger: Ledger::default(),
         }
     }
 

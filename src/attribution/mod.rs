@@ -10,7 +10,9 @@
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
 //! the cgroup CPU limit (`cpu_quota`). `accounting` charges GPU time and energy to processes and
 //! rolls them up by job, pod and container, by the charging rule of `energy_share` (shared with
-//! span enrichment); `rollup_table` is how those roll-ups read in a table.
+//! span enrichment); `ledger` splits that time and energy by cause (compute, the waits, host, idle)
+//! from the step phases the diagnosis stage hands it; `rollup_table` is how those roll-ups read
+//! in a table.
 
 pub mod accounting;
 pub mod attributed;
@@ -20,6 +22,7 @@ pub mod cpu_quota;
 pub mod devicefile;
 pub mod energy_share;
 pub mod environ;
+pub mod ledger;
 pub mod parents;
 pub mod podresources;
 mod process_identity;
@@ -37,6 +40,7 @@ pub use attributed::{AttributedProcess, AttributedWindow};
 pub use attributor::{Attributor, GpuProcessRef};
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
 pub use environ::{EnvRank, JobId, JobIdSource};
+pub use ledger::{Cause, CauseBook, Ledger, StepPhases};
 pub use parents::ParentWatch;
 pub use podresources::{
     PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,

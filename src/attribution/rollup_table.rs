@@ -1,10 +1,13 @@
 //! A roll-up as a table shows it: its columns and the text of each cell, shared by `snapshot`'s
 //! roll-up section and the roll-up panel of `gpulse top`, so that both read the same figures the
-//! same way (docs/shared-gpus.md). The JSON carries the same under `accounting.rollups`.
+//! same way (docs/shared-gpus.md). The JSON carries the same under `accounting.rollups`, and
+//! the ledger's split of each group's GPU-hours by cause (the [`CAUSE_COLUMNS`]) under
+//! `accounting.cause_rollups`.
 
 use std::fmt::Write as _;
 
 use super::accounting::{GroupKind, Rollup};
+use super::ledger::{Cause, CauseRollup};
 
 /// A column of the roll-up table: its title, its width in characters, and whether its figures
 /// are right-aligned.
@@ -34,6 +37,31 @@ pub const ROLLUP_COLUMNS: [RollupColumn; 8] = [
     column("IDLE", 5, true),
     column("COST", 10, true),
 ];
+
+/// A column per cause of the ledger, in [`Cause::ALL`]'s order: the cause's share of the
+/// group's GPU-hours.
+pub const CAUSE_COLUMNS: [RollupColumn; 7] = [
+    column("COMPUTE", 7, true),
+    column("INPUT", 6, true),
+    column("COLL", 5, true),
+    column("STRAG", 5, true),
+    column("HOST", 5, true),
+    column("IDLE%", 5, true),
+    column("UNKN", 5, true),
+];
+
+/// The text of each of [`CAUSE_COLUMNS`] for a group: each cause's share of its GPU-hours,
+/// `-` where the ledger has none for the group.
+pub fn cause_cells(causes: Option<&CauseRollup>) -> [String; 7] {
+    Cause::ALL.map(|cause| {
+        causes
+            .filter(|c| c.gpu_hours > 0.0)
+            .map_or("-".to_string(), |c| {
+                let share = c.cause(cause).map_or(0.0, |c| c.share);
+                format!("{:.0}%", share * 100.0)
+            })
+    })
+}
 
 /// Index of `ID` in [`ROLLUP_COLUMNS`].
 pub(crate) const ID_COLUMN: usize = 1;
@@ -79,8 +107,14 @@ pub fn rollup_cells(rollup: &Rollup, id_width: usize, name_width: usize) -> [Str
 }
 
 /// Appends the section `snapshot` prints; nothing when there is no roll-up (no process has a
-/// job, pod or container, or a single sample, which has no duration to account).
-pub(crate) fn render_rollups(out: &mut String, rollups: &[Rollup], window_seconds: f64) {
+/// job, pod or container, or a single sample, which has no duration to account). Each group's
+/// GPU-hours by cause follow, from `causes` (the ledger's roll-ups).
+pub(crate) fn render_rollups(
+    out: &mut String,
+    rollups: &[Rollup],
+    causes: &[CauseRollup],
+    window_seconds: f64,
+) {
     if rollups.is_empty() {
         return;
     }
@@ -98,6 +132,41 @@ pub(crate) fn render_rollups(out: &mut String, rollups: &[Rollup], window_second
             ROLLUP_COLUMNS[NAME_COLUMN].width,
         );
         let _ = writeln!(out, "{}", padded_line(&cells));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Where the GPU-hours went (each cause's share of the group's GPU-hours; docs/shared-gpus.md):"
+    );
+    let mut titles = vec![
+        format!("{:<w$}", "KIND", w = ROLLUP_COLUMNS[0].width),
+        format!("{:<w$}", "ID", w = ROLLUP_COLUMNS[ID_COLUMN].width),
+    ];
+    titles.extend(CAUSE_COLUMNS.map(|c| format!("{:>w$}", c.title, w = c.width)));
+    let _ = writeln!(out, "{}", titles.join(" "));
+    for rollup in rollups {
+        let group = causes
+            .iter()
+            .find(|c| c.kind == rollup.kind && c.id == rollup.id);
+        let mut cells = vec![
+            format!(
+                "{:<w$}",
+                kind_label(rollup.kind),
+                w = ROLLUP_COLUMNS[0].width
+            ),
+            format!(
+                "{:<w$}",
+                short_id(&rollup.id, ROLLUP_COLUMNS[ID_COLUMN].width),
+                w = ROLLUP_COLUMNS[ID_COLUMN].width
+            ),
+        ];
+        cells.extend(
+            cause_cells(group)
+                .iter()
+                .zip(CAUSE_COLUMNS)
+                .map(|(text, c)| format!("{text:>w$}", w = c.width)),
+        );
+        let _ = writeln!(out, "{}", cells.join(" "));
     }
 }
 

@@ -111,6 +111,7 @@ impl WindowAttributor {
             parent_alive,
             accounts,
             departed,
+            ledger: Default::default(),
         }
     }
 

@@ -169,7 +169,8 @@ pub fn record(config: &Config, args: &RecordArgs) -> Result<u8, RecordError> {
         Some(child.pid()),
         config.common.analysis.proc_root.clone(),
         config.sample_interval,
-    );
+    )
+    .with_prices(config.common.analysis.prices);
     let watched = runtime.block_on(watch(config, &export, transports, child, &mut recorder));
     let recording = recorder.finish(watched.ended, Some(watched.exit));
     write_outputs(&recording, outputs, watched.export.as_ref());
@@ -272,6 +273,7 @@ fn close_window(windows: &mut WindowLoop, recorder: &mut Recorder, exporter: &mu
     if let Some(analysis) = &analysis {
         recorder.observe_findings(&analysis.events);
         recorder.observe_workloads(&analysis.attributed);
+        recorder.observe_causes(&analysis.attributed);
     }
     exporter.export(analysis.as_ref());
 }

@@ -14,6 +14,7 @@ pub mod framework;
 pub mod history;
 pub mod live;
 pub mod otlp;
+pub(crate) mod phases;
 pub(crate) mod rules;
 pub(crate) mod tracker;
 pub mod training;

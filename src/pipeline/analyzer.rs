@@ -9,13 +9,14 @@ use tokio::sync::watch;
 
 use super::view::{View, ViewReceiver};
 use crate::attribution::cpu_quota::CpuQuotas;
-use crate::attribution::Prices;
 use crate::attribution::{AttributedWindow, AttributionSettings, OwnPod, WindowAttributor};
+use crate::attribution::{CauseBook, Prices};
 use crate::config::downward::DownwardApi;
 use crate::config::AnalysisSettings;
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
+use crate::diagnosis::phases::{step_phases, with_saving};
 use crate::diagnosis::training::TrainingWindow;
-use crate::diagnosis::{Diagnoser, FindingEvent, Thresholds};
+use crate::diagnosis::{Diagnoser, Finding, FindingEvent, Thresholds};
 use crate::sampling::Window;
 
 /// Attribution and diagnosis, with the state they keep between windows.
@@ -26,6 +27,10 @@ pub struct Analyzer {
     /// What the training framework sent through the receiver (written by the intake).
     framework: FrameworkHandle,
     cpu_quotas: CpuQuotas,
+    /// The held time and energy by cause, kept from window to window.
+    ledger: CauseBook,
+    /// What the savings in a finding's advice are costed with.
+    prices: Prices,
 }
 
 /// One analysed window.
@@ -66,6 +71,8 @@ impl Analyzer {
             diagnoser: Diagnoser::new(diagnosis),
             view: watch::Sender::new(None),
             framework: FrameworkHandle::new(FrameworkLimits::default()),
+            ledger: CauseBook::new(prices),
+            prices,
         }
     }
 
@@ -79,18 +86,49 @@ impl Analyzer {
         // What each process said about itself (service, rank, job) is adopted before the
         // accounts roll processes up by job.
         let sent_identities = self.framework.lock().sent_identities();
-        let attributed = Arc::new(
-            self.attribution
-                .attribute_with_sent_identities(window, &sent_identities),
-        );
+        let mut attributed = self
+            .attribution
+            .attribute_with_sent_identities(window, &sent_identities);
         let framework = self.framework_evidence(&attributed);
         let events = self
             .diagnoser
             .observe_with_framework(&attributed, &framework);
+        // The ledger needs the rules' verdict (the straggler they name) on this very window.
+        let phases = step_phases(
+            &framework,
+            self.diagnoser.tracker().active(),
+            attributed.window.start,
+        );
+        attributed.ledger =
+            self.ledger
+                .charge(&attributed.accounts, &phases, &attributed.workloads);
+        let attributed = Arc::new(attributed);
+        // The advice of a wait's finding says what fixing it would have saved, by the ledger.
+        let saving = |finding: Finding| {
+            with_saving(
+                finding,
+                &attributed.accounts,
+                &attributed.ledger,
+                &self.prices,
+            )
+        };
+        let events: Vec<FindingEvent> = events
+            .into_iter()
+            .map(|event| FindingEvent {
+                finding: saving(event.finding),
+                ..event
+            })
+            .collect();
         let training = Arc::new(TrainingWindow::from_evidence(&framework));
         self.view.send_replace(Some(Arc::new(View {
             attributed: Arc::clone(&attributed),
-            findings: self.diagnoser.tracker().active().cloned().collect(),
+            findings: self
+                .diagnoser
+                .tracker()
+                .active()
+                .cloned()
+                .map(saving)
+                .collect(),
             training: Arc::clone(&training),
             at: SystemTime::now(),
         })));

@@ -57,6 +57,8 @@ pub struct AccountingReport<'a> {
     pub active_threshold: f64,
     pub devices: &'a [crate::attribution::accounting::DeviceAccount],
     pub rollups: &'a [crate::attribution::Rollup],
+    /// The roll-ups' GPU-hours, energy and cost by cause (the ledger), in the same order.
+    pub cause_rollups: &'a [crate::attribution::ledger::CauseRollup],
 }
 
 /// The export window behind a `/status` answer.
@@ -164,6 +166,9 @@ pub struct ProcessReport<'a> {
     /// `/status` only: its GPU time and energy on this device since gpulse first saw it there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accounting: Option<&'a crate::attribution::accounting::ProcessAccount>,
+    /// `/status` only: the same time and energy by cause, in its last window and in total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub causes: Option<&'a crate::attribution::ledger::ProcessLedger>,
 }
 
 impl<'a> SnapshotReport<'a> {
@@ -202,6 +207,7 @@ impl<'a> SnapshotReport<'a> {
                     workload: attributed.workloads.get(&p.pid),
                     usage: attributed.usage.get(&p.pid),
                     accounting: attributed.accounts.process(p.pid, &p.device_uuid),
+                    causes: attributed.ledger.process(p.pid, &p.device_uuid),
                 })
                 .collect(),
             findings: view.findings.clone(),
@@ -215,6 +221,7 @@ impl<'a> SnapshotReport<'a> {
                 active_threshold: crate::attribution::accounting::ACTIVE_THRESHOLD,
                 devices: &attributed.accounts.devices,
                 rollups: &attributed.accounts.rollups,
+                cause_rollups: &attributed.ledger.rollups,
             }),
         }
     }
@@ -326,6 +333,7 @@ impl<'a> ProcessReport<'a> {
             workload,
             usage: None,
             accounting: None,
+            causes: None,
         }
     }
 }

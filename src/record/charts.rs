@@ -6,6 +6,7 @@
 //! Text is left to the browser (SVG `<text>`, no font files), and colours are fixed per
 //! signal so a reader learns them once; the legend is HTML next to the chart.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::model::Merge;
@@ -126,25 +127,7 @@ fn draw_on(
         .fold(0.0f64, f64::max);
     let y_max = chart.y_max.max(data_max * 1.05).max(f64::MIN_POSITIVE);
     let x_max = chart.duration.max(1.0);
-    let mut ctx = ChartBuilder::on(root)
-        .margin(8)
-        .x_label_area_size(22)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
-    ctx.configure_mesh()
-        .x_labels(8)
-        .y_labels(5)
-        .x_label_formatter(&|t| duration(*t))
-        .y_label_formatter(&chart.y_format)
-        .light_line_style(RGBColor(0xee, 0xee, 0xee))
-        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
-        .axis_style(RGBColor(0x99, 0x99, 0x99))
-        .label_style(
-            ("sans-serif", 12)
-                .into_font()
-                .color(&RGBColor(0x44, 0x44, 0x44)),
-        )
-        .draw()?;
+    let mut ctx = axes(root, x_max, y_max, &chart.y_format)?;
     ctx.draw_series(
         merge_bands(&chart.bands, x_max / f64::from(WIDTH))
             .iter()
@@ -171,6 +154,39 @@ fn draw_on(
         }
     }
     Ok(())
+}
+
+/// A white chart of the report's look on `root`: time from 0 to `x_max` seconds on x, 0 to
+/// `y_max` on y with ticks as `y_format` writes them, its grid drawn.
+pub(crate) fn axes<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    x_max: f64,
+    y_max: f64,
+    y_format: &dyn Fn(&f64) -> String,
+) -> Result<
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    Box<dyn std::error::Error>,
+> {
+    let mut ctx = ChartBuilder::on(root)
+        .margin(8)
+        .x_label_area_size(22)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    ctx.configure_mesh()
+        .x_labels(8)
+        .y_labels(5)
+        .x_label_formatter(&|t| duration(*t))
+        .y_label_formatter(&y_format)
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+        .axis_style(RGBColor(0x99, 0x99, 0x99))
+        .label_style(
+            ("sans-serif", 12)
+                .into_font()
+                .color(&RGBColor(0x44, 0x44, 0x44)),
+        )
+        .draw()?;
+    Ok(ctx)
 }
 
 /// Bands of one colour closer than `gap` (about a pixel) merged into one, so thousands of

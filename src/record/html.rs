@@ -73,6 +73,7 @@ pub(crate) fn render(recording: &Recording) -> String {
     );
     header(&mut page, recording, &summary);
     overview(&mut page, &summary);
+    super::causes::render_section(&mut page, recording, &summary.causes);
     findings(&mut page, recording);
     spans(&mut page, recording);
     for device in &recording.devices {

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::child::CommandExit;
+use crate::attribution::{AttributedWindow, Cause};
 
 /// Points a series keeps before halving its resolution: 1.8 h at 100 ms, 18 h at 1 s.
 pub(crate) const MAX_POINTS: usize = 65_536;
@@ -302,6 +303,84 @@ pub(crate) struct SpanMark {
     pub end_seconds: f64,
 }
 
+/// The command's GPU time and energy by cause over one analysed window (or the merge of
+/// several), indexed as [`Cause::ALL`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct CausePoint {
+    /// Seconds since the recording started, of the window's start.
+    pub t: f64,
+    /// Seconds the point covers.
+    pub dt: f64,
+    pub gpu_seconds: [f64; 7],
+    pub joules: [f64; 7],
+}
+
+impl Merge for CausePoint {
+    fn merge(&mut self, later: &Self) {
+        self.dt = (later.t + later.dt - self.t).max(self.dt + later.dt);
+        for i in 0..Cause::ALL.len() {
+            self.gpu_seconds[i] += later.gpu_seconds[i];
+            self.joules[i] += later.joules[i];
+        }
+    }
+}
+
+impl CausePoint {
+    /// The window of `attributed`, covering `dt` seconds from `t` seconds into the recording (as
+    /// the accountant counts it: from the previous window's end), summed over the processes
+    /// `is_command` accepts; `None` when none of them held a GPU in it.
+    pub(crate) fn of_window(
+        attributed: &AttributedWindow,
+        t: f64,
+        dt: f64,
+        mut is_command: impl FnMut(u32) -> bool,
+    ) -> Option<Self> {
+        let mut point = CausePoint {
+            t,
+            dt,
+            ..CausePoint::default()
+        };
+        let mut any = false;
+        for process in &attributed.ledger.processes {
+            if !is_command(process.pid) {
+                continue;
+            }
+            let share = attributed
+                .accounts
+                .process(process.pid, &process.device_uuid)
+                .and_then(|a| a.gpu_share)
+                .unwrap_or(0.0);
+            for c in &process.window {
+                let i = cause_index(c.cause);
+                point.gpu_seconds[i] += c.seconds * share;
+                point.joules[i] += c.joules.unwrap_or(0.0);
+                any = true;
+            }
+        }
+        any.then_some(point)
+    }
+}
+
+pub(crate) fn cause_index(cause: Cause) -> usize {
+    Cause::ALL.iter().position(|c| *c == cause).unwrap_or(0)
+}
+
+#[cfg(test)]
+impl CausePoint {
+    /// A second from `t` with `compute` and `input` GPU-seconds, `joules` charged to compute.
+    pub(crate) fn of_compute_and_input(t: f64, compute: f64, input: f64, joules: f64) -> Self {
+        let mut p = CausePoint {
+            t,
+            dt: 1.0,
+            ..CausePoint::default()
+        };
+        p.gpu_seconds[0] = compute;
+        p.gpu_seconds[1] = input;
+        p.joules[0] = joules;
+        p
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone)]
 pub(crate) struct Recording {
@@ -319,6 +398,10 @@ pub(crate) struct Recording {
     pub processes: Vec<ProcessTrack>,
     pub findings: Vec<FindingMark>,
     pub spans: Vec<SpanMark>,
+    /// The command's GPU time and energy by cause, window by window (the ledger).
+    pub causes: Series<CausePoint>,
+    /// The prices its cost is figured with (`--cost-per-gpu-hour`, `--cost-per-kwh`).
+    pub prices: crate::attribution::Prices,
 }
 
 impl Recording {
@@ -335,6 +418,8 @@ impl Recording {
             processes: Vec::new(),
             findings: Vec::new(),
             spans: Vec::new(),
+            causes: Series::default(),
+            prices: Default::default(),
         }
     }
 

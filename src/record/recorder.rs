@@ -41,6 +41,8 @@ pub(crate) struct Recorder {
     /// Open finding marks by finding key.
     open: HashMap<String, usize>,
     last_energy: HashMap<String, f64>,
+    /// The end of the last analysed window (where the next one's GPU time starts).
+    last_window_end: Option<SystemTime>,
 }
 
 impl Recorder {
@@ -64,6 +66,7 @@ impl Recorder {
             in_command: HashMap::new(),
             open: HashMap::new(),
             last_energy: HashMap::new(),
+            last_window_end: None,
         }
     }
 
@@ -270,6 +273,31 @@ impl Recorder {
             if let Some(workload) = attributed.workloads.get(&track.pid) {
                 track.workload = Some(workload.clone());
             }
+        }
+    }
+
+    /// Costs the recording's causes with `prices`.
+    pub(crate) fn with_prices(mut self, prices: crate::attribution::Prices) -> Self {
+        self.recording.prices = prices;
+        self
+    }
+
+    /// Adds the ledger's split of an analysed window: the command's processes' GPU time and
+    /// energy by cause.
+    pub(crate) fn observe_causes(&mut self, attributed: &AttributedWindow) {
+        // The accountant's window runs from the previous window's end, without gaps.
+        let window = &attributed.window;
+        let from = self
+            .last_window_end
+            .filter(|end| *end <= window.end)
+            .unwrap_or(window.start);
+        self.last_window_end = Some(window.end);
+        let t = self.recording.offset(from);
+        let dt = self.recording.offset(window.end) - t;
+        let point =
+            super::model::CausePoint::of_window(attributed, t, dt, |pid| self.is_command(pid));
+        if let Some(point) = point {
+            self.recording.causes.push(point);
         }
     }
 

@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::model::{FindingMark, Recording};
+use super::model::{CausePoint, FindingMark, Recording};
+use crate::attribution::accounting::cost;
 use crate::attribution::Workload;
+use crate::attribution::{Cause, Prices};
 use crate::diagnosis::findings::human_bytes;
 use crate::schema::throttle_reason_names;
 
@@ -37,6 +39,9 @@ pub(crate) struct Summary<'a> {
     pub idle_ratio: Option<f64>,
     pub energy_joules: Option<f64>,
     pub energy_wh: Option<f64>,
+    /// The command's GPU time by cause (the ledger), each with its GPU-hours, share, energy,
+    /// cost and, for the waits a fix removes, the saving; empty when no window was analysed.
+    pub causes: Vec<CauseLine>,
     pub findings: &'a [FindingMark],
     /// Where the HTML report was written, as an absolute path (to copy it off an SSH box);
     /// `null` with `--report none` or when it could not be written.
@@ -229,6 +234,7 @@ impl<'a> Summary<'a> {
             idle_ratio: (held > 0.0).then(|| idle / held),
             energy_joules: energy,
             energy_wh: energy.map(|j| j / 3600.0),
+            causes: cause_lines(&recording.causes.points(), &recording.prices),
             findings: &recording.findings,
             report: None,
             export: None,
@@ -317,6 +323,7 @@ impl<'a> Summary<'a> {
                 wh(self.energy_joules)
             );
         }
+        render_lines(&mut out, &self.causes);
         if self.findings.is_empty() && !self.devices.is_empty() {
             let _ = writeln!(out, "  findings: none");
         }
@@ -371,5 +378,166 @@ pub(crate) fn duration(seconds: f64) -> String {
             (s / 3600.0) as u64,
             ((s % 3600.0) / 60.0) as u64
         )
+    }
+}
+
+/// A cause is a line of the summary's text from this share of the GPU time on.
+pub(crate) const LINE_FROM_SHARE: f64 = 0.03;
+
+/// One cause of the run: its GPU-hours, share, energy and cost (`--json`'s `causes`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct CauseLine {
+    pub cause: Cause,
+    pub gpu_hours: f64,
+    /// Of the GPU-hours the command held.
+    pub share: f64,
+    pub energy_kwh: f64,
+    /// With a price given (`--cost-per-gpu-hour`, `--cost-per-kwh`).
+    pub cost: Option<f64>,
+    /// For `input_wait` and `straggler_wait`: what fixing that cause alone would have saved
+    /// over the run, at most (its GPU-hours, at the GPU-hour price; the energy is the GPU's
+    /// busy time, which the work still needs). `null` for the other causes.
+    pub saving_gpu_hours: Option<f64>,
+    pub saving_cost: Option<f64>,
+}
+
+/// The run's causes that have time, in [`Cause::ALL`]'s order.
+pub(crate) fn cause_lines(points: &[CausePoint], prices: &Prices) -> Vec<CauseLine> {
+    let mut seconds = [0.0; 7];
+    let mut joules = [0.0; 7];
+    for p in points {
+        for i in 0..Cause::ALL.len() {
+            seconds[i] += p.gpu_seconds[i];
+            joules[i] += p.joules[i];
+        }
+    }
+    let total: f64 = seconds.iter().sum();
+    Cause::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| seconds[*i] > 0.0)
+        .map(|(i, cause)| {
+            let hours = seconds[i] / 3600.0;
+            let kwh = joules[i] / 3.6e6;
+            let avoidable = cause.is_avoidable_wait();
+            CauseLine {
+                cause: *cause,
+                gpu_hours: hours,
+                share: seconds[i] / total,
+                energy_kwh: kwh,
+                cost: cost(prices, hours, kwh),
+                saving_gpu_hours: avoidable.then_some(hours),
+                saving_cost: if avoidable {
+                    prices.per_gpu_hour.map(|p| p * hours)
+                } else {
+                    None
+                },
+            }
+        })
+        .collect()
+}
+
+/// The summary's text for `lines`: one line per cause from [`LINE_FROM_SHARE`] of the time.
+pub(crate) fn render_lines(out: &mut String, lines: &[CauseLine]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  where the command's GPU time went (docs/shared-gpus.md#the-ledger-where-the-gpu-hours-went):"
+    );
+    for line in lines.iter().filter(|l| l.share >= LINE_FROM_SHARE) {
+        let cost = line
+            .cost
+            .map_or(String::new(), |c| format!(", cost {c:.2}"));
+        let _ = write!(
+            out,
+            "    {}: {} GPU-h, {:.0}%{cost}",
+            line.cause.as_str(),
+            gpu_hours(line.gpu_hours),
+            line.share * 100.0
+        );
+        if let Some(hours) = line.saving_gpu_hours {
+            let cost = line
+                .saving_cost
+                .map_or(String::new(), |c| format!(" (cost {c:.2})"));
+            let _ = write!(
+                out,
+                "; fixing it alone would have saved up to {} GPU-h{cost} so far",
+                gpu_hours(hours)
+            );
+        }
+        let _ = writeln!(out);
+    }
+}
+
+/// GPU-hours with three significant decimals for short runs ("0.0042").
+pub(crate) fn gpu_hours(hours: f64) -> String {
+    if hours >= 10.0 {
+        format!("{hours:.1}")
+    } else if hours >= 0.1 {
+        format!("{hours:.2}")
+    } else {
+        format!("{hours:.4}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::model::{CausePoint, Merge as _};
+
+    fn point(t: f64, compute: f64, input: f64, joules: f64) -> CausePoint {
+        CausePoint::of_compute_and_input(t, compute, input, joules)
+    }
+
+    #[test]
+    fn lines_sum_the_run_and_price_the_waits_a_fix_would_save() {
+        let points: Vec<CausePoint> = (0..3600)
+            .map(|i| point(f64::from(i), 0.6, 0.4, 360.0))
+            .collect();
+        let prices = Prices {
+            per_gpu_hour: Some(2.0),
+            per_kwh: Some(0.5),
+        };
+        let lines = cause_lines(&points, &prices);
+        assert_eq!(lines.len(), 2);
+        let compute = &lines[0];
+        assert!((compute.gpu_hours - 0.6).abs() < 1e-9);
+        assert!((compute.share - 0.6).abs() < 1e-9);
+        assert!((compute.energy_kwh - 0.36).abs() < 1e-9);
+        assert!((compute.cost.unwrap() - (1.2 + 0.18)).abs() < 1e-9);
+        assert_eq!(compute.saving_gpu_hours, None);
+        let input = &lines[1];
+        assert!((input.saving_gpu_hours.unwrap() - 0.4).abs() < 1e-9);
+        assert!((input.saving_cost.unwrap() - 0.8).abs() < 1e-9);
+
+        let mut text = String::new();
+        render_lines(&mut text, &lines);
+        assert!(
+            text.contains("    compute: 0.60 GPU-h, 60%, cost 1.38\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    input_wait: 0.40 GPU-h, 40%, cost 0.80; fixing it alone would have saved \
+                 up to 0.40 GPU-h (cost 0.80) so far\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn small_causes_stay_out_of_the_text_and_merged_points_keep_their_sums() {
+        let mut a = point(0.0, 0.99, 0.01, 10.0);
+        a.merge(&point(1.0, 0.99, 0.01, 10.0));
+        assert_eq!(a.dt, 2.0);
+        assert!((a.gpu_seconds[0] - 1.98).abs() < 1e-9);
+        let lines = cause_lines(&[a], &Prices::default());
+        assert_eq!(lines.len(), 2, "both are in the JSON");
+        let mut text = String::new();
+        render_lines(&mut text, &lines);
+        assert!(!text.contains("input_wait"), "1 % is not a line: {text}");
+        assert_eq!(lines[0].cost, None, "no price, no cost");
     }
 }

@@ -271,6 +271,20 @@ attribute_table! {
             member("idle", "Windows whose activity stayed below 5 %."),
             member("unknown", "Windows whose activity is not knowable (several processes on one MIG instance, no per-process figures)."),
         ];
+    GpulseGpuCause: "gpulse.gpu.cause", Enum,
+        "What the held GPU time (and its energy) went to: the ledger's cause, see shared-gpus.md.",
+        [], &[
+            member("compute", "The GPU busy with the process's work, outside the loop's measured waits."),
+            member("input_wait", "Inside training steps, the loop blocked on its DataLoader."),
+            member("collective_wait", "Inside training steps, a collective in flight while no rank is named the cause."),
+            member("straggler_wait", "Inside training steps, a collective in flight while rank_straggler names the rank the job waits for (`gpulse.straggler.rank`)."),
+            member("host", "Inside training steps, the GPU idle while the host prepares, launches or synchronises."),
+            member("idle", "Held outside any training step, or without step spans while the GPU was not busy with it."),
+            member("unknown", "Held while the activity was not knowable and no measured wait explains it."),
+        ];
+    GpulseStragglerRank: "gpulse.straggler.rank", Int,
+        "The rank of the job that rank_straggler named as the one this process waited for.",
+        ["5"], &[];
     GpulseAttributionMethod: "gpulse.attribution.method", Enum,
         "How gpulse tied the GPU process to its container and pod.",
         [], &[

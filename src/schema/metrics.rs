@@ -495,14 +495,14 @@ metric_table! {
         notes "`attributed` = charged to its processes (`process.gpu.energy`, exited processes included), `unattributed` = the rest: idle power, busy time of no known process, MIG instances shared by several processes; the two add up to the GPU's energy since the first accounted window (start)";
     ProcessGpuEnergy: "process.gpu.energy", Counter, "J", Process,
         "GPU energy charged to the process: the device's energy apportioned by the process's busy time.",
-        attributes "`hw.id`, `gpu.index`",
+        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.cause`, `gpulse.straggler.rank` (on `straggler_wait`)",
         source "the device's energy per window × the process's activity × its presence (× its MIG slice), see [shared-gpus.md](shared-gpus.md)",
-        notes "since `first_seen` on that device; no point while its activity is not knowable (several processes on a MIG instance or on a GPU without per-process figures); the processes' sum never exceeds the device's";
+        notes "since `first_seen` on that device; no point while its activity is not knowable (several processes on a MIG instance or on a GPU without per-process figures); the processes' sum never exceeds the device's; split by the ledger's cause (busy time's energy: `compute` and the waits that took busy time), whose sum is the process's energy";
     ProcessGpuTime: "process.gpu.time", Counter, "s", Process,
-        "Time the process held the GPU, by whether it kept the GPU busy.",
-        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.time.state` = `active` | `idle` | `unknown`",
-        source "the process lists (held time) and its activity per window, see [shared-gpus.md](shared-gpus.md)",
-        notes "since `first_seen` on that device; the states add up to the time it held the GPU; `active` = windows whose activity reached 5 %, `idle` = below, `unknown` = activity not knowable";
+        "Time the process held the GPU, by whether it kept the GPU busy and by what the time went to.",
+        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.time.state` = `active` | `idle` | `unknown`, `gpulse.gpu.cause` = `compute` | `input_wait` | `collective_wait` | `straggler_wait` | `host` | `idle` | `unknown`, `gpulse.straggler.rank` (on `straggler_wait`)",
+        source "the process lists (held time), its activity per window and its training loop's step spans, see [shared-gpus.md](shared-gpus.md)",
+        notes "since `first_seen` on that device; the states add up to the time it held the GPU, and so do the causes; `active` = windows whose activity reached 5 %, `idle` = below, `unknown` = activity not knowable";
 }
 
 #[cfg(test)]

@@ -192,7 +192,10 @@ fn attribute_group(spec: &AttributeSpec) -> (&'static str, &'static str) {
             "registry.gpulse.diagnosis",
             "gpulse's findings: which rule found what, about what, and what to do.",
         )
-    } else if key.starts_with("gpulse.gpu.") && spec.key != "gpulse.gpu.time.state" {
+    } else if key.starts_with("gpulse.gpu.")
+        // The accounting's own attributes on process.gpu.time and .energy, not a span's.
+        && !matches!(spec.key, "gpulse.gpu.time.state" | "gpulse.gpu.cause")
+    {
         (
             "registry.gpulse.span",
             "The GPU usage gpulse's receiver adds to an application's spans (docs/enrich.md).",

@@ -9,6 +9,8 @@ use super::metrics::MetricId;
 
 const ON_MIG: &str = "on a MIG instance";
 const READABLE: &str = "when the process's /proc entry is readable";
+const ANALYSED: &str = "when the window was analysed (`run`, `record`, `top`, `snapshot --window`)";
+const STRAGGLER_WAIT: &str = "on `gpulse.gpu.cause` = `straggler_wait` points";
 const IN_A_JOB: &str = "when the process is a rank of a torch.distributed job";
 
 /// The identity every device point carries (a GPU, or a MIG instance with its parent).
@@ -74,7 +76,23 @@ pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
         M::ProcessGpuPipeActivity | M::ProcessGpuPipeActivityMax | M::ProcessGpuPipeActivityMin => {
             const { &[req(A::NvidiaPipe)] }
         }
-        M::ProcessGpuTime => const { &[req(A::GpulseGpuTimeState)] },
+        M::ProcessGpuTime => {
+            const {
+                &[
+                    req(A::GpulseGpuTimeState),
+                    when(A::GpulseGpuCause, ANALYSED),
+                    when(A::GpulseStragglerRank, STRAGGLER_WAIT),
+                ]
+            }
+        }
+        M::ProcessGpuEnergy => {
+            const {
+                &[
+                    when(A::GpulseGpuCause, ANALYSED),
+                    when(A::GpulseStragglerRank, STRAGGLER_WAIT),
+                ]
+            }
+        }
         M::TrainingStepDuration | M::TrainingStepCollectiveWait | M::TrainingStepDataWait => {
             const {
                 &[
@@ -129,8 +147,7 @@ pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
         | M::ProcessGpuDramActivityMin
         | M::ProcessCpuUtilization
         | M::ProcessTreeCpuUtilization
-        | M::ProcessMemoryUsage
-        | M::ProcessGpuEnergy => &[],
+        | M::ProcessMemoryUsage => &[],
     }
 }
 

@@ -156,6 +156,7 @@ fn view() -> Arc<View> {
             parent_alive: HashMap::from([(TRAINER, true)]),
             accounts: Default::default(),
             departed: Default::default(),
+            ledger: Default::default(),
         }),
         findings: vec![finding],
         training: Default::default(),
@@ -749,9 +750,12 @@ fn accounted_view() -> Arc<View> {
     let workloads = &first.attributed.workloads;
     accountant.account(&first.attributed.window, workloads);
     let accounts = accountant.account(&second, workloads);
+    let ledger =
+        crate::attribution::CauseBook::default().charge(&accounts, &Default::default(), workloads);
     let attributed = AttributedWindow {
         window: second,
         accounts,
+        ledger,
         ..(*first.attributed).clone()
     };
     Arc::new(View {
@@ -790,10 +794,22 @@ fn r_shows_the_rollups_with_their_hours_energy_and_cost() {
             "1.000000",
             "0.049500",
             "0%",
-            "2.5149"
+            "2.5149",
+            // By cause: no step spans, so 11 % compute and 89 % idle.
+            "11%",
+            "0%",
+            "0%",
+            "0%",
+            "0%",
+            "89%",
+            "0%"
         ],
         "{pod}"
     );
+    let header = line_with(&screen, "COMPUTE");
+    for column in ["INPUT", "COLL", "STRAG", "HOST", "IDLE%", "UNKN"] {
+        assert!(header.contains(column), "{column}: {header}");
+    }
     let container = line_with(&screen, "│container ");
     assert!(container.contains(&CONTAINER[..12]), "{container}");
     assert!(!container.contains(&CONTAINER[..13]), "{container}");
@@ -804,6 +820,10 @@ fn r_shows_the_rollups_with_their_hours_energy_and_cost() {
     let pod = line_with(&screen, "│pod ");
     assert!(pod.contains("1.000000") && pod.contains("2.5149"), "{pod}");
     assert!(!pod.contains("trainer-0"), "no name at 80 columns: {pod}");
+    assert!(
+        !screen.contains("COMPUTE"),
+        "no causes at 80 columns: {screen}"
+    );
     assert!(screen.contains("Findings (1)"), "{screen}");
     assert!(
         line_with(&screen, "q quit").contains("r roll-ups"),

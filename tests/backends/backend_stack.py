@@ -205,6 +205,7 @@ PROMETHEUS_OTLP = {
         "service.name", "service.namespace", "service.instance.id", "host.name",
         "container.id", "process.pid", "process.vpid", "process.executable.name",
         "k8s.pod.uid", "k8s.pod.name", "k8s.namespace.name", "k8s.node.name", "k8s.container.name",
+        "gpulse.job.id",
     ],
 }
 

@@ -172,3 +172,33 @@ def test_every_panel_of_the_distributed_training_row_answers_for_each_rank(two_n
     # Busy time over the job's median rank: 0.2 s / 0.08 s for rank 2, 1 for the others.
     straggler = next(a for t, a in by_title.items() if t.startswith("Straggler"))
     assert straggler == pytest.approx({("0", "node-a"): 1.0, ("1", "node-a"): 1.0, ("2", "node-b"): 2.5}), straggler
+
+
+def test_the_ledger_row_gives_the_jobs_gpu_hours_by_cause(two_nodes, stack):
+    """The dashboard's "Ledger" row against the same Prometheus: job `slow` has GPU-hours in
+    compute and, for ranks 0 and 1 waiting 0.12 s of each 0.2 s step (no straggler on either
+    node's own view: node A's two ranks wait alike), in collective_wait; its causes add up to the
+    job's held time; the stacked rate panel answers per cause."""
+    prom, _, _ = two_nodes
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panels = {p["title"]: p for p in dash["panels"]}
+    by_job = panels["GPU-hours by cause per job"]["targets"][0]["expr"]
+    by_cause = panels["GPUs held by cause"]["targets"][0]["expr"]
+    seen = {}
+
+    def slow_has_waits():
+        seen.clear()
+        for s in promql(prom, grafana(by_job)):
+            if s["metric"].get("gpulse_job_id") == "slow":
+                seen[s["metric"]["gpulse_gpu_cause"]] = float(s["value"][1])
+        return seen.get("collective_wait", 0) > 0 and seen.get("compute", 0) > 0
+
+    stack.wait_until("job slow's GPU-hours by cause", slow_has_waits)
+    assert set(seen) <= {"compute", "collective_wait", "host", "idle"}, seen
+    assert "straggler_wait" not in seen and "input_wait" not in seen, seen
+    held = promql(prom, grafana('sum(increase(process_gpu_time_seconds_total{gpulse_job_id="slow"}[$__range])) / 3600'))
+    assert sum(seen.values()) == pytest.approx(float(held[0]["value"][1]), rel=0.05), (seen, held)
+    # Two of three ranks wait 60 % of their steps: at most 40 % of the job's time, once steps run.
+    assert 0.05 < seen["collective_wait"] / sum(seen.values()) <= 0.41, seen
+    causes = {s["metric"].get("gpulse_gpu_cause") for s in promql(prom, grafana(by_cause))}
+    assert {"compute", "collective_wait"} <= causes, causes

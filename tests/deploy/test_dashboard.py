@@ -164,7 +164,11 @@ def test_workload_panels_link_to_traces_by_the_join_key(dash):
         assert re.search(r"\$\{__(field\.labels|data\.fields)\.process_vpid\}", url), "process.pid in traces = process.vpid here"
         assert re.search(r"\$\{__(field\.labels|data\.fields)\.container_id\}", url)
         assert re.search(r"\$\{__(field\.labels|data\.fields)\.service_name\}", url)
-    workload = [p for p in all_panels(dash) if any("process_gpu" in t.get("expr", "") for t in p.get("targets", []))]
+    # A panel per workload (its series keep process_pid); one that sums workloads away, by job or
+    # by cause (the ledger row), has no one workload's traces to link to.
+    workload = [p for p in all_panels(dash)
+                if any("process_gpu" in t.get("expr", "") and "process_pid" in t.get("expr", "")
+                       for t in p.get("targets", []))]
     assert workload and all(p.get("fieldConfig", {}).get("defaults", {}).get("links") for p in workload), (
         "every per-workload panel should link to its traces")
 

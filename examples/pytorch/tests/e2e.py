@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -277,3 +277,75 @@ def describe(records: List[dict]) -> str:
         f"{r['body'].get('body', {}).get('stringValue', '')}"
         for r in records
     )
+
+
+def point_value(point: dict) -> float:
+    """A number data point's value, double or int."""
+    if "asDouble" in point:
+        return float(point["asDouble"])
+    return float(point.get("asInt", 0))
+
+
+class MetricsWindow:
+    """One metrics request gpulse exported, as the ledger's tests read it: each process's
+    cumulative time and energy by ``gpulse.gpu.cause``, and each GPU's energy."""
+
+    def __init__(self, request: dict):
+        self.resources = request["resourceMetrics"]
+
+    def process(self, pid: int) -> Optional[dict]:
+        for resource in self.resources[1:]:
+            if flatten(resource.get("resource", {}).get("attributes", [])).get("process.pid") == pid:
+                return resource
+        return None
+
+    @staticmethod
+    def points(resource: dict, name: str) -> List[dict]:
+        return [
+            point
+            for scope in resource.get("scopeMetrics", [])
+            for metric in scope.get("metrics", [])
+            if metric["name"] == name
+            for point in (metric.get("sum") or metric.get("gauge") or {}).get("dataPoints", [])
+        ]
+
+    def by_cause(self, pid: int, name: str) -> Dict[str, float]:
+        """``name`` (``process.gpu.time`` or ``.energy``) of ``pid`` summed by cause."""
+        sums: Dict[str, float] = {}
+        for (cause, _), v in self.by_cause_and_rank(pid, name).items():
+            sums[cause] = sums.get(cause, 0.0) + v
+        return sums
+
+    def by_cause_and_rank(self, pid: int, name: str) -> Dict[Tuple[str, Optional[int]], float]:
+        """The same by (cause, ``gpulse.straggler.rank``)."""
+        resource = self.process(pid)
+        sums: Dict[Tuple[str, Optional[int]], float] = {}
+        for point in self.points(resource, name) if resource else []:
+            attributes = flatten(point["attributes"])
+            key = (attributes["gpulse.gpu.cause"], attributes.get("gpulse.straggler.rank"))
+            sums[key] = sums.get(key, 0.0) + point_value(point)
+        return sums
+
+    def held_span(self, pid: int) -> float:
+        point = self.points(self.process(pid), "process.gpu.time")[0]
+        return (int(point["timeUnixNano"]) - int(point["startTimeUnixNano"])) / 1e9
+
+    def training(self, pid: int) -> bool:
+        resource = self.process(pid)
+        return bool(resource and self.points(resource, "gpulse.training.step.duration"))
+
+    def device_energy(self, uuid: str) -> Tuple[float, float]:
+        """(charged + unattributed, the device's own counter)."""
+        node = self.resources[0]
+        split = sum(
+            point_value(p)
+            for p in self.points(node, "gpulse.gpu.energy")
+            if flatten(p["attributes"]).get("hw.id") == uuid
+        )
+        counter = [
+            point_value(p)
+            for p in self.points(node, "hw.energy")
+            if flatten(p["attributes"]).get("hw.id") == uuid
+        ]
+        assert counter, f"no hw.energy for {uuid}"
+        return split, counter[0]

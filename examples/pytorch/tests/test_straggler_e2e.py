@@ -27,10 +27,12 @@ import pytest
 from conftest import EXAMPLE_DIR, require_torch
 from e2e import (
     TRAIN,
+    MetricsWindow,
     built_binaries,
     fail_or_skip,
     findings,
     free_port,
+    requests,
     start_sink,
     stop,
     wait_until,
@@ -241,3 +243,25 @@ def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_
     assert not [
         r for r in records if r["attributes"]["gpulse.diagnosis.rule"] == "collective_bound"
     ], listing
+
+    # The ledger: once the straggler is named, the other ranks of slow-job wait for rank 2 in
+    # straggler_wait (the rank on the point); rank 2 itself waits on its loader; even-job's ranks,
+    # with no rank named, never have straggler_wait time.
+    windows = [MetricsWindow(r) for r in requests(out) if "resourceMetrics" in r]
+    last: Dict[int, MetricsWindow] = {}
+    for window in windows:
+        for pid in pids["slow-job"] + pids["even-job"]:
+            if window.process(pid):
+                last[pid] = window
+    ledger = {pid: w.by_cause_and_rank(pid, "process.gpu.time") for pid, w in last.items()}
+    for rank, pid in enumerate(pids["slow-job"]):
+        causes = ledger[pid]
+        waited = {r for (cause, r), v in causes.items() if cause == "straggler_wait" and v > 0}
+        if rank == SLOW_RANK:
+            assert not waited, f"the straggler waits for nobody: {causes}"
+            assert causes.get(("input_wait", None), 0.0) > 1.0, causes
+        else:
+            assert waited == {SLOW_RANK}, f"rank {rank}: {causes}"
+    for rank, pid in enumerate(pids["even-job"]):
+        causes = ledger[pid]
+        assert not [c for (c, _) in causes if c == "straggler_wait"], f"rank {rank}: {causes}"

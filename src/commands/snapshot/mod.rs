@@ -69,6 +69,7 @@ fn current_findings(
         parent_alive: HashMap::new(),
         accounts: Default::default(),
         departed: Default::default(),
+        ledger: Default::default(),
     };
     diagnoser.observe(&attributed);
     diagnoser.tracker().active().cloned().collect()

@@ -284,6 +284,7 @@ pub(crate) fn render_table(report: &SnapshotReport) -> String {
         crate::attribution::rollup_table::render_rollups(
             &mut out,
             accounting.rollups,
+            accounting.cause_rollups,
             w.end - w.start,
         );
     }
@@ -419,6 +420,7 @@ mod tests {
                     workload: Some(w),
                     usage: None,
                     accounting: None,
+                    causes: None,
                 })
                 .collect(),
             findings: Vec::new(),

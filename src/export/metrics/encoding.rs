@@ -25,7 +25,7 @@ use crate::export::resource::{gpulse_scope, kv_str};
 use crate::schema::{Instrument, MetricId, METRICS, METRIC_COUNT};
 
 /// Index of a shared attribute list in its batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AttributeSetId(u32);
 
 /// The value of a data point's extra attribute: nearly always a constant of the builder.
@@ -145,6 +145,18 @@ impl MetricsBatch {
         let id = AttributeSetId(self.attribute_sets.len() as u32);
         self.attribute_sets.push(attributes);
         id
+    }
+
+    /// Registers the attribute list `base` extended by `more` (a point with two attributes beyond
+    /// a shared list: `process.gpu.time` by state and cause).
+    pub(crate) fn extend_attribute_set(
+        &mut self,
+        base: AttributeSetId,
+        more: impl IntoIterator<Item = KeyValue>,
+    ) -> AttributeSetId {
+        let mut attributes = self.attribute_sets[base.0 as usize].clone();
+        attributes.extend(more);
+        self.add_attribute_set(attributes)
     }
 
     /// Appends a resource; `points` are sorted into metric order here.

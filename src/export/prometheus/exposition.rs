@@ -308,6 +308,7 @@ mod tests {
             parent_alive: HashMap::new(),
             accounts: Default::default(),
             departed: Default::default(),
+            ledger: Default::default(),
         }
     }
 

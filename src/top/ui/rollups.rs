@@ -1,7 +1,9 @@
 //! The roll-ups panel (`r`): each job, pod and container the GPU processes belong to, with its
 //! GPU-hours, energy, idle share and cost since the view started, as the accountant sums them
 //! and `snapshot --window` prints them (the cells come from
-//! [`crate::attribution::rollup_table`]). A narrow terminal drops the name and shortens the id.
+//! [`crate::attribution::rollup_table`]), then, where the terminal is wide enough, a column per
+//! cause of the ledger (each cause's share of the group's GPU-hours). A narrow terminal drops
+//! the causes, then the name, and shortens the id.
 
 use ratatui::layout::{Alignment, Constraint, Rect};
 use ratatui::style::Modifier;
@@ -10,7 +12,10 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row as TableRow, Table};
 use ratatui::Frame;
 
 use super::Palette;
-use crate::attribution::rollup_table::{rollup_cells, ID_COLUMN, NAME_COLUMN, ROLLUP_COLUMNS};
+use crate::attribution::ledger::CauseRollup;
+use crate::attribution::rollup_table::{
+    cause_cells, rollup_cells, CAUSE_COLUMNS, ID_COLUMN, NAME_COLUMN, ROLLUP_COLUMNS,
+};
 use crate::attribution::Rollup;
 use crate::top::app::App;
 
@@ -26,6 +31,24 @@ fn rollups(app: &App) -> &[Rollup] {
     app.view
         .as_ref()
         .map_or(&[], |v| &v.attributed.accounts.rollups)
+}
+
+fn cause_rollups(app: &App) -> &[CauseRollup] {
+    app.view
+        .as_ref()
+        .map_or(&[], |v| &v.attributed.ledger.rollups)
+}
+
+/// The width the cause columns take, with the space before each.
+fn causes_width() -> usize {
+    CAUSE_COLUMNS.iter().map(|c| c.width + 1).sum()
+}
+
+/// Whether the cause columns fit beside every roll-up column at `inner_width`.
+fn shows_causes(inner_width: usize) -> bool {
+    let all: usize =
+        ROLLUP_COLUMNS.iter().map(|c| c.width).sum::<usize>() + ROLLUP_COLUMNS.len() - 1;
+    inner_width >= all + causes_width()
 }
 
 /// Which columns are shown and the widths of the id and name at `inner_width`.
@@ -75,7 +98,10 @@ pub(super) fn draw_rollups(frame: &mut Frame, area: Rect, app: &App, palette: &P
         }
         return;
     }
-    let (columns, id_width, name_width) = layout(usize::from(area.width.saturating_sub(2)));
+    let inner_width = usize::from(area.width.saturating_sub(2));
+    let (columns, id_width, name_width) = layout(inner_width);
+    let with_causes = shows_causes(inner_width);
+    let causes = cause_rollups(app);
     let width_of = |i: usize| match i {
         ID_COLUMN => id_width,
         NAME_COLUMN => name_width,
@@ -89,26 +115,40 @@ pub(super) fn draw_rollups(frame: &mut Frame, area: Rect, app: &App, palette: &P
         };
         Cell::from(Text::from(Line::from(text)).alignment(alignment))
     };
+    let right = |text: String| Cell::from(Text::from(Line::from(text)).alignment(Alignment::Right));
+    let cause_titles: &[_] = if with_causes { &CAUSE_COLUMNS } else { &[] };
     let header = TableRow::new(
         columns
             .iter()
-            .map(|&i| cell(ROLLUP_COLUMNS[i].title.to_string(), i)),
+            .map(|&i| cell(ROLLUP_COLUMNS[i].title.to_string(), i))
+            .chain(cause_titles.iter().map(|c| right(c.title.to_string()))),
     )
     .style(palette.title().add_modifier(Modifier::UNDERLINED));
     let rows: Vec<TableRow> = rollups
         .iter()
         .map(|r| {
             let mut cells = rollup_cells(r, id_width, name_width.max(1)).map(Some);
+            let group = causes.iter().find(|c| c.kind == r.kind && c.id == r.id);
+            let by_cause = with_causes
+                .then(|| cause_cells(group))
+                .into_iter()
+                .flatten();
             TableRow::new(
                 columns
                     .iter()
-                    .map(|&i| cell(cells[i].take().unwrap_or_default(), i)),
+                    .map(|&i| cell(cells[i].take().unwrap_or_default(), i))
+                    .chain(by_cause.map(right)),
             )
         })
         .collect();
     let widths: Vec<Constraint> = columns
         .iter()
         .map(|&i| Constraint::Length(width_of(i) as u16))
+        .chain(
+            cause_titles
+                .iter()
+                .map(|c| Constraint::Length(c.width as u16)),
+        )
         .collect();
     frame.render_widget(Table::new(rows, widths).header(header).block(block), area);
 }

@@ -258,6 +258,7 @@ fn build(
     batch.push_resource(node_resource(node), node_builder.points);
 
     let mut device_sets = process::DeviceSets::default();
+    let mut cause_sets = accounting::CauseSets::default();
     for rows in by_pid {
         let pid = rows[0].pid;
         let mut b = MetricsBuilder::new(rows.len() * 8 + 3, extremes);
@@ -279,7 +280,16 @@ fn build(
                 gauge_span,
             );
             if let Some(account) = attributed.accounts.process(p.pid, &p.device_uuid) {
-                accounting::push_process_accounting(&mut b, base, account, gauge_span.end);
+                let ledger = attributed.ledger.process(p.pid, &p.device_uuid);
+                accounting::push_process_accounting(
+                    &mut b,
+                    &mut batch,
+                    &mut cause_sets,
+                    base,
+                    account,
+                    ledger,
+                    gauge_span.end,
+                );
             }
         }
         let process = attributed.process(pid);

@@ -678,6 +678,7 @@ fn process_on_two_gpus_is_one_resource_with_a_point_per_device() {
         parent_alive: HashMap::new(),
         accounts: Default::default(),
         departed: Default::default(),
+        ledger: Default::default(),
     };
     let req = metrics_request(&attributed, &node());
     assert_eq!(req.resource_metrics.len(), 3, "node + two processes");
@@ -880,6 +881,7 @@ fn attributed_of(devices: u32, workloads: &[Workload]) -> AttributedWindow {
         parent_alive: HashMap::new(),
         accounts: Default::default(),
         departed: Default::default(),
+        ledger: Default::default(),
     }
 }
 
