@@ -17,6 +17,8 @@ pub mod config;
 pub mod diagnosis;
 pub mod enrich;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(feature = "otel-sdk")]
 pub mod otel;
 pub mod pipeline;

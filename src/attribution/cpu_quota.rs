@@ -104,7 +104,11 @@ fn along_path(root: &PathBuf, path: &str, read: fn(&Path) -> Option<f64>) -> Opt
 }
 
 fn read_v2(dir: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+    parse_cpu_max(&std::fs::read_to_string(dir.join("cpu.max")).ok()?)
+}
+
+/// The CPUs a cgroup v2 `cpu.max` (`"<quota> <period>"`, `max` for no limit) allows.
+pub(crate) fn parse_cpu_max(text: &str) -> Option<f64> {
     let mut parts = text.split_whitespace();
     let quota = parts.next()?;
     let period: f64 = parts.next()?.parse().ok()?;
@@ -115,17 +119,15 @@ fn read_v2(dir: &Path) -> Option<f64> {
 }
 
 fn read_v1(dir: &Path) -> Option<f64> {
-    let quota: f64 = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let period: f64 = std::fs::read_to_string(dir.join("cpu.cfs_period_us"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let value = |name| parse_cfs_value(&std::fs::read_to_string(dir.join(name)).ok()?);
+    let quota = value("cpu.cfs_quota_us")?;
+    let period = value("cpu.cfs_period_us")?;
     (quota > 0.0 && period > 0.0).then(|| quota / period)
+}
+
+/// The number in a cgroup v1 `cpu.cfs_quota_us` or `cpu.cfs_period_us`.
+pub(crate) fn parse_cfs_value(text: &str) -> Option<f64> {
+    text.trim().parse().ok()
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub(crate) fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tokio::spawn(async move {
         if let Err(e) = tonic::transport::Server::builder()
-            .serve_with_incoming(OtlpGrpc { intake }, incoming)
+            .serve_with_incoming(OtlpGrpc::new(intake), incoming)
             .await
         {
             tracing::error!("the OTLP/gRPC receiver stopped: {e}");
@@ -45,6 +45,13 @@ pub(crate) fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::
 #[derive(Clone)]
 pub(crate) struct OtlpGrpc {
     intake: Arc<Intake>,
+}
+
+impl OtlpGrpc {
+    /// The service without a server around it, for calling it in-process (`crate::fuzzing`).
+    pub(crate) fn new(intake: Arc<Intake>) -> Self {
+        Self { intake }
+    }
 }
 
 impl<B> Service<http::Request<B>> for OtlpGrpc

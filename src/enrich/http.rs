@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prost::Message as _;
 use tokio::net::TcpListener;
@@ -58,12 +57,17 @@ pub(crate) fn serve(listener: TcpListener, intake: Arc<Intake>) -> tokio::task::
     })
 }
 
-/// Answers one request.
-pub(crate) async fn handle(
+/// Answers one request. Generic over the body so that `crate::fuzzing` can call it without a
+/// connection; the server passes hyper's `Incoming`.
+pub(crate) async fn handle<B>(
     intake: &Arc<Intake>,
-    req: Request<Incoming>,
+    req: Request<B>,
     peer: Option<Peer>,
-) -> Response<Full<Bytes>> {
+) -> Response<Full<Bytes>>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let signal = match req.uri().path() {
         "/v1/traces" => Signal::Traces,
         "/v1/metrics" => Signal::Metrics,
@@ -148,7 +152,7 @@ pub(crate) async fn handle(
     }
 }
 
-fn header(req: &Request<Incoming>, name: http::header::HeaderName) -> &str {
+fn header<B>(req: &Request<B>, name: http::header::HeaderName) -> &str {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
