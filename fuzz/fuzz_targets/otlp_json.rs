@@ -1,0 +1,4 @@
+//! Fuzz target: see `gpulse::fuzzing::otlp_json` for what the input is and which code it drives.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| gpulse::fuzzing::otlp_json(data));
