@@ -124,9 +124,22 @@ fn draw_on(
         .lines
         .iter()
         .flat_map(|l| l.points.iter().filter_map(|(_, v)| *v))
+        .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
-    let y_max = chart.y_max.max(data_max * 1.05).max(f64::MIN_POSITIVE);
-    let x_max = chart.duration.max(1.0);
+    // Finite bounds only: a recording's values are whatever its file says, and an infinite
+    // axis maps every point to nowhere.
+    let y_max = [chart.y_max, data_max * 1.05, data_max]
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(f64::MIN_POSITIVE, f64::max);
+    let x_max = if chart.duration.is_finite() {
+        chart.duration.max(1.0)
+    } else {
+        1.0
+    };
+    // plotters turns a coordinate into pixels in i32 and overflows far outside its range
+    // (a time of 1e300 s, a value of -1e300), so points are pinned to the chart's edges.
+    let visible = |(t, v): (f64, f64)| (t.clamp(0.0, x_max), v.clamp(0.0, y_max));
     let mut ctx = axes(root, x_max, y_max, &chart.y_format)?;
     ctx.draw_series(
         merge_bands(&chart.bands, x_max / f64::from(WIDTH))
@@ -134,8 +147,8 @@ fn draw_on(
             .map(|b| {
                 Rectangle::new(
                     [
-                        (b.start.max(0.0), 0.0),
-                        (b.end.min(x_max).max(b.start), y_max),
+                        visible((b.start, 0.0)),
+                        visible((b.end.max(b.start), y_max)),
                     ],
                     rgb(b.colour).mix(0.18).filled(),
                 )
@@ -144,6 +157,7 @@ fn draw_on(
     for line in &chart.lines {
         let style = rgb(line.colour).stroke_width(2);
         for segment in segments(&line.points) {
+            let segment: Vec<(f64, f64)> = segment.into_iter().map(visible).collect();
             if line.dashed {
                 ctx.draw_series(DashedLineSeries::new(segment, 6, 4, style))?;
             } else if segment.len() == 1 {
@@ -293,6 +307,38 @@ mod tests {
         assert!(
             reduced.iter().any(|p| p.bytes == Some(1e12)),
             "the spike survives"
+        );
+    }
+
+    /// Found by fuzzing `gpulse report` (fuzz target `otlp_json`): plotters overflowed an i32
+    /// (a panic in debug builds, a garbled chart in release) on points far outside the axes.
+    #[test]
+    fn points_far_outside_the_axes_are_pinned_to_the_edges() {
+        let svg = draw(&Chart {
+            y_max: 1.0,
+            y_format: percent,
+            duration: 10.0,
+            lines: vec![Line {
+                label: "utilisation".into(),
+                colour: colours::UTILIZATION,
+                points: vec![
+                    (-1e300, Some(0.5)),
+                    (0.5, Some(-1e300)),
+                    (0.7, Some(f64::MAX)),
+                    (1e300, Some(1e300)),
+                ],
+                dashed: true,
+            }],
+            bands: vec![Band {
+                start: 1e300,
+                end: -1e300,
+                colour: colours::STEP,
+            }],
+        });
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+        assert!(
+            svg.contains("path") || svg.contains("polyline"),
+            "the line is drawn: {svg}"
         );
     }
 
