@@ -83,11 +83,16 @@ pub(crate) fn creation_time(
     if ticks_per_second == 0 {
         return None;
     }
+    // `ticks % ticks_per_second` is below `ticks_per_second`, so widened the product fits.
+    let fraction_ns = u128::from(start_time_ticks % ticks_per_second) * 1_000_000_000
+        / u128::from(ticks_per_second);
     let after_boot = std::time::Duration::from_secs(start_time_ticks / ticks_per_second)
-        + std::time::Duration::from_nanos(
-            (start_time_ticks % ticks_per_second) * 1_000_000_000 / ticks_per_second,
-        );
-    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(boot_time_secs) + after_boot)
+        + std::time::Duration::from_nanos(u64::try_from(fraction_ns).ok()?);
+    // A procfs root other than the kernel's (`--proc-root`) can hold any numbers: a time past
+    // what `SystemTime` holds is no time, not a panic.
+    std::time::Duration::from_secs(boot_time_secs)
+        .checked_add(after_boot)
+        .and_then(|since_epoch| std::time::UNIX_EPOCH.checked_add(since_epoch))
 }
 
 /// The fields of `/proc/<pid>/status` attribution and usage need.
@@ -361,6 +366,12 @@ mod tests {
             std::time::Duration::from_millis(1_700_000_123_450)
         );
         assert_eq!(creation_time(1, 2, 0), None);
+        // Found by reading what the proc_files fuzz target drives: numbers no kernel writes.
+        assert_eq!(creation_time(u64::MAX, u64::MAX, 100), None);
+        assert_eq!(
+            creation_time(0, u64::MAX, u64::MAX - 1),
+            std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(1, 0))
+        );
     }
 
     #[test]
