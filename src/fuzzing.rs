@@ -148,12 +148,13 @@ fn receiver_intake() -> Arc<Intake> {
     )
 }
 
-/// GPU processes the seeds' spans name: PID 42 (PID 7 in its namespace, container `c0ffee…`,
-/// `service.instance.id` `trainer-0`) on GPU-a and PID 43 on GPU-b, sampled every second from
-/// t = 100 s to 110 s after the epoch.
-pub const RECEIVER_CONTAINER_ID: &str =
+/// The container of the receiver's known process (fuzz/make_seeds.py names it too).
+const RECEIVER_CONTAINER_ID: &str =
     "c0ffee0000000000000000000000000000000000000000000000000000000000";
 
+/// GPU processes the seeds' spans name: PID 42 (PID 7 in its namespace, container
+/// [`RECEIVER_CONTAINER_ID`], `service.instance.id` `trainer-0`) on GPU-a and PID 43 on GPU-b,
+/// sampled every second from t = 100 s to 110 s after the epoch.
 fn receiver_history() -> &'static HistoryHandle {
     static HISTORY: OnceLock<HistoryHandle> = OnceLock::new();
     HISTORY.get_or_init(|| {
@@ -304,5 +305,94 @@ pub fn otlp_json(data: &[u8]) {
         Err(e) => {
             let _ = e.to_string();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    use super::*;
+
+    /// The committed seeds, and the inputs of crashes found (fuzz/regressions/), of one target.
+    fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let mut found = Vec::new();
+        for dir in [
+            root.join("seeds").join(target),
+            root.join("regressions").join(target),
+        ] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.expect("a directory entry").path();
+                let data = std::fs::read(&path).expect("a readable input");
+                found.push((path, data));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_seed_and_past_crash_runs_through_its_target() {
+        let targets: [(&str, fn(&[u8])); 5] = [
+            ("otlp_receiver", otlp_receiver),
+            ("config", config),
+            ("proc_files", proc_files),
+            ("pod_resources", pod_resources),
+            ("otlp_json", otlp_json),
+        ];
+        for (target, run) in targets {
+            let inputs = inputs(target);
+            assert!(!inputs.is_empty(), "fuzz/seeds/{target} has no seeds");
+            for (path, data) in inputs {
+                let outcome = std::panic::catch_unwind(|| run(&data));
+                assert!(outcome.is_ok(), "{} panicked in {target}", path.display());
+            }
+        }
+    }
+
+    /// The receiver target reaches enrichment: a span of PID 42 inside the history's time is
+    /// given GPU attributes, so the fuzzer explores that code and not only the decoder.
+    #[test]
+    fn the_receiver_target_enriches_spans_of_its_known_process() {
+        let span = Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name: "forward".into(),
+            start_time_unix_nano: 101_000_000_000,
+            end_time_unix_nano: 104_000_000_000,
+            ..Default::default()
+        };
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "process.pid".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::IntValue(42)),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let intake = receiver_intake();
+        let body = Bytes::from(request.encode_to_vec());
+        let accepted = runtime()
+            .block_on(intake.accept(Signal::Traces, body, None))
+            .expect("accepted");
+        assert_eq!((accepted.items, accepted.enriched), (1, 1));
     }
 }
