@@ -340,7 +340,8 @@ mod tests {
 
     #[test]
     fn every_seed_and_past_crash_runs_through_its_target() {
-        let targets: [(&str, fn(&[u8])); 5] = [
+        type Target = fn(&[u8]);
+        let targets: [(&str, Target); 5] = [
             ("otlp_receiver", otlp_receiver),
             ("config", config),
             ("proc_files", proc_files),
