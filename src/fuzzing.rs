@@ -312,10 +312,6 @@ pub fn otlp_json(data: &[u8]) {
 mod tests {
     use std::path::PathBuf;
 
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-    use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-
     use super::*;
 
     /// The committed seeds, and the inputs of crashes found (fuzz/regressions/), of one target.
@@ -358,42 +354,20 @@ mod tests {
         }
     }
 
-    /// The receiver target reaches enrichment: a span of PID 42 inside the history's time is
-    /// given GPU attributes, so the fuzzer explores that code and not only the decoder.
+    /// The receiver target reaches enrichment: the seed of two spans of PID 42 inside the
+    /// history's time has both given GPU attributes, so the fuzzer explores that code and not
+    /// only the decoder.
     #[test]
     fn the_receiver_target_enriches_spans_of_its_known_process() {
-        let span = Span {
-            trace_id: vec![1; 16],
-            span_id: vec![2; 8],
-            name: "forward".into(),
-            start_time_unix_nano: 101_000_000_000,
-            end_time_unix_nano: 104_000_000_000,
-            ..Default::default()
-        };
-        let request = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes: vec![KeyValue {
-                        key: "process.pid".into(),
-                        value: Some(AnyValue {
-                            value: Some(any_value::Value::IntValue(42)),
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![span],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        };
-        let intake = receiver_intake();
-        let body = Bytes::from(request.encode_to_vec());
+        let seed = inputs("otlp_receiver")
+            .into_iter()
+            .find(|(path, _)| path.ends_with("traces-pid-http"))
+            .expect("the seed fuzz/seeds/otlp_receiver/traces-pid-http");
+        let (selector, body) = seed.1.split_first().expect("a selector byte");
+        assert_eq!(*selector, 0, "HTTP, traces, uncompressed");
         let accepted = runtime()
-            .block_on(intake.accept(Signal::Traces, body, None))
+            .block_on(receiver_intake().accept(Signal::Traces, Bytes::copy_from_slice(body), None))
             .expect("accepted");
-        assert_eq!((accepted.items, accepted.enriched), (1, 1));
+        assert_eq!((accepted.items, accepted.enriched), (2, 2));
     }
 }
