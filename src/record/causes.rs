@@ -110,9 +110,24 @@ fn draw_stacked_on(
     duration_seconds: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     root.fill(&WHITE)?;
-    let tops = stacked_tops(points);
+    // Finite points only, pinned to the axes: plotters overflows an i32 converting a coordinate
+    // far outside them to pixels (as `charts::draw_on` guards against too).
+    let tops: Vec<_> = stacked_tops(points)
+        .into_iter()
+        .filter(|(start, end, t)| {
+            start.is_finite() && end.is_finite() && t.iter().all(|v| v.is_finite())
+        })
+        .collect();
     let y_max = tops.iter().map(|(_, _, t)| t[6]).fold(1.0f64, f64::max) * 1.05;
-    let x_max = duration_seconds.max(1.0);
+    let x_max = if duration_seconds.is_finite() {
+        duration_seconds.max(1.0)
+    } else {
+        1.0
+    };
+    let tops: Vec<_> = tops
+        .into_iter()
+        .map(|(start, end, t)| (start.clamp(0.0, x_max), end.clamp(0.0, x_max), t))
+        .collect();
     let mut ctx = super::charts::axes(root, x_max, y_max, &|v| format!("{v:.1} GPU"))?;
     // Each window is a column of stacked rectangles: exact, with no interpolation across a gap.
     for (k, colour) in CAUSE_COLOURS.iter().enumerate() {
