@@ -66,6 +66,14 @@ def test_a_state_is_read_with_its_step_phase_and_oldest_collective():
     assert live.read()[PHASE] == "step", "back in the step, outside a named phase"
     live.end_step()
     assert live.read() is None
+    # A collective between steps (a barrier at the end of an epoch) is a state of its own.
+    barrier = live.collective_issued("barrier")
+    time.sleep(0.05)
+    state = live.read()
+    assert (state[STEP], state[COLLECTIVE_OP]) == (7, "barrier") and PHASE not in state
+    assert state["_lasted"] >= 0.05, state
+    live.collective_done(barrier)
+    assert live.read() is None
 
 
 def test_healthy_steps_send_nothing_and_a_blocked_phase_is_sent_with_every_stack_once():

@@ -10,8 +10,10 @@
 //! (no live state within `live_fresh_for`). The rank that holds the others, first match wins:
 //! - `exited`: a rank of the job whose process left since the job last made progress;
 //! - `phase`: a rank busy outside any collective while others wait;
-//! - `earlier_collective`: a waiting rank in a collective issued before the one most others wait
-//!   in (a lower number), or a different operation (ranks that called different collectives);
+//! - `earlier_collective`: a waiting rank in a collective of an earlier step than the others', or
+//!   of another operation in the same step (ranks that called different collectives). Collective
+//!   numbers are each process's own count and are not compared across ranks: a rank may have
+//!   issued collectives the others did not (at start-up);
 //! - `silent`: a rank that stopped saying where it is while others wait (frozen, or stopped);
 //! - `remote`: every rank here waits in the same collective and the job has ranks on other
 //!   nodes: the culprit is among them (raised on the lowest rank here, naming the missing ranks);
@@ -147,7 +149,8 @@ fn evaluate_job(
             _ => None,
         })
         .collect();
-    // The collective most waiting ranks are in: the highest number, its operation.
+    // The collective the others wait in, as the rank that issued the most names it (its number
+    // is that process's count).
     let (op, seq) = {
         let newest = waiting.iter().map(|(_, c)| c.seq).max()?;
         let op = waiting
@@ -156,6 +159,8 @@ fn evaluate_job(
             .map(|(_, c)| c.op.as_str())?;
         (op, newest)
     };
+    let step_of = |r: &LocalRank<'_>| r.evidence.live.as_ref().and_then(|l| l.step);
+    let newest_step = waiting.iter().filter_map(|(r, _)| step_of(r)).max();
     let local: Vec<u32> = ranks.iter().map(|r| r.identity.rank).collect();
     let departed: Vec<&DepartedRank> = inputs
         .framework
@@ -180,7 +185,12 @@ fn evaluate_job(
             rank,
             cause: "phase",
         }
-    } else if let Some((rank, _)) = waiting.iter().find(|(_, c)| c.seq < seq || c.op != op) {
+    } else if let Some((rank, _)) = waiting.iter().find(|(r, c)| {
+        // Steps compare across ranks; collective numbers need not (a rank may have issued
+        // collectives the others did not, at start-up), so within a step only the operation does.
+        let step = step_of(r);
+        step.is_some() && (step < newest_step || (step == newest_step && c.op != op))
+    }) {
         Culprit::Local {
             rank,
             cause: "earlier_collective",
@@ -205,9 +215,7 @@ fn evaluate_job(
     };
     let waiting_ranks: Vec<u32> = waiting
         .iter()
-        .filter(|(r, c)| {
-            c.seq == seq && !matches!(&culprit, Culprit::Local { rank, .. } if rank.pid == r.pid)
-        })
+        .filter(|(r, _)| !matches!(&culprit, Culprit::Local { rank, .. } if rank.pid == r.pid))
         .map(|(r, _)| r.identity.rank)
         .collect();
     let longest_wait = waiting
@@ -625,7 +633,14 @@ mod tests {
     #[test]
     fn an_earlier_collective_a_silent_rank_and_an_exited_rank_are_named() {
         let hang = DistributedHang::default();
-        let f = job(100, 4, |r| if r == 1 { waiting(430) } else { waiting(431) });
+        // Rank 1 waits in a collective of step 29; the others, in step 30.
+        let f = job(100, 4, |r| {
+            let mut live = waiting(431);
+            if r == 1 {
+                live.as_mut().unwrap().step = Some(29);
+            }
+            live
+        });
         let finding = one(&f, &hang);
         assert_eq!(finding.subject.pid(), Some(101));
         assert_eq!(

@@ -137,14 +137,16 @@ class LiveState:
             state[PHASE_ELAPSED] = (now - phase_since) / 1e9
         if step_since is not None:
             state[STEP_ELAPSED] = (now - step_since) / 1e9
-        since = phase_since if phase is not None else now
+        # The state began when its phase did, or later when a collective was issued in it; a
+        # collective outside any phase (a barrier between epochs) began its own state.
+        since = phase_since if phase is not None else None
         if flight:
             seq = min(flight)
             op, issued = flight[seq]
             state[COLLECTIVE_OP] = op
             state[COLLECTIVE_SEQ] = seq
             state[COLLECTIVE_ELAPSED] = (now - issued) / 1e9
-            since = max(since, issued)
+            since = issued if since is None else max(since, issued)
         key = (step, phase, phase_since, min(flight) if flight else None)
         state["_key"] = key
         state["_lasted"] = (now - since) / 1e9
