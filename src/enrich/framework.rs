@@ -257,14 +257,15 @@ fn text(kv: &KeyValue) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::enrich::spans::MatchedBy;
     use opentelemetry_proto::tonic::common::v1::AnyValue;
     use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, ResourceMetrics, ScopeMetrics};
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-    fn kv(key: &str, value: Value) -> KeyValue {
+    /// One attribute (the live states' tests use it too).
+    pub(in crate::enrich) fn kv(key: &str, value: Value) -> KeyValue {
         KeyValue {
             key: key.into(),
             value: Some(AnyValue { value: Some(value) }),

@@ -105,18 +105,10 @@ fn count(kv: &KeyValue) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::diagnosis::framework::FrameworkLimits;
+    use crate::enrich::framework::tests::kv;
     use crate::enrich::spans::MatchedBy;
-    use opentelemetry_proto::tonic::common::v1::AnyValue;
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
     use std::time::UNIX_EPOCH;
-
-    fn kv(key: &str, value: Value) -> KeyValue {
-        KeyValue {
-            key: key.into(),
-            value: Some(AnyValue { value: Some(value) }),
-            ..Default::default()
-        }
-    }
 
     fn live(at_s: u64, step: i64, phase: &str, seq: Option<i64>, stack: Option<&str>) -> LogRecord {
         let mut attributes = vec![

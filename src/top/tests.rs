@@ -549,23 +549,20 @@ fn processes_on_mig_show_their_instance_and_only_a_lone_ones_activity() {
     }
 }
 
-/// A hung job: the rank `distributed_hang` names is marked HUNG, the ranks that wait WAIT, and
-/// the culprit's detail pane says where it is.
-#[test]
-fn a_hung_job_marks_its_culprit_and_the_waiting_ranks() {
+/// TRAINER as rank 0 and OTHER as rank 1 of job `job-7`, 40 steps of 500 ms each, with
+/// `(collective wait, data wait)` in seconds per rank.
+fn job_7(waits: impl Fn(u32) -> (f64, f64)) -> crate::diagnosis::training::TrainingWindow {
     use crate::diagnosis::framework::DistributedIdentity;
     use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
-    use crate::diagnosis::Value;
-    let mut app = app(false);
-    let mut view = (*view()).clone();
     let mut training = TrainingWindow::default();
     for (pid, rank) in [(TRAINER, 0), (OTHER, 1)] {
+        let (wait, data_wait) = waits(rank);
         training.processes.insert(
             pid,
             ProcessTraining {
                 step_seconds: 0.5,
-                collective_wait_seconds: Some(0.1),
-                data_wait_seconds: 0.0,
+                collective_wait_seconds: Some(wait),
+                data_wait_seconds: data_wait,
                 steps: 40,
                 distributed: Some(DistributedIdentity {
                     rank,
@@ -575,7 +572,17 @@ fn a_hung_job_marks_its_culprit_and_the_waiting_ranks() {
             },
         );
     }
-    view.training = Arc::new(training);
+    training
+}
+
+/// A hung job: the rank `distributed_hang` names is marked HUNG, the ranks that wait WAIT, and
+/// the culprit's detail pane says where it is.
+#[test]
+fn a_hung_job_marks_its_culprit_and_the_waiting_ranks() {
+    use crate::diagnosis::Value;
+    let mut app = app(false);
+    let mut view = (*view()).clone();
+    view.training = Arc::new(job_7(|_| (0.1, 0.0)));
     let mut hang = view.findings[0].clone();
     hang.rule = RuleId::DistributedHang;
     hang.subject = Subject::Workload {
@@ -627,28 +634,12 @@ fn a_hung_job_marks_its_culprit_and_the_waiting_ranks() {
 /// table, and the detail pane gives its step figures.
 #[test]
 fn ranks_show_their_job_and_the_straggler_is_marked() {
-    use crate::diagnosis::framework::DistributedIdentity;
-    use crate::diagnosis::training::{ProcessTraining, TrainingWindow};
     let mut app = app(false);
     let mut view = (*view()).clone();
-    let mut training = TrainingWindow::default();
-    for (pid, rank, wait) in [(TRAINER, 0, 0.3), (OTHER, 1, 0.0)] {
-        training.processes.insert(
-            pid,
-            ProcessTraining {
-                step_seconds: 0.5,
-                collective_wait_seconds: Some(wait),
-                data_wait_seconds: if rank == 1 { 0.25 } else { 0.0 },
-                steps: 40,
-                distributed: Some(DistributedIdentity {
-                    rank,
-                    job_id: Some("job-7".into()),
-                    ..DistributedIdentity::default()
-                }),
-            },
-        );
-    }
-    view.training = Arc::new(training);
+    // Rank 0 waits 300 ms a step in collectives for rank 1, whose loader takes 250 ms.
+    view.training = Arc::new(job_7(
+        |rank| if rank == 0 { (0.3, 0.0) } else { (0.0, 0.25) },
+    ));
     let mut straggler = view.findings[0].clone();
     straggler.rule = RuleId::RankStraggler;
     straggler.subject = Subject::Workload {
