@@ -38,12 +38,11 @@ pub(crate) const DATA_WAIT_SPAN: &str = "data_wait";
 pub(crate) const COLLECTIVE_WAIT_ATTRIBUTE: &str = A::PytorchCollectiveWait.key();
 /// The collectives a step completed, beside its wait (the companion sends both, or neither).
 pub(crate) const COLLECTIVE_COUNT_ATTRIBUTE: &str = "pytorch.distributed.collective.count";
-/// DataLoader settings on the companion's run and epoch spans.
 pub(crate) use super::live::{DepartedRank, LiveReport};
 use super::live::{DEPARTED_KEPT, DEPARTED_MAX};
 /// The companion's resource attributes naming the process's place in a distributed job.
 pub(crate) use crate::attribution::sent_identity::{BACKEND, JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
-
+/// DataLoader settings on the companion's run and epoch spans.
 pub(crate) const LOADER_ATTRIBUTES: [&str; 5] = [
     A::PytorchDataloaderWorkers.key(),
     A::PytorchDataloaderPinMemory.key(),
