@@ -174,6 +174,14 @@ fn evaluate_job(
                 .is_none_or(|from| d.left_at >= from)
         })
         .collect();
+    // A rank that left counts once gone for `min_stall` while the others still wait: the ranks
+    // of a job being stopped leave a second or two apart. Until then nothing is said of the job.
+    if departed.iter().any(|d| {
+        now.duration_since(d.left_at)
+            .map_or(true, |gone| gone < t.min_stall)
+    }) {
+        return None;
+    }
     let culprit = if let Some(d) = departed.first() {
         Culprit::Exited(d)
     } else if let Some((rank, _)) = ranks
