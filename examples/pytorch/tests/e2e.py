@@ -121,6 +121,23 @@ def findings(path: Path) -> List[dict]:
     return found
 
 
+def companion_env(service: str, receiver_port: int) -> Dict[str, str]:
+    """The environment of a train.py process whose companion sends its spans (only) to gpulse's
+    OTLP/HTTP receiver on ``receiver_port``, every 200 ms, with torch kept off any GPU."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        OTEL_SERVICE_NAME=service,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_BSP_SCHEDULE_DELAY="200",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=str(EXAMPLE_DIR / "src"),
+    )
+    return env
+
+
 def torchrun(
     tmp_path: Path,
     job: str,
@@ -138,17 +155,7 @@ def torchrun(
     runner = Path(sys.executable).parent / "torchrun"
     if not runner.exists():
         fail_or_skip(f"the {job} job", f"{runner} is missing (it comes with torch)")
-    job_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    job_env.update(
-        OTEL_SERVICE_NAME=job,
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
-        OTEL_BSP_SCHEDULE_DELAY="200",
-        CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=str(EXAMPLE_DIR / "src"),
-    )
+    job_env = companion_env(job, receiver_port)
     job_env.update(env or {})
     launch = ["--rdzv-endpoint=127.0.0.1:0"]
     log_name = f"{job}.log"
@@ -219,12 +226,15 @@ def start_gpulse_on_sim(
     out: Path,
     what: str,
     extra_args: List[str] = (),
+    scenario: Optional[str] = None,
+    sample_interval: str = "200ms",
 ) -> subprocess.Popen:
-    """``gpulse run`` on nvml-sim (one GPU per PID of ``pids``, by variable name), its OTLP/HTTP
-    receiver on ``receiver_port``, exporting every second to the sink; returns once the sink has
-    its first export. Its log is ``{tmp_path}/{name}.log``."""
+    """``gpulse run`` on nvml-sim (``scenario``, by default one GPU per PID of ``pids``; the PIDs
+    are passed in the variables named), its OTLP/HTTP receiver on ``receiver_port``, exporting
+    every second to the sink; returns once the sink has its first export. Its log is
+    ``{tmp_path}/{name}.log``."""
     gpulse_bin, sim_lib = built_binaries(what)
-    (tmp_path / f"{name}-scenario.toml").write_text(one_gpu_each(list(pids)))
+    (tmp_path / f"{name}-scenario.toml").write_text(scenario or one_gpu_each(list(pids)))
     (tmp_path / f"{name}.toml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(
@@ -244,7 +254,7 @@ def start_gpulse_on_sim(
                 "--nvml-lib",
                 str(sim_lib),
                 "--sample-interval",
-                "200ms",
+                sample_interval,
                 "--export-interval",
                 "1s",
                 "--otlp-receiver-http",

@@ -35,9 +35,11 @@ from e2e import (
     TRAIN,
     MetricsWindow,
     built_binaries,
+    companion_env,
     fail_or_skip,
     free_port,
     requests,
+    start_gpulse_on_sim,
     start_sink,
     stop,
     wait_until,
@@ -127,24 +129,12 @@ def close(a: float, b: float, relative: float) -> bool:
 
 def test_a_training_loop_lands_in_its_known_causes_and_everything_adds_up(tmp_path):
     require_torch()
-    gpulse_bin, sim_lib = built_binaries(WHAT)
     out = tmp_path / "otlp.jsonl"
     go = tmp_path / "go"
     receiver_port = free_port()
     sink = gpulse = trainer = plain = None
     try:
         sink, sink_endpoint = start_sink(out)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.update(
-            OTEL_SERVICE_NAME="ledger-trainer",
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-            OTEL_METRICS_EXPORTER="none",
-            OTEL_LOGS_EXPORTER="none",
-            OTEL_BSP_SCHEDULE_DELAY="200",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=str(EXAMPLE_DIR / "src"),
-        )
         with (tmp_path / "trainer.log").open("w") as log:
             trainer = subprocess.Popen(
                 [
@@ -157,48 +147,24 @@ def test_a_training_loop_lands_in_its_known_causes_and_everything_adds_up(tmp_pa
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=companion_env("ledger-trainer", receiver_port),
                 cwd=tmp_path,
             )
         plain = subprocess.Popen(["sleep", "300"])
         pid_file = tmp_path / "trainer.pid"
         wait_until(pid_file.exists, 120, "waiting for the trainer to start", [trainer])
         trainer_pid = int(pid_file.read_text())
-
-        (tmp_path / "scenario.toml").write_text(scenario())
-        gpulse_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        gpulse_env.update(
-            NVML_SIM_SCENARIO=str(tmp_path / "scenario.toml"),
-            GPULSE_KUBELET_SOCKET="none",
-            OTEL_EXPORTER_OTLP_ENDPOINT=sink_endpoint,
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-            LEDGER_TRAINER_PID=str(trainer_pid),
-            LEDGER_PLAIN_PID=str(plain.pid),
-        )
-        with (tmp_path / "gpulse.log").open("w") as log:
-            gpulse = subprocess.Popen(
-                [
-                    str(gpulse_bin),
-                    "run",
-                    "--nvml-lib",
-                    str(sim_lib),
-                    "--sample-interval",
-                    "100ms",
-                    "--export-interval",
-                    "1s",
-                    "--otlp-receiver-http",
-                    str(receiver_port),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=gpulse_env,
-            )
-        wait_until(
-            lambda: out.exists() and '"resourceMetrics"' in out.read_text(),
-            30,
-            "waiting for gpulse's first export",
-            [gpulse],
+        gpulse = start_gpulse_on_sim(
+            tmp_path,
+            "gpulse",
+            {"LEDGER_TRAINER_PID": trainer_pid, "LEDGER_PLAIN_PID": plain.pid},
+            "",
+            receiver_port,
+            sink_endpoint,
+            out,
+            WHAT,
+            scenario=scenario(),
+            sample_interval="100ms",
         )
         go.touch()
         try:

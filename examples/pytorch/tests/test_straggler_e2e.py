@@ -15,28 +15,26 @@ is skipped with the reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
-from conftest import EXAMPLE_DIR, require_torch
+from conftest import require_torch
 from e2e import (
-    TRAIN,
     MetricsWindow,
-    built_binaries,
-    fail_or_skip,
+    describe,
     findings,
     free_port,
+    rank_pids,
     requests,
+    start_gpulse_on_sim,
     start_sink,
     stop,
-    wait_until,
+    torchrun,
 )
+
 WHAT = "the straggler end-to-end test"
 RANKS = 4
 SLOW_RANK = 2
@@ -64,41 +62,12 @@ enabled = false
 """
 
 
-def scenario(jobs: Dict[str, List[int]]) -> str:
-    devices = []
-    index = 0
-    for job in JOBS:
-        for rank in range(RANKS):
-            devices.append(
-                f"""
-[[device]]
-name = "NVIDIA H100 80GB HBM3"
-uuid = "GPU-5e1f0000-0000-4000-8000-{index:012d}"
-[device.signals]
-gpu_util = 80
-power_w = 400
-[[device.process]]
-pid_env = "{env_name(job, rank)}"
-name = "python"
-memory_used_mib = 8192
-sm_util = 70
-"""
-            )
-            index += 1
-    return '[driver]\nversion = "550.54.15"\ncuda_version = "12.4"\n' + "".join(devices)
-
-
 def env_name(job: str, rank: int) -> str:
     return f"{job.replace('-', '_').upper()}_RANK{rank}_PID"
 
 
 def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_path):
     require_torch()
-    gpulse_bin, sim_lib = built_binaries(WHAT)
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        fail_or_skip(WHAT, f"{torchrun} is missing (it comes with torch)")
-
     out = tmp_path / "otlp.jsonl"
     go = tmp_path / "go"
     receiver_port = free_port()
@@ -106,97 +75,21 @@ def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_
     jobs: Dict[str, subprocess.Popen] = {}
     try:
         sink, sink_endpoint = start_sink(out)
-
         for job in JOBS:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-            env.update(
-                OTEL_SERVICE_NAME=job,
-                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
-                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-                OTEL_METRICS_EXPORTER="none",
-                OTEL_LOGS_EXPORTER="none",
-                OTEL_BSP_SCHEDULE_DELAY="200",
-                CUDA_VISIBLE_DEVICES="",
-                PYTHONPATH=str(EXAMPLE_DIR / "src"),
-            )
             slow = ["--data-delay=0.25", f"--slow-rank={SLOW_RANK}"] if job == "slow-job" else []
             steps = 45 if job == "slow-job" else 110
-            with (tmp_path / f"{job}.log").open("w") as log:
-                jobs[job] = subprocess.Popen(
-                    [
-                        str(torchrun),
-                        f"--nproc-per-node={RANKS}",
-                        "--rdzv-backend=c10d",
-                        "--rdzv-endpoint=127.0.0.1:0",
-                        f"--rdzv-id={job}",
-                        str(TRAIN),
-                        "--model=mlp",
-                        "--batch-size=16",
-                        "--epochs=1",
-                        f"--steps-per-epoch={steps}",
-                        "--sleep-per-step=0.1",
-                        f"--pid-file={tmp_path}/{job}-rank{{rank}}.pid",
-                        f"--start-after={go}",
-                        *slow,
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=tmp_path,
-                )
-
-        def pid_file(job: str, rank: int) -> Path:
-            return tmp_path / f"{job}-rank{rank}.pid"
-
-        wait_until(
-            lambda: all(pid_file(j, r).exists() for j in JOBS for r in range(RANKS)),
-            120,
-            "waiting for every rank to start",
-            list(jobs.values()),
-        )
-        pids = {j: [int(pid_file(j, r).read_text()) for r in range(RANKS)] for j in JOBS}
-
-        (tmp_path / "scenario.toml").write_text(scenario(pids))
-        (tmp_path / "gpulse.toml").write_text(CONFIG)
-        gpulse_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        gpulse_env.update(
-            NVML_SIM_SCENARIO=str(tmp_path / "scenario.toml"),
-            GPULSE_KUBELET_SOCKET="none",
-            OTEL_EXPORTER_OTLP_ENDPOINT=sink_endpoint,
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        )
-        for job in JOBS:
-            for rank, pid in enumerate(pids[job]):
-                gpulse_env[env_name(job, rank)] = str(pid)
-        with (tmp_path / "gpulse.log").open("w") as log:
-            gpulse = subprocess.Popen(
-                [
-                    str(gpulse_bin),
-                    "run",
-                    "--config",
-                    str(tmp_path / "gpulse.toml"),
-                    "--nvml-lib",
-                    str(sim_lib),
-                    "--sample-interval",
-                    "200ms",
-                    "--export-interval",
-                    "1s",
-                    "--otlp-receiver-http",
-                    str(receiver_port),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=gpulse_env,
-            )
-        wait_until(
-            lambda: any('"resourceMetrics"' in line for line in out.read_text().splitlines())
-            if out.exists()
-            else False,
-            30,
-            "waiting for gpulse's first export",
-            [gpulse],
+            train_args = [
+                f"--steps-per-epoch={steps}",
+                "--sleep-per-step=0.1",
+                f"--start-after={go}",
+                *slow,
+            ]
+            jobs[job] = torchrun(tmp_path, job, RANKS, receiver_port, train_args)
+        pids = {j: rank_pids(tmp_path, j, RANKS, list(jobs.values())) for j in JOBS}
+        # One GPU per rank, listed while the rank runs; the ranks wait on `go` until gpulse exports.
+        rank_envs = {env_name(j, r): pid for j in JOBS for r, pid in enumerate(pids[j])}
+        gpulse = start_gpulse_on_sim(
+            tmp_path, "gpulse", rank_envs, CONFIG, receiver_port, sink_endpoint, out, WHAT
         )
         go.touch()
         for job, process in jobs.items():
@@ -217,12 +110,7 @@ def test_the_slow_rank_is_named_with_cause_data_wait_and_even_ranks_are_not(tmp_
         stop(sink)
 
     records = findings(out)
-    listing = "\n".join(
-        f"{r['attributes'].get('gpulse.diagnosis.rule')} "
-        f"{r['attributes'].get('gpulse.diagnosis.state')} pid={r['resource'].get('process.pid')}: "
-        f"{r['body'].get('body', {}).get('stringValue', '')}"
-        for r in records
-    )
+    listing = describe(records)
     stragglers = [
         r
         for r in records
