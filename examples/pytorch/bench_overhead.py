@@ -230,56 +230,67 @@ def _spread(values: list) -> dict:
     return {"median_us": statistics.median(values) * 1e6, "p25_us": q[0] * 1e6, "p75_us": q[2] * 1e6}
 
 
+def bench_telemetry(**options):
+    """A TrainingTelemetry whose spans go to a dropping exporter, and its provider."""
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(DropExporter(), max_queue_size=65536, max_export_batch_size=2048)
+    )
+    tel = TrainingTelemetry(
+        "bench", tracer_provider=provider, meter_provider=MeterProvider(), cuda=NoCuda(), **options
+    )
+    return provider, tel
+
+
+def interleaved_rounds(loops: dict, providers: list, args) -> tuple:
+    """Each loop (name -> run(steps) -> (wall, cpu)) warmed up, then run ``args.repeat`` rounds
+    in a rotating order, so drift of the machine falls on every variant alike; the providers
+    shut down after. Returns (rounds by name, load average before, after)."""
+    for run in loops.values():
+        run(args.warmup)
+    names = list(loops)
+    rounds = {name: [] for name in names}
+    load_before = os.getloadavg()
+    for i in range(args.repeat):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            rounds[name].append(loops[name](args.steps))
+    load_after = os.getloadavg()
+    for provider, tel in providers:
+        tel.shutdown()
+        provider.shutdown()
+    return rounds, load_before, load_after
+
+
+def paired(rounds: dict, a: str, b: str, which: int) -> dict:
+    """The spread of ``a`` minus ``b``, round by round (``which``: 0 wall, 1 CPU)."""
+    return _spread([x[which] - y[which] for x, y in zip(rounds[a], rounds[b])])
+
+
 def measure_collective_cost(torch, args) -> dict:
     """Plain DDP, the companion without and with collective timing, interleaved per round."""
-    def telemetry(collectives: bool):
-        provider = TracerProvider()
-        provider.add_span_processor(
-            BatchSpanProcessor(DropExporter(), max_queue_size=65536, max_export_batch_size=2048)
-        )
-        tel = TrainingTelemetry(
-            "bench", tracer_provider=provider, meter_provider=MeterProvider(), cuda=NoCuda(),
-            collectives=collectives,
-        )
-        work, batches = make_work(
-            torch, args.batch_size, False, tel.watch_ddp if collectives else (lambda m: None)
-        )
-        return provider, tel, work, batches
-
     plain_work, batches = make_work(torch, args.batch_size, False, lambda m: None)
     loops = {
         "plain": lambda steps: plain_loop(plain_work, batches, steps, False),
     }
     providers = []
     for name, collectives in (("nocollect", False), ("full", True)):
-        provider, tel, work, _ = telemetry(collectives)
+        provider, tel = bench_telemetry(collectives=collectives)
+        work, _ = make_work(
+            torch, args.batch_size, False, tel.watch_ddp if collectives else (lambda m: None)
+        )
         providers.append((provider, tel))
         loops[name] = (lambda tel, work: lambda steps: instrumented_loop(tel, work, batches, steps, False))(tel, work)
-    for run in loops.values():
-        run(args.warmup)
-    load_before = os.getloadavg()
-    rounds = {name: [] for name in loops}
-    names = list(loops)
-    for i in range(args.repeat):
-        for name in names[i % 3:] + names[: i % 3]:
-            rounds[name].append(loops[name](args.steps))
-    load_after = os.getloadavg()
-    for provider, tel in providers:
-        tel.shutdown()
-        provider.shutdown()
-
-    def paired(a: str, b: str, which: int) -> dict:
-        return _spread([x[which] - y[which] for x, y in zip(rounds[a], rounds[b])])
-
+    rounds, load_before, load_after = interleaved_rounds(loops, providers, args)
     return {
         "workload": f"DDP (gloo, 1 rank) MLP 256-256-10, batch {args.batch_size}, CPU",
         "steps": args.steps,
         "rounds": args.repeat,
-        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in names},
-        "collective_timing_wall": paired("full", "nocollect", 0),
-        "collective_timing_cpu": paired("full", "nocollect", 1),
-        "companion_wall": paired("full", "plain", 0),
-        "companion_cpu": paired("full", "plain", 1),
+        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in loops},
+        "collective_timing_wall": paired(rounds, "full", "nocollect", 0),
+        "collective_timing_cpu": paired(rounds, "full", "nocollect", 1),
+        "companion_wall": paired(rounds, "full", "plain", 0),
+        "companion_cpu": paired(rounds, "full", "plain", 1),
         "load_before": load_before,
         "load_after": load_after,
         "cpus": os.cpu_count(),
@@ -293,35 +304,17 @@ def measure_live_cost(torch, args) -> dict:
     loops, providers = {}, []
     work, batches = make_work(torch, args.batch_size, False, None)
     for name, live in (("nolive", False), ("full", True)):
-        provider = TracerProvider()
-        provider.add_span_processor(
-            BatchSpanProcessor(DropExporter(), max_queue_size=65536, max_export_batch_size=2048)
-        )
-        tel = TrainingTelemetry(
-            "bench", tracer_provider=provider, meter_provider=MeterProvider(), cuda=NoCuda(),
-            live=live,
-        )
+        provider, tel = bench_telemetry(live=live)
         providers.append((provider, tel))
         loops[name] = (lambda tel: lambda steps: instrumented_loop(tel, work, batches, steps, False))(tel)
-    for run in loops.values():
-        run(args.warmup)
-    rounds = {name: [] for name in loops}
-    names = list(loops)
-    load_before = os.getloadavg()
-    for i in range(args.repeat):
-        for name in names[i % 2:] + names[: i % 2]:
-            rounds[name].append(loops[name](args.steps))
-    load_after = os.getloadavg()
-    for provider, tel in providers:
-        tel.shutdown()
-        provider.shutdown()
+    rounds, load_before, load_after = interleaved_rounds(loops, providers, args)
     return {
         "workload": f"MLP 256-256-10, batch {args.batch_size}, CPU",
         "steps": args.steps,
         "rounds": args.repeat,
-        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in names},
-        "live_wall": _spread([x[0] - y[0] for x, y in zip(rounds["full"], rounds["nolive"])]),
-        "live_cpu": _spread([x[1] - y[1] for x, y in zip(rounds["full"], rounds["nolive"])]),
+        "step_us": {n: statistics.median(r[0] for r in rounds[n]) * 1e6 for n in loops},
+        "live_wall": paired(rounds, "full", "nolive", 0),
+        "live_cpu": paired(rounds, "full", "nolive", 1),
         "live_writes_us": live_writes_us(),
         "load_before": load_before,
         "load_after": load_after,
