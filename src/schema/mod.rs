@@ -18,6 +18,8 @@
 //! Pure data: depends on nothing else in gpulse.
 
 pub mod attributes;
+#[cfg(test)]
+mod checklist;
 pub(crate) mod device;
 pub mod docs;
 pub(crate) mod gpm;
