@@ -100,9 +100,13 @@ fn snapshot_reports_exactly_what_another_nvml_returns() {
         "energy_joules",
         "fan_speed",
         "pcie_tx_bytes_per_second",
+        "pcie_rx_bytes_per_second",
         "throttle_reasons",
         "ecc_corrected_total",
+        "ecc_uncorrected_total",
         "performance_state",
+        "pcie_link_generation",
+        "pcie_link_width",
     ] {
         assert_eq!(a[key], Value::Null, "GPU 0 {key} should be absent: {a}");
     }

@@ -25,6 +25,7 @@ mod run;
 mod sampling;
 mod shared;
 mod snapshot_window;
+mod status_fixture;
 mod terminal;
 mod top;
 mod weaver;

@@ -103,12 +103,38 @@ pub enum Requirement {
 pub struct Uses {
     pub attribute: AttributeId,
     pub requirement: Requirement,
+    /// The values the signal gives an enumerated attribute, where that is not every member of
+    /// its row (some of them, or values of the conventions' attributes, whose members gpulse
+    /// does not restate); docs/metrics.md lists them. Empty: every member, or no enumeration.
+    pub values: &'static [&'static str],
+}
+
+impl Uses {
+    /// The same use, giving only `values`.
+    pub(crate) const fn values(self, values: &'static [&'static str]) -> Self {
+        Self { values, ..self }
+    }
+
+    /// The values the signal gives the attribute: [`Uses::values`], or every member of its row.
+    pub fn given_values(&self) -> Vec<&'static str> {
+        match self.values {
+            [] => self
+                .attribute
+                .spec()
+                .members
+                .iter()
+                .map(|m| m.value)
+                .collect(),
+            values => values.to_vec(),
+        }
+    }
 }
 
 pub(crate) const fn req(attribute: AttributeId) -> Uses {
     Uses {
         attribute,
         requirement: Requirement::Required,
+        values: &[],
     }
 }
 
@@ -116,6 +142,7 @@ pub(crate) const fn rec(attribute: AttributeId) -> Uses {
     Uses {
         attribute,
         requirement: Requirement::Recommended,
+        values: &[],
     }
 }
 
@@ -123,6 +150,7 @@ pub(crate) const fn when(attribute: AttributeId, condition: &'static str) -> Use
     Uses {
         attribute,
         requirement: Requirement::Conditionally(condition),
+        values: &[],
     }
 }
 

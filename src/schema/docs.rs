@@ -7,9 +7,11 @@
 
 use serde_json::{json, Value};
 
+use super::attributes::{AttributeType, Requirement, Uses};
 use super::device::{FieldMetric, DEVICE_FIELDS};
 use super::gpm::{GPM_FIELDS, MIG_PROCESS_GPM};
 use super::metrics::{MetricSpec, Section, METRICS};
+use super::signals::{metric_attributes, PROCESS_DEVICE};
 use super::source::{Scale, Source, SourceKind};
 
 /// The command that regenerates the tables, for error messages.
@@ -23,11 +25,7 @@ pub(crate) fn metric_table(section: Section) -> String {
     );
     for spec in METRICS.iter().filter(|m| m.section == section) {
         let base = companion_base(spec);
-        let attributes = match (spec.attributes, base) {
-            ("", Some(base)) if !base.attributes.is_empty() => format!("as `{}`", base.name),
-            ("", _) => "—".to_string(),
-            (text, _) => cell(text),
-        };
+        let attributes = attribute_cell(spec, base);
         let mut sources = field_sources(spec);
         if !spec.source.is_empty() {
             sources.push(cell(spec.source));
@@ -119,6 +117,52 @@ fn source_text(source: Source, unit: &str) -> String {
         Scale::PercentToRatio => format!("{call} (% → ratio)"),
         Scale::Milli => format!("{call} (m{unit} → {unit})"),
         Scale::Kibi => format!("{call} (KiB → bytes)"),
+    }
+}
+
+/// The attribute column of `spec`: the device it is about (a process's GPU metrics carry the
+/// `hw.id` and `gpu.index` of their device; a device metric's identity is the section above the
+/// tables), then each attribute of [`metric_attributes`] with the values it takes, its type
+/// where it is a number and when it is there. A `.max`/`.min` companion is "as" its metric.
+fn attribute_cell(spec: &MetricSpec, base: Option<&MetricSpec>) -> String {
+    let identity = match spec.section {
+        Section::Process if spec.name.starts_with("process.gpu.") => &PROCESS_DEVICE[..],
+        _ => &[],
+    };
+    let identity = identity
+        .iter()
+        .filter(|u| !matches!(u.requirement, Requirement::Conditionally(_)))
+        .map(|u| format!("`{}`", u.attribute.key()));
+    let uses = metric_attributes(spec.id);
+    let own = uses.iter().enumerate().map(|(i, uses_i)| {
+        let mut text = format!("`{}`", uses_i.attribute.key());
+        let values = uses_i.given_values();
+        if !values.is_empty() {
+            let values: Vec<String> = values.iter().map(|v| format!("`{v}`")).collect();
+            text.push_str(&format!(" = {}", values.join(" | ")));
+        }
+        if uses_i.attribute.spec().ty == AttributeType::Int {
+            text.push_str(" (int)");
+        }
+        // A condition shared by a run of attributes is said once, after the last of them.
+        let condition = |u: Option<&Uses>| match u.map(|u| u.requirement) {
+            Some(Requirement::Conditionally(condition)) => Some(condition),
+            _ => None,
+        };
+        if let Some(c) = condition(Some(uses_i)) {
+            if condition(uses.get(i + 1)) != Some(c) {
+                text.push_str(&format!(" {c}"));
+            }
+        }
+        text
+    });
+    let parts: Vec<String> = identity.chain(own).collect();
+    match (parts.is_empty(), base) {
+        (_, Some(base)) if attribute_cell(base, None) != "—" => format!("as `{}`", base.name),
+        (true, _) => "—".to_string(),
+        // Conditions may hold commas: then the attributes are set apart by semicolons.
+        (false, _) if parts.iter().any(|p| p.contains(", ")) => cell(&parts.join("; ")),
+        (false, _) => cell(&parts.join(", ")),
     }
 }
 

@@ -53,9 +53,10 @@ pub struct MetricSpec {
     pub section: Section,
     /// The OTLP metric description.
     pub description: &'static str,
-    /// docs/metrics.md's columns (Markdown; empty where there is nothing to say: a `.max`/`.min`
-    /// companion's attributes and source are those of the metric it accompanies).
-    pub attributes: &'static str,
+    /// docs/metrics.md's source and notes columns (Markdown; empty where there is nothing to say:
+    /// a `.max`/`.min` companion's source is that of the metric it accompanies). The attribute
+    /// column is rendered from [`metric_attributes`](super::signals::metric_attributes).
+    ///
     /// Where the value comes from, beyond the typed sources of the device and GPM fields the
     /// metric carries (the docs name those from [`DEVICE_FIELDS`](super::DEVICE_FIELDS) and
     /// [`GPM_FIELDS`](super::GPM_FIELDS) first): family calls, `/proc`, spans. Empty when the
@@ -85,7 +86,6 @@ impl MetricId {
 macro_rules! metric_table {
     ($( $id:ident: $name:expr, $instrument:ident, $unit:literal, $section:ident,
         $description:literal,
-        attributes $attributes:literal,
         source $source:literal,
         notes $notes:literal; )*) => {
         /// Index of a metric in [`METRICS`]; the builders address metrics by it.
@@ -106,7 +106,6 @@ macro_rules! metric_table {
                 unit: $unit,
                 section: Section::$section,
                 description: $description,
-                attributes: $attributes,
                 source: $source,
                 notes: $notes,
             },
@@ -117,390 +116,314 @@ macro_rules! metric_table {
 metric_table! {
     GpuUtilization: semconv::HW_GPU_UTILIZATION, Gauge, "1", Device,
         "Mean ratio of the window the GPU task was busy.",
-        attributes "`hw.gpu.task` = `general` | `encoder` | `decoder`",
         source "",
         notes "window mean, ratio 0–1";
     GpuUtilizationMax: "hw.gpu.utilization.max", Gauge, "1", Device,
         "Highest sampled hw.gpu.utilization in the window.",
-        attributes "",
         source "",
         notes "highest sample in the window";
     GpuUtilizationMin: "hw.gpu.utilization.min", Gauge, "1", Device,
         "Lowest sampled hw.gpu.utilization in the window.",
-        attributes "",
         source "",
         notes "lowest sample in the window";
     GpuMemoryUtilization: semconv::HW_GPU_MEMORY_UTILIZATION, Gauge, "1", Device,
         "Mean ratio of the window device memory was read or written.",
-        attributes "",
         source "",
         notes "share of time memory was read or written (not capacity)";
     GpuMemoryUtilizationMax: "hw.gpu.memory.utilization.max", Gauge, "1", Device,
         "Highest sampled hw.gpu.memory.utilization in the window.",
-        attributes "",
         source "",
         notes "";
     GpuMemoryUtilizationMin: "hw.gpu.memory.utilization.min", Gauge, "1", Device,
         "Lowest sampled hw.gpu.memory.utilization in the window.",
-        attributes "",
         source "",
         notes "";
     GpuMemoryUsage: semconv::HW_GPU_MEMORY_USAGE, UpDownCounter, "By", Device,
         "Device memory in use.",
-        attributes "",
         source "",
         notes "last value";
     GpuMemoryLimit: semconv::HW_GPU_MEMORY_LIMIT, UpDownCounter, "By", Device,
         "Total device memory.",
-        attributes "",
         source "",
         notes "last value";
     GpuMemoryFree: "hw.gpu.memory.free", UpDownCounter, "By", Device,
         "Device memory free.",
-        attributes "",
         source "",
         notes "last value; not in the semantic conventions";
     GpuMemoryReserved: "hw.gpu.memory.reserved", UpDownCounter, "By", Device,
         "Device memory the driver reserves.",
-        attributes "",
         source "",
         notes "last value; driver-reserved; not in the semantic conventions";
     Bar1MemoryUsage: "nvidia.gpu.bar1.memory.usage", UpDownCounter, "By", Device,
         "BAR1 memory mapped (the aperture through which the CPU and peers reach device memory).",
-        attributes "",
         source "",
         notes "last value; BAR1 full makes RDMA/GPUDirect and pinned mappings fail while device memory is free. DCGM's `DCGM_FI_DEV_BAR1_USED`";
     Bar1MemoryLimit: "nvidia.gpu.bar1.memory.limit", UpDownCounter, "By", Device,
         "Size of the BAR1 aperture.",
-        attributes "",
         source "",
         notes "last value; DCGM's `DCGM_FI_DEV_BAR1_TOTAL`";
     Bar1MemoryFree: "nvidia.gpu.bar1.memory.free", UpDownCounter, "By", Device,
         "BAR1 memory not mapped.",
-        attributes "",
         source "",
         notes "last value; DCGM's `DCGM_FI_DEV_BAR1_FREE`";
     Temperature: semconv::HW_TEMPERATURE, Gauge, "Cel", Device,
         "Mean GPU temperature over the window.",
-        attributes "`hw.type` = `gpu`",
         source "",
         notes "window mean";
     TemperatureMax: "hw.temperature.max", Gauge, "Cel", Device,
         "Highest sampled GPU temperature in the window.",
-        attributes "`hw.type` = `gpu`",
         source "",
         notes "hottest sample in the window";
     MemoryTemperature: "nvidia.gpu.memory.temperature", Gauge, "Cel", Device,
         "Mean device memory (HBM) temperature over the window.",
-        attributes "",
         source "",
         notes "window mean; only on boards whose memory reports it (HBM), absent elsewhere; DCGM's `DCGM_FI_DEV_MEMORY_TEMP`";
     MemoryTemperatureMax: "nvidia.gpu.memory.temperature.max", Gauge, "Cel", Device,
         "Highest sampled device memory temperature in the window.",
-        attributes "",
         source "",
         notes "hottest sample in the window";
     Power: semconv::HW_POWER, Gauge, "W", Device,
         "Mean power draw over the window.",
-        attributes "",
         source "",
         notes "window mean";
     PowerMax: "hw.power.max", Gauge, "W", Device,
         "Highest sampled power draw in the window.",
-        attributes "",
         source "",
         notes "highest sample in the window";
     PowerLimit: "nvidia.gpu.power.limit", Gauge, "W", Device,
         "Enforced power limit.",
-        attributes "",
         source "",
         notes "last value";
     Energy: semconv::HW_ENERGY, Counter, "J", Device,
         "Energy used since the start time.",
-        attributes "",
         source "",
         notes "since `counters_start`";
     Clock: "nvidia.gpu.clock", Gauge, "MHz", Device,
         "Mean clock frequency over the window.",
-        attributes "`nvidia.gpu.clock.type` = `sm` | `memory` | `graphics`",
         source "",
         notes "window mean";
     FanSpeed: "nvidia.gpu.fan.speed", Gauge, "1", Device,
         "Mean fan speed, ratio of the maximum.",
-        attributes "",
         source "",
         notes "window mean of the mean over fans; absent on passively cooled boards";
     GpuIo: semconv::HW_GPU_IO, Counter, "By", Device,
         "PCIe bytes transferred since the start time.",
-        attributes "`network.io.direction` = `transmit` | `receive`",
         source "",
         notes "PCIe bytes since `counters_start`, integrated from the sampled throughput (NVML samples a 20 ms window: an estimate)";
     Throttle: "nvidia.gpu.throttle", Gauge, "1", Device,
         "Ratio of the window the clock throttle reason was active.",
-        attributes "`nvidia.gpu.throttle.reason` (see below)",
         source "`nvmlDeviceGetCurrentClocksEventReasons` (`…ThrottleReasons`)",
         notes "ratio of the window's samples in which the reason was active; a known-inactive reason is `0`; no point at all when the throttle state is unknown";
     Errors: semconv::HW_ERRORS, Counter, "{error}", Device,
         "Errors since the start time.",
-        attributes "`error.type` = `corrected` | `uncorrected` | `xid` | `pcie_replay` | `nvlink_crc` | `nvlink_replay` | `nvlink_recovery`; `nvidia.gpu.xid` (int, the XID code) on `xid` points; `nvidia.gpu.nvlink.link` (int) on `nvlink_*` points",
         source "XID events (`nvmlEventSetWait`), NVLink field values (below)",
         notes "since `counters_start` (`pcie_replay` and `nvlink_*`: the driver's totals since it loaded); ECC points only where ECC is supported and enabled; `xid`: one series per XID code seen since `counters_start`, and while none has been seen one point of `0` without `nvidia.gpu.xid`; `nvlink_crc` = flit CRC (`NVML_FI_DEV_NVLINK_ERROR_DL_CRC`, scopeId = link) + data CRC (`NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_Ln`, links 0–11, pre-Hopper), `nvlink_replay` / `nvlink_recovery` = `NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY` / `_RECOVERY` (scopeId = link)";
     Status: semconv::HW_STATUS, UpDownCounter, "1", Device,
         "1 for the device's current state, 0 for the other.",
-        attributes "`hw.state` = `ok` | `failed`",
         source "NVML answering / `NVML_ERROR_GPU_IS_LOST`",
         notes "`1` for the current state, `0` for the other: a lost GPU shows as `failed` = 1";
     PerformanceState: "nvidia.gpu.performance_state", Gauge, "1", Device,
         "Performance state, 0 (max) to 15 (min).",
-        attributes "",
         source "",
         notes "last value, 0 (max performance) to 15 (min)";
     PcieLinkGeneration: "nvidia.gpu.pcie.link.generation", Gauge, "{generation}", Device,
         "PCIe generation the link runs at now.",
-        attributes "",
         source "",
         notes "last value; a link below its maximum at load (after a bad riser, a BIOS setting) cuts host↔GPU bandwidth; it may drop at idle to save power. DCGM's `DCGM_FI_DEV_PCIE_LINK_GEN`";
     PcieLinkWidth: "nvidia.gpu.pcie.link.width", Gauge, "{lane}", Device,
         "PCIe lanes the link runs with now.",
-        attributes "",
         source "",
         notes "last value (e.g. 16); DCGM's `DCGM_FI_DEV_PCIE_LINK_WIDTH`";
     SmActivity: "nvidia.gpu.sm.activity", Gauge, "1", Device,
         "Mean ratio of SMs with at least one warp resident (GPM SM_UTIL; DCGM PROF_SM_ACTIVE).",
-        attributes "",
         source "",
         notes "window mean of the rates between consecutive GPM samples (≥ 100 ms apart): share of SMs with a warp resident. Hopper and newer only; DCGM's `DCGM_FI_PROF_SM_ACTIVE`";
     SmActivityMax: "nvidia.gpu.sm.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.sm.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     SmActivityMin: "nvidia.gpu.sm.activity.min", Gauge, "1", Device,
         "Lowest nvidia.gpu.sm.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     SmOccupancy: "nvidia.gpu.sm.occupancy", Gauge, "1", Device,
         "Mean ratio of resident warps to the maximum the SMs hold (GPM SM_OCCUPANCY).",
-        attributes "",
         source "",
         notes "resident warps over the SMs' maximum; DCGM's `DCGM_FI_PROF_SM_OCCUPANCY`";
     SmOccupancyMax: "nvidia.gpu.sm.occupancy.max", Gauge, "1", Device,
         "Highest nvidia.gpu.sm.occupancy between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     SmOccupancyMin: "nvidia.gpu.sm.occupancy.min", Gauge, "1", Device,
         "Lowest nvidia.gpu.sm.occupancy between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     DramActivity: "nvidia.gpu.dram.activity", Gauge, "1", Device,
         "Mean ratio of DRAM bandwidth used to its peak (GPM DRAM_BW_UTIL).",
-        attributes "",
         source "",
         notes "DRAM bandwidth used over its peak; DCGM's `DCGM_FI_PROF_DRAM_ACTIVE`";
     DramActivityMax: "nvidia.gpu.dram.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.dram.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     DramActivityMin: "nvidia.gpu.dram.activity.min", Gauge, "1", Device,
         "Lowest nvidia.gpu.dram.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     GraphicsActivity: "nvidia.gpu.graphics.activity", Gauge, "1", Device,
         "Mean ratio of time the graphics engine was active (GPM GRAPHICS_UTIL).",
-        attributes "",
         source "",
         notes "graphics engine active; DCGM's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`";
     GraphicsActivityMax: "nvidia.gpu.graphics.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.graphics.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     GraphicsActivityMin: "nvidia.gpu.graphics.activity.min", Gauge, "1", Device,
         "Lowest nvidia.gpu.graphics.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     PipeActivity: "nvidia.gpu.pipe.activity", Gauge, "1", Device,
         "Mean ratio of time the pipe was active (GPM *_UTIL).",
-        attributes "`nvidia.gpu.pipe` = `tensor` | `tensor.hmma` | `tensor.imma` | `tensor.dfma` | `fp16` | `fp32` | `fp64` | `integer`",
         source "",
         notes "share of time the pipe was active; `tensor` is any tensor pipe (DCGM's `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`)";
     PipeActivityMax: "nvidia.gpu.pipe.activity.max", Gauge, "1", Device,
         "Highest nvidia.gpu.pipe.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     PipeActivityMin: "nvidia.gpu.pipe.activity.min", Gauge, "1", Device,
         "Lowest nvidia.gpu.pipe.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     RemappedRows: "nvidia.gpu.memory.remapped_rows", UpDownCounter, "{row}", Device,
         "Rows the row remapper replaced, by the kind of error that caused it.",
-        attributes "`nvidia.gpu.memory.remap.type` = `correctable` | `uncorrectable`",
         source "`nvmlDeviceGetRemappedRows` (`corrRows`, `uncRows`)",
         notes "last value; Ampere and newer";
     RemapPending: "nvidia.gpu.memory.remap.pending", Gauge, "1", Device,
         "1 when a row remapping waits for a GPU reset.",
-        attributes "",
         source "`nvmlDeviceGetRemappedRows` (`isPending`)",
         notes "1 when a remapping waits for a GPU reset (drain and reset the GPU), else 0";
     RemapFailed: "nvidia.gpu.memory.remap.failed", Gauge, "1", Device,
         "1 when a row remapping failed: the memory cannot be repaired.",
-        attributes "",
         source "`nvmlDeviceGetRemappedRows` (`failureOccurred`)",
         notes "1 when a remapping failed (the memory cannot be repaired: RMA), else 0";
     ThrottleTime: "nvidia.gpu.throttle.time", Counter, "s", Device,
         "Time the performance policy held the clocks down, since the driver loaded.",
-        attributes "`nvidia.gpu.throttle.reason` = `power` | `thermal` | `sync_boost` | `board_limit` | `low_utilization` | `reliability` | `total_app_clocks` | `total_base_clocks`",
         source "`nvmlDeviceGetViolationStatus` (ns → s)",
         notes "the driver's total since it loaded (start = `counters_start`); a policy the device does not report has no point";
     NvLinkIo: "nvidia.gpu.nvlink.io", Counter, "By", Device,
         "NVLink data bytes the link sent or received, since the driver loaded.",
-        attributes "`nvidia.gpu.nvlink.link` (int), `network.io.direction` = `transmit` | `receive`",
         source "`nvmlDeviceGetFieldValues` `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` / `_RX` with `scopeId` = the link (KiB → bytes), all links of a device in one call",
         notes "the driver's total since it loaded (start = `counters_start`); no point on a GPU without NVLink";
     NvLinkState: "nvidia.gpu.nvlink.state", Gauge, "1", Device,
         "1 when the NVLink link is active, 0 when it is down.",
-        attributes "`nvidia.gpu.nvlink.link` (int)",
         source "`nvmlDeviceGetNvLinkState`",
         notes "last value: `1` link active, `0` link down; one point per link NVML numbers (`NVML_FI_DEV_NVLINK_LINK_COUNT`)";
     ProcessGpuMemoryUsage: "process.gpu.memory.usage", UpDownCounter, "By", Process,
         "Device memory the process holds on the device.",
-        attributes "`hw.id`, `gpu.index`",
         source "`nvmlDeviceGetComputeRunningProcesses_v3`, `…GraphicsRunningProcesses_v3` (`usedGpuMemory`)",
         notes "last value; start = `first_seen` on that device";
     ProcessGpuUtilization: "process.gpu.utilization", Gauge, "1", Process,
         "Mean ratio of the window the process kept the GPU task busy.",
-        attributes "`hw.id`, `gpu.index`, `hw.gpu.task` = `general` (SM) | `encoder` | `decoder`",
         source "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`)",
         notes "window mean. On MIG (no per-process figures there) only a process alone on its GPU instance has a point: `general` = the instance's graphics-engine activity (DCGM's advice: `GR_ENGINE_ACTIVE` in place of GPU-Util), `hw.id` = the `MIG-…` UUID";
     ProcessGpuUtilizationMax: "process.gpu.utilization.max", Gauge, "1", Process,
         "Highest sampled process.gpu.utilization in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuUtilizationMin: "process.gpu.utilization.min", Gauge, "1", Process,
         "Lowest sampled process.gpu.utilization in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuMemoryUtilization: "process.gpu.memory.utilization", Gauge, "1", Process,
         "Mean ratio of the window the process read or wrote device memory.",
-        attributes "`hw.id`, `gpu.index`",
         source "`nvmlDeviceGetProcessUtilization` (`memUtil`)",
         notes "window mean";
     ProcessGpuMemoryUtilizationMax: "process.gpu.memory.utilization.max", Gauge, "1", Process,
         "Highest sampled process.gpu.memory.utilization in the window.",
-        attributes "`hw.id`, `gpu.index`",
         source "",
         notes "";
     ProcessGpuMemoryUtilizationMin: "process.gpu.memory.utilization.min", Gauge, "1", Process,
         "Lowest sampled process.gpu.memory.utilization in the window.",
-        attributes "`hw.id`, `gpu.index`",
         source "",
         notes "";
     // MIG: a process alone on its GPU instance takes the instance's GPM activity as its own
     // (src/export/metrics/builder/process.rs; docs/shared-gpus.md#mig).
     ProcessGpuSmActivity: "process.gpu.sm.activity", Gauge, "1", Process,
         "Mean ratio of the MIG instance's SMs with a warp resident, for the process alone on it.",
-        attributes "`hw.id` (the `MIG-…` UUID), `hw.parent`, `gpu.index`, `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
         source "",
         notes "window mean; only for a process alone on its MIG GPU instance in the window (the instance's activity is then its own; several processes on one instance get no point: NVML cannot split it), see [shared-gpus.md](shared-gpus.md#mig)";
     ProcessGpuSmActivityMax: "process.gpu.sm.activity.max", Gauge, "1", Process,
         "Highest process.gpu.sm.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuSmActivityMin: "process.gpu.sm.activity.min", Gauge, "1", Process,
         "Lowest process.gpu.sm.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuDramActivity: "process.gpu.dram.activity", Gauge, "1", Process,
         "Mean ratio of the MIG instance's DRAM bandwidth used, for the process alone on it.",
-        attributes "as `process.gpu.sm.activity`",
         source "",
         notes "window mean; as `process.gpu.sm.activity`";
     ProcessGpuDramActivityMax: "process.gpu.dram.activity.max", Gauge, "1", Process,
         "Highest process.gpu.dram.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuDramActivityMin: "process.gpu.dram.activity.min", Gauge, "1", Process,
         "Lowest process.gpu.dram.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuPipeActivity: "process.gpu.pipe.activity", Gauge, "1", Process,
         "Mean ratio of time the MIG instance's tensor pipes were active, for the process alone on it.",
-        attributes "as `process.gpu.sm.activity`, `nvidia.gpu.pipe` = `tensor`",
         source "",
         notes "window mean; as `process.gpu.sm.activity`";
     ProcessGpuPipeActivityMax: "process.gpu.pipe.activity.max", Gauge, "1", Process,
         "Highest process.gpu.pipe.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     ProcessGpuPipeActivityMin: "process.gpu.pipe.activity.min", Gauge, "1", Process,
         "Lowest process.gpu.pipe.activity between two GPM samples in the window.",
-        attributes "",
         source "",
         notes "";
     // Not the conventions' `process.cpu.utilization`, which is normalised by the CPUs available
     // and split by `cpu.mode`: a ratio of one core answers "how many cores does it keep busy".
     ProcessCpuUtilization: "gpulse.process.cpu.utilization", Gauge, "1", Process,
         "CPU time of the process alone over the window, ratio of one core.",
-        attributes "",
         source "`/proc/<pid>/stat` (utime + stime)",
         notes "the process alone, over the window, as a ratio of **one core** (1.5 = one and a half cores busy)";
     ProcessTreeCpuUtilization: "gpulse.process.tree.cpu.utilization", Gauge, "1", Process,
         "CPU time of the process and its descendants over the window, ratio of one core.",
-        attributes "",
         source "`/proc/<pid>/stat` of the process and its descendants",
         notes "as `gpulse.process.cpu.utilization`, including DataLoader workers and other children";
     ProcessMemoryUsage: semconv::PROCESS_MEMORY_USAGE, UpDownCounter, "By", Process,
         "Resident set size of the process.",
-        attributes "",
         source "`/proc/<pid>/status` (`VmRSS`)",
         notes "resident set size, last value";
     // Training figures from the process's own step spans (gpulse's OTLP receiver): per rank, so
     // a backend can compare the ranks of a job across nodes (docs/distributed.md).
     TrainingStepDuration: "gpulse.training.step.duration", Gauge, "s", Process,
         "Mean duration of the process's recent training steps, from its step spans.",
-        attributes "`pytorch.distributed.job.id`, `pytorch.distributed.rank` (int) when the process is a rank of a torch.distributed job",
         source "the companion's `step` spans through gpulse's OTLP receiver",
         notes "mean over the steps that ended within `input_bound.step_lookback` (1 min) of the newest, the figures the rules use; no point without recent step spans";
     TrainingStepCollectiveWait: "gpulse.training.step.collective_wait", Gauge, "s", Process,
         "Mean time per recent step the process had a torch.distributed collective in flight.",
-        attributes "as `gpulse.training.step.duration`",
         source "`pytorch.distributed.collective.wait` on the companion's `step` spans",
         notes "same steps as `gpulse.training.step.duration`; no point unless every counted step carried it. Step time outside collectives = duration − collective_wait";
     TrainingStepDataWait: "gpulse.training.step.data_wait", Gauge, "s", Process,
         "Mean time per recent step the process waited on its DataLoader.",
-        attributes "as `gpulse.training.step.duration`",
         source "the companion's `data_wait` spans",
         notes "same steps as `gpulse.training.step.duration`";
     // Shared GPUs: GPU time and energy per process, and the energy no process was charged
     // (src/attribution/accounting.rs; docs/shared-gpus.md).
     GpuEnergyAttribution: "gpulse.gpu.energy", Counter, "J", Device,
         "Energy of the GPU since gpulse started accounting it, by whether its processes were charged for it.",
-        attributes "`gpulse.energy.attribution` = `attributed` | `unattributed`",
         source "the GPU's energy per window (the `hw.energy` delta, else mean power × the window) split as in [shared-gpus.md](shared-gpus.md)",
         notes "`attributed` = charged to its processes (`process.gpu.energy`, exited processes included), `unattributed` = the rest: idle power, busy time of no known process, MIG instances shared by several processes; the two add up to the GPU's energy since the first accounted window (start)";
     ProcessGpuEnergy: "process.gpu.energy", Counter, "J", Process,
         "GPU energy charged to the process: the device's energy apportioned by the process's busy time.",
-        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.cause`, `gpulse.straggler.rank` (on `straggler_wait`)",
         source "the device's energy per window × the process's activity × its presence (× its MIG slice), see [shared-gpus.md](shared-gpus.md)",
         notes "since `first_seen` on that device; no point while its activity is not knowable (several processes on a MIG instance or on a GPU without per-process figures); the processes' sum never exceeds the device's; split by the ledger's cause (busy time's energy: `compute` and the waits that took busy time), whose sum is the process's energy";
     ProcessGpuTime: "process.gpu.time", Counter, "s", Process,
         "Time the process held the GPU, by whether it kept the GPU busy and by what the time went to.",
-        attributes "`hw.id`, `gpu.index`, `gpulse.gpu.time.state` = `active` | `idle` | `unknown`, `gpulse.gpu.cause` = `compute` | `input_wait` | `collective_wait` | `straggler_wait` | `host` | `idle` | `unknown`, `gpulse.straggler.rank` (on `straggler_wait`)",
         source "the process lists (held time), its activity per window and its training loop's step spans, see [shared-gpus.md](shared-gpus.md)",
         notes "since `first_seen` on that device; the states add up to the time it held the GPU, and so do the causes; `active` = windows whose activity reached 5 %, `idle` = below, `unknown` = activity not knowable";
 }

@@ -13,11 +13,15 @@
 //! (the dcgm-exporter and Prometheus name tables from `export::prometheus::docs`). A new NVML
 //! field is one row here, plus its call in `sampling::calls::read_call` when the call is new
 //! (or its `NVML_FI_*` id in [`NvmlFieldId`] when NVML gives it only by field id);
-//! CONTRIBUTING.md walks through it.
+//! CONTRIBUTING.md walks through it, and a test (`checklist`) names each hand-written copy
+//! outside the schema (nvml-sim, the independent C NVML, the pynvml check, the recorded
+//! `/status` fixture) that lacks one of its calls or field ids.
 //!
 //! Pure data: depends on nothing else in gpulse.
 
 pub mod attributes;
+#[cfg(test)]
+mod checklist;
 pub(crate) mod device;
 pub mod docs;
 pub(crate) mod gpm;

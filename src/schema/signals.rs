@@ -1,8 +1,9 @@
 //! What each signal of gpulse's registry carries: the attributes of every metric (beyond its
 //! resource section's device identity), of the findings' log records and of gpulse's two
 //! entities, each with how required it is. [`metric_attributes`] is an exhaustive match, so a
-//! new metric does not build until it says; the registry ([`super::registry`]) writes these
-//! out, and its tests hold them to the docs' attribute column.
+//! new metric does not build until it says (and, where an attribute is enumerated, which of its
+//! values); the registry ([`super::registry`]) writes these out, and docs/metrics.md's attribute
+//! column is rendered from them ([`super::docs`]).
 
 use super::attributes::{rec, req, when, AttributeId as A, Uses};
 use super::metrics::MetricId;
@@ -12,6 +13,35 @@ const READABLE: &str = "when the process's /proc entry is readable";
 const ANALYSED: &str = "when the window was analysed (`run`, `record`, `top`, `snapshot --window`)";
 const STRAGGLER_WAIT: &str = "on `gpulse.gpu.cause` = `straggler_wait` points";
 const IN_A_JOB: &str = "when the process is a rank of a torch.distributed job";
+
+/// The engines of `hw.gpu.task`: the SM (`general`), the video encoder and decoder.
+const GPU_TASKS: &[&str] = &["general", "encoder", "decoder"];
+const DIRECTIONS: &[&str] = &["transmit", "receive"];
+/// The clock event reasons' names (nvml-wrapper's `ThrottleReasons` flags, in lower snake
+/// case, as `throttle_reasons` makes them) and `other` for a bit this build does not know.
+const THROTTLE_REASONS: &[&str] = &[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+    "other",
+];
+/// The performance policies of `nvmlDeviceGetViolationStatus`.
+const PERFORMANCE_POLICIES: &[&str] = &[
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "total_app_clocks",
+    "total_base_clocks",
+];
 
 /// The identity every device point carries (a GPU, or a MIG instance with its parent).
 pub const DEVICE_IDENTITY: [Uses; 12] = [
@@ -44,16 +74,25 @@ pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
     use MetricId as M;
     match id {
         M::GpuUtilization | M::GpuUtilizationMax | M::GpuUtilizationMin => {
-            const { &[req(A::HwGpuTask)] }
+            const { &[req(A::HwGpuTask).values(GPU_TASKS)] }
         }
         M::Temperature | M::TemperatureMax => &[],
         M::Clock => const { &[req(A::NvidiaClockType)] },
-        M::GpuIo => const { &[req(A::NetworkIoDirection)] },
-        M::Throttle | M::ThrottleTime => const { &[req(A::NvidiaThrottleReason)] },
+        M::GpuIo => const { &[req(A::NetworkIoDirection).values(DIRECTIONS)] },
+        M::Throttle => const { &[req(A::NvidiaThrottleReason).values(THROTTLE_REASONS)] },
+        M::ThrottleTime => const { &[req(A::NvidiaThrottleReason).values(PERFORMANCE_POLICIES)] },
         M::Errors => {
             const {
                 &[
-                    req(A::ErrorType),
+                    req(A::ErrorType).values(&[
+                        "corrected",
+                        "uncorrected",
+                        "xid",
+                        "pcie_replay",
+                        "nvlink_crc",
+                        "nvlink_replay",
+                        "nvlink_recovery",
+                    ]),
                     when(
                         A::NvidiaXid,
                         "on `error.type` = `xid` points, once an XID was seen",
@@ -62,19 +101,27 @@ pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
                 ]
             }
         }
-        M::Status => const { &[req(A::HwState)] },
+        M::Status => const { &[req(A::HwState).values(&["ok", "failed"])] },
         M::PipeActivity | M::PipeActivityMax | M::PipeActivityMin => {
             const { &[req(A::NvidiaPipe)] }
         }
         M::RemappedRows => const { &[req(A::NvidiaRemapType)] },
-        M::NvLinkIo => const { &[req(A::NvidiaNvLinkLink), req(A::NetworkIoDirection)] },
+        M::NvLinkIo => {
+            const {
+                &[
+                    req(A::NvidiaNvLinkLink),
+                    req(A::NetworkIoDirection).values(DIRECTIONS),
+                ]
+            }
+        }
         M::NvLinkState => const { &[req(A::NvidiaNvLinkLink)] },
         M::GpuEnergyAttribution => const { &[req(A::GpulseEnergyAttribution)] },
         M::ProcessGpuUtilization | M::ProcessGpuUtilizationMax | M::ProcessGpuUtilizationMin => {
-            const { &[req(A::HwGpuTask)] }
+            const { &[req(A::HwGpuTask).values(GPU_TASKS)] }
         }
+        // A process alone on its MIG instance takes the instance's tensor activity only.
         M::ProcessGpuPipeActivity | M::ProcessGpuPipeActivityMax | M::ProcessGpuPipeActivityMin => {
-            const { &[req(A::NvidiaPipe)] }
+            const { &[req(A::NvidiaPipe).values(&["tensor"])] }
         }
         M::ProcessGpuTime => {
             const {
@@ -245,3 +292,61 @@ pub const NODE_ENTITY: [Uses; 7] = [
     req(A::TelemetrySdkLanguage),
     req(A::TelemetrySdkVersion),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{throttle_reasons, DEVICE_FIELDS, GPM_FIELDS, METRICS, MIG_PROCESS_GPM};
+
+    /// The values a metric says it gives an enumerated attribute of gpulse's are members of it.
+    #[test]
+    fn listed_values_are_members() {
+        for spec in &METRICS {
+            for uses in metric_attributes(spec.id) {
+                let members = uses.attribute.spec().members;
+                for value in uses.values {
+                    assert!(
+                        members.is_empty() || members.iter().any(|m| m.value == *value),
+                        "{}: {} = {value} is not a member of its row",
+                        spec.name,
+                        uses.attribute.key()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every value a field row puts on a metric (and its companions) is one the metric's
+    /// attributes list, so docs/metrics.md, rendered from them, names every value exported.
+    #[test]
+    fn field_rows_give_listed_values() {
+        let rows = DEVICE_FIELDS
+            .iter()
+            .map(|f| f.metric)
+            .chain(GPM_FIELDS.iter().map(|f| f.metric))
+            .chain(MIG_PROCESS_GPM.iter().map(|(_, m)| *m));
+        for row in rows {
+            let Some((key, value)) = row.attribute else {
+                continue;
+            };
+            for id in [Some(row.id), row.max, row.min].into_iter().flatten() {
+                let uses = metric_attributes(id)
+                    .iter()
+                    .find(|u| u.attribute.key() == key)
+                    .unwrap_or_else(|| panic!("{id:?} carries {key}, which it does not list"));
+                assert!(
+                    uses.given_values().contains(&value),
+                    "{id:?}: {key} = {value} is not among {:?}",
+                    uses.given_values()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn throttle_reasons_are_nvml_wrappers_and_other() {
+        let names: Vec<&str> = throttle_reasons().iter().map(|(_, name)| *name).collect();
+        assert_eq!(THROTTLE_REASONS[..names.len()], names[..]);
+        assert_eq!(THROTTLE_REASONS[names.len()..], ["other"]);
+    }
+}

@@ -29,6 +29,8 @@ energy_start_j = 5000
 max_clocks_mhz = { graphics = 1980, sm = 1981, mem = 2619, video = 1965 }
 fans = 2
 ecc = true
+pcie_generation = 4
+pcie_width = 8
 
 [device.signals]
 gpu_util = { from = 0, to = 100, over = 200 }
@@ -192,6 +194,7 @@ def test_telemetry_values(pynvml_run):
             fan_v2=nvmlDeviceGetFanSpeed_v2(h, 1),
             pcie=[nvmlDeviceGetPcieThroughput(h, NVML_PCIE_UTIL_TX_BYTES),
                   nvmlDeviceGetPcieThroughput(h, NVML_PCIE_UTIL_RX_BYTES)],
+            pcie_link=[nvmlDeviceGetCurrPcieLinkGeneration(h), nvmlDeviceGetCurrPcieLinkWidth(h)],
             throttle=nvmlDeviceGetCurrentClocksThrottleReasons(h),
             event_reasons=nvmlDeviceGetCurrentClocksEventReasons(h),
             supported=nvmlDeviceGetSupportedClocksThrottleReasons(h),
@@ -215,6 +218,7 @@ def test_telemetry_values(pynvml_run):
     assert r["max_sm"] == 1981 and r["clock_current"] == 1600
     assert r["fans"] == 2 and r["fan"] == r["fan_v2"] == 41
     assert r["pcie"] == [1234, 5678]
+    assert r["pcie_link"] == [4, 8]
     assert r["throttle"] == r["event_reasons"] == 0x24
     assert r["supported"] == 0x1FF
     assert r["ecc"] == [5, 1]
