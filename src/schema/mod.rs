@@ -24,6 +24,7 @@ pub mod attributes;
 mod checklist;
 pub(crate) mod device;
 pub mod docs;
+pub(crate) mod field_values;
 pub(crate) mod gpm;
 pub mod health;
 #[cfg(test)]
@@ -33,12 +34,13 @@ pub mod registry;
 pub(crate) mod signals;
 pub(crate) mod source;
 pub(crate) mod throttle;
-pub(crate) mod values;
 
 pub use device::{
     field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
     FieldRead, FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
 };
+pub(crate) use field_values::serialize_keyed;
+pub use field_values::{FieldReport, FieldValues, ReportValue};
 pub(crate) use gpm::MIG_PROCESS_GPM;
 pub use gpm::{
     gpm_metric_name, GpmField, GpmFieldSpec, GPM_FIELDS, GPM_FIELD_COUNT, GPM_METRIC_NAMES,
@@ -46,5 +48,3 @@ pub use gpm::{
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
 pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
 pub(crate) use throttle::{throttle_reason_names, throttle_reasons};
-pub(crate) use values::serialize_keyed;
-pub use values::{FieldReport, FieldValues, ReportValue};
