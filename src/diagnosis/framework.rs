@@ -1,6 +1,6 @@
 //! The framework layer of diagnosis: what the training framework itself says about a GPU
 //! process, received through gpulse's OTLP receiver and tied to the process's host PID the way
-//! spans are for enrichment (`enrich::framework` does the receiving). Two parts:
+//! spans are for enrichment (`enrich::framework_intake` does the receiving). Two parts:
 //!
 //! - [`FrameworkHistory`]: bounded per-process memory of the PyTorch caching allocator's gauges
 //!   (`pytorch.cuda.memory.allocated`, `.reserved`, `.max_allocated`, by `hw.id`), of the `step`

@@ -240,7 +240,7 @@ impl Intake {
     }
 
     /// Also keeps the framework telemetry of known GPU processes in `framework`, for the
-    /// diagnosis rules (see `enrich::framework`).
+    /// diagnosis rules (see `enrich::framework_intake`).
     #[must_use]
     pub(crate) fn with_framework(mut self, framework: FrameworkHandle) -> Self {
         self.framework = Some(framework);
@@ -482,9 +482,9 @@ impl Intake {
         if let Some(framework) = &self.framework {
             let mut framework = framework.lock();
             let resources = request.resource_spans.iter().map(|rs| rs.resource.as_ref());
-            super::framework::record_identities(&mut framework, resources, &pids);
-            if super::framework::has_framework_spans(&request) {
-                super::framework::record_spans(&mut framework, &request, &pids);
+            super::framework_intake::record_identities(&mut framework, resources, &pids);
+            if super::framework_intake::has_framework_spans(&request) {
+                super::framework_intake::record_spans(&mut framework, &request, &pids);
             }
         }
         if self.queue.is_none() || self.not_forwarded.contains(&Signal::Traces) {
@@ -536,9 +536,9 @@ impl Intake {
             return;
         };
         let mut framework = framework.lock();
-        super::framework::record_identities(&mut framework, resources, &pids);
-        if super::framework::has_allocator_metrics(request) {
-            super::framework::record_metrics(&mut framework, request, &pids);
+        super::framework_intake::record_identities(&mut framework, resources, &pids);
+        if super::framework_intake::has_allocator_metrics(request) {
+            super::framework_intake::record_metrics(&mut framework, request, &pids);
         }
     }
 
@@ -552,7 +552,7 @@ impl Intake {
         };
         if let Some(framework) = &self.framework {
             let mut framework = framework.lock();
-            super::framework::record_identities(&mut framework, resources, &pids);
+            super::framework_intake::record_identities(&mut framework, resources, &pids);
             if super::live::has_live_records(request) {
                 super::live::record_live(&mut framework, request, &pids);
             }

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
-use super::framework::{seconds, string, time_of};
+use super::framework_intake::{seconds, string, time_of};
 use super::spans::ResourcePids;
 use crate::diagnosis::framework::FrameworkHistory;
 use crate::diagnosis::live::{
@@ -105,7 +105,7 @@ fn count(kv: &KeyValue) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::diagnosis::framework::FrameworkLimits;
-    use crate::enrich::framework::tests::kv;
+    use crate::enrich::framework_intake::tests::kv;
     use crate::enrich::spans::MatchedBy;
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
     use std::time::UNIX_EPOCH;

@@ -8,12 +8,12 @@
 //! - `identity`, `peer`: which process a span's resource, or else its connection, belongs to.
 //! - `spans`: the `gpulse.gpu.*` span attributes.
 //! - `intake`: validation, enrichment, back-pressure and queueing, shared by both carriers.
-//! - `framework`: the training framework's allocator gauges and step spans, kept for diagnosis.
+//! - `framework_intake`: the training framework's allocator gauges and step spans, kept for diagnosis.
 //! - `grpc`, `http`: the two servers.
 //!
 //! docs/enrich.md is the user's description of the whole.
 
-pub(crate) mod framework;
+pub(crate) mod framework_intake;
 pub(crate) mod grpc;
 pub(crate) mod history;
 pub(crate) mod http;
