@@ -553,8 +553,8 @@ impl Intake {
         if let Some(framework) = &self.framework {
             let mut framework = framework.lock();
             super::framework_intake::record_identities(&mut framework, resources, &pids);
-            if super::live::has_live_records(request) {
-                super::live::record_live(&mut framework, request, &pids);
+            if super::live_intake::has_live_records(request) {
+                super::live_intake::record_live(&mut framework, request, &pids);
             }
         }
     }

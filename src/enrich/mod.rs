@@ -9,6 +9,7 @@
 //! - `spans`: the `gpulse.gpu.*` span attributes.
 //! - `intake`: validation, enrichment, back-pressure and queueing, shared by both carriers.
 //! - `framework_intake`: the training framework's allocator gauges and step spans, kept for diagnosis.
+//! - `live_intake`: the companion's live-state log records, kept for diagnosis beside them.
 //! - `grpc`, `http`: the two servers.
 //!
 //! docs/enrich.md is the user's description of the whole.
@@ -19,7 +20,7 @@ pub(crate) mod history;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub mod intake;
-pub(crate) mod live;
+pub(crate) mod live_intake;
 pub(crate) mod peer;
 pub mod spans;
 
