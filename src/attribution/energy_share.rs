@@ -1,6 +1,6 @@
 //! How a device's energy is charged to its processes, over any stretch of time: an export
 //! window (the accountant, [`super::accounting`]) or one sample of the span history
-//! (`crate::enrich::history`). Both call these functions, so a span's `gpulse.gpu.energy` and
+//! (`crate::enrich::sample_history`). Both call these functions, so a span's `gpulse.gpu.energy` and
 //! the `process.gpu.energy` exported over the same time agree (docs/shared-gpus.md).
 //!
 //! A process is charged the device's energy × its **weight**: its activity (the share of the

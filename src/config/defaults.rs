@@ -41,7 +41,7 @@ pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 /// Default per-request timeout.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How far back the span-enrichment history reaches by default (see `enrich::history`).
+/// How far back the span-enrichment history reaches by default (see `enrich::sample_history`).
 pub(crate) const DEFAULT_ENRICH_HISTORY: Duration = Duration::from_secs(600);
 /// The longest history accepted: a day of 50 ms samples would be ~1.7 M frames.
 pub const MAX_ENRICH_HISTORY: Duration = Duration::from_secs(24 * 3600);

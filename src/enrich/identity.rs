@@ -16,7 +16,7 @@ use std::path::Path;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::history::{History, HistoryHandle, ProcessIdentity};
+use super::sample_history::{History, HistoryHandle, ProcessIdentity};
 use crate::attribution::parse_cgroup;
 use crate::attribution::procfs::ProcDir;
 use crate::schema::attributes::AttributeId as A;
@@ -177,7 +177,7 @@ mod tests {
     use opentelemetry_proto::tonic::common::v1::AnyValue;
 
     use super::*;
-    use crate::enrich::history::tests::{device, process, snapshot};
+    use crate::enrich::sample_history::tests::{device, process, snapshot};
 
     fn kv(key: &str, value: Value) -> KeyValue {
         KeyValue {

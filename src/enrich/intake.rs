@@ -39,9 +39,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
-use super::history::HistoryHandle;
 use super::identity::{identify_new, match_resource, Match, ResourceKey};
 use super::peer::{resolve_peer, PeerCache};
+use super::sample_history::HistoryHandle;
 use super::spans::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
 use crate::diagnosis::framework::FrameworkHandle;
 use crate::export::logs::log_record_count;
@@ -648,7 +648,7 @@ mod tests {
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
     use super::*;
-    use crate::enrich::history::tests::{device, process, snapshot};
+    use crate::enrich::sample_history::tests::{device, process, snapshot};
     use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
     use crate::export::transport::{SendError, SendOutcome, Transport};
 

@@ -4,7 +4,7 @@
 //! usage of the process that sent it over the span's own time, and forward everything upstream
 //! through gpulse's own delivery queue and exporter.
 //!
-//! - `history`: the bounded per-process GPU sample ring the pipeline feeds with every snapshot.
+//! - `sample_history`: the bounded per-process GPU sample ring the pipeline feeds with every snapshot.
 //! - `identity`, `peer`: which process a span's resource, or else its connection, belongs to.
 //! - `spans`: the `gpulse.gpu.*` span attributes.
 //! - `intake`: validation, enrichment, back-pressure and queueing, shared by both carriers.
@@ -16,19 +16,19 @@
 
 pub(crate) mod framework_intake;
 pub(crate) mod grpc;
-pub(crate) mod history;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub mod intake;
 pub(crate) mod live_intake;
 pub(crate) mod peer;
+pub(crate) mod sample_history;
 pub mod spans;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use history::{GpuUsage, History, HistoryHandle, ProcessIdentity};
 pub use intake::{Accepted, Intake, IntakeError, IntakeSettings, Peer, SpanObserver};
+pub use sample_history::{GpuUsage, History, HistoryHandle, ProcessIdentity};
 
 /// Why the receivers could not start.
 #[derive(Debug, thiserror::Error)]

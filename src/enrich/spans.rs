@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use super::history::{GpuUsage, History};
+use super::sample_history::{GpuUsage, History};
 use crate::schema::attributes::AttributeId as A;
 
 pub(crate) const IDS: &str = A::SpanGpuIds.key();
@@ -158,7 +158,7 @@ mod tests {
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 
     use super::*;
-    use crate::enrich::history::tests::{device, process, snapshot, S};
+    use crate::enrich::sample_history::tests::{device, process, snapshot, S};
 
     fn span(start: u64, end: u64) -> Span {
         Span {
