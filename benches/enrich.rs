@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gpulse::enrich::spans::{enrich_request, MatchedBy};
+use gpulse::enrich::span_attributes::{enrich_request, MatchedBy};
 use gpulse::enrich::{History, HistoryHandle, Intake, IntakeSettings};
 use gpulse::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
 use gpulse::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS_DIR = Path(os.environ.get("GPULSE_BACKENDS_DIR", Path.home() / ".cache" / "gpulse" / "backends"))
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-# What gpulse adds to a span whose process it knows (src/enrich/spans.rs).
+# What gpulse adds to a span whose process it knows (src/enrich/span_attributes.rs).
 ENRICHED_KEY = "gpulse.gpu.samples"
 
 

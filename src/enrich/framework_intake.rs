@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberD
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_semantic_conventions::resource::SERVICE_NAME;
 
-use super::spans::ResourcePids;
+use super::span_attributes::ResourcePids;
 use crate::attribution::sent_identity::{SentIdentity, ADOPTED_ATTRIBUTES};
 use crate::diagnosis::framework::{
     AllocatorPoint, DistributedIdentity, FrameworkHistory, LoaderSettings, SpanTiming, ALLOCATED,
@@ -259,7 +259,7 @@ fn text(kv: &KeyValue) -> Option<String> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::enrich::spans::MatchedBy;
+    use crate::enrich::span_attributes::MatchedBy;
     use opentelemetry_proto::tonic::common::v1::AnyValue;
     use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, ResourceMetrics, ScopeMetrics};
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};

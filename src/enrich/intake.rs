@@ -42,7 +42,7 @@ use prost::Message as _;
 use super::identity::{identify_new, match_resource, Match, ResourceKey};
 use super::peer::{resolve_peer, PeerCache};
 use super::sample_history::HistoryHandle;
-use super::spans::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
+use super::span_attributes::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
 use crate::diagnosis::framework::FrameworkHandle;
 use crate::export::logs::log_record_count;
 use crate::export::metrics::data_point_count;

@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 use super::framework_intake::{seconds, string, time_of};
-use super::spans::ResourcePids;
+use super::span_attributes::ResourcePids;
 use crate::diagnosis::framework::FrameworkHistory;
 use crate::diagnosis::live::{
     InFlight, LiveReport, COLLECTIVE_ELAPSED, COLLECTIVE_OP, COLLECTIVE_SEQ, LIVE_EVENT, PHASE,
@@ -106,7 +106,7 @@ mod tests {
     use super::*;
     use crate::diagnosis::framework::FrameworkLimits;
     use crate::enrich::framework_intake::tests::kv;
-    use crate::enrich::spans::MatchedBy;
+    use crate::enrich::span_attributes::MatchedBy;
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
     use std::time::UNIX_EPOCH;
 

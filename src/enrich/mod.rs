@@ -6,7 +6,7 @@
 //!
 //! - `sample_history`: the bounded per-process GPU sample ring the pipeline feeds with every snapshot.
 //! - `identity`, `peer`: which process a span's resource, or else its connection, belongs to.
-//! - `spans`: the `gpulse.gpu.*` span attributes.
+//! - `span_attributes`: the `gpulse.gpu.*` span attributes, added to each span of a known process.
 //! - `intake`: validation, enrichment, back-pressure and queueing, shared by both carriers.
 //! - `framework_intake`: the training framework's allocator gauges and step spans, kept for diagnosis.
 //! - `live_intake`: the companion's live-state log records, kept for diagnosis beside them.
@@ -22,7 +22,7 @@ pub mod intake;
 pub(crate) mod live_intake;
 pub(crate) mod peer;
 pub(crate) mod sample_history;
-pub mod spans;
+pub mod span_attributes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
