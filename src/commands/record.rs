@@ -23,8 +23,8 @@ use crate::export::transport::{SignalTransports, TransportBuildError};
 use crate::export::{ExportOutcome, Exporter};
 use crate::pipeline::{snapshot_channel, SamplerSettings, SamplerThread, WindowLoop};
 use crate::record::child::{CommandExit, RunningCommand};
-use crate::record::model::Recording;
 use crate::record::recorder::Recorder;
+use crate::record::recording::Recording;
 use crate::record::summary::{ExportSummary, Summary};
 use crate::record::{html, otlp_json};
 

@@ -8,7 +8,7 @@
 use plotters::prelude::*;
 
 use super::charts::{colours, HEIGHT, MAX_CHART_POINTS, WIDTH};
-use super::model::{CausePoint, Recording};
+use super::recording::{CausePoint, Recording};
 use super::summary::{gpu_hours, CauseLine};
 use crate::attribution::Cause;
 

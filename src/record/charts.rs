@@ -9,7 +9,7 @@
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use super::model::Merge;
+use super::recording::Merge;
 use super::summary::duration;
 
 /// Buckets a chart draws a series with: about one per pixel pair of a 960 px wide chart.
@@ -265,7 +265,7 @@ pub(crate) fn mhz(v: &f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::model::MemoryPoint;
+    use crate::record::recording::MemoryPoint;
 
     #[test]
     fn close_bands_of_one_colour_merge() {

@@ -10,7 +10,9 @@
 use std::fmt::Write as _;
 
 use super::charts::{self, colours, Band, Chart, Line, MAX_CHART_POINTS};
-use super::model::{DevicePoint, DeviceTrack, ProcessTrack, Recording, SpanKind, NOT_A_SLOWDOWN};
+use super::recording::{
+    DevicePoint, DeviceTrack, ProcessTrack, Recording, SpanKind, NOT_A_SLOWDOWN,
+};
 use super::summary::{duration, Summary};
 use crate::diagnosis::findings::human_bytes;
 
@@ -565,7 +567,7 @@ fn processes(page: &mut String, summary: &Summary<'_>) {
 mod tests {
     use super::*;
 
-    use crate::record::model::{DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, SpanMark};
+    use crate::record::recording::{DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, SpanMark};
     use std::time::{Duration, SystemTime};
 
     /// A synthetic one-hour run at 100 ms on 8 GPUs, each with two processes of the command and

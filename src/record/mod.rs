@@ -1,4 +1,4 @@
-//! `gpulse record` and `gpulse report`: one run of a command as a [`model::Recording`] (device
+//! `gpulse record` and `gpulse report`: one run of a command as a [`recording::Recording`] (device
 //! and process timelines, findings as intervals, the companion's spans), its summary for people
 //! and scripts ([`summary`]), and a self-contained HTML report ([`html`], charts in [`charts`]);
 //! [`causes`] is where its GPU time went, by the ledger's causes.
@@ -10,9 +10,9 @@ pub(crate) mod causes;
 pub(crate) mod charts;
 pub(crate) mod child;
 pub(crate) mod html;
-pub(crate) mod model;
 pub mod otlp_json;
 pub(crate) mod recorder;
+pub(crate) mod recording;
 pub(crate) mod spans;
 pub(crate) mod summary;
 pub(crate) mod tree;

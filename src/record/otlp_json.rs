@@ -19,7 +19,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::model::{
+use super::recording::{
     DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, SpanKind,
     SpanMark, IDLE_BELOW,
 };

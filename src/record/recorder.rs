@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use super::model::{
+use super::recording::{
     DevicePoint, DeviceTrack, FindingMark, MemoryPoint, ProcessTrack, Recording, IDLE_BELOW,
 };
 use super::tree::CommandTree;
@@ -295,7 +295,7 @@ impl Recorder {
         let t = self.recording.offset(from);
         let dt = self.recording.offset(window.end) - t;
         let point =
-            super::model::CausePoint::of_window(attributed, t, dt, |pid| self.is_command(pid));
+            super::recording::CausePoint::of_window(attributed, t, dt, |pid| self.is_command(pid));
         if let Some(point) = point {
             self.recording.causes.push(point);
         }
@@ -305,7 +305,7 @@ impl Recorder {
     pub(crate) fn add_span(&mut self, span: super::spans::ReceivedSpan) {
         let start = self.recording.offset(span.start);
         let end = self.recording.offset(span.end);
-        self.recording.spans.push(super::model::SpanMark {
+        self.recording.spans.push(super::recording::SpanMark {
             kind: span.kind,
             name: span.name,
             start_seconds: start,

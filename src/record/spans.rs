@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use super::model::SpanKind;
+use super::recording::SpanKind;
 use crate::enrich::SpanObserver;
 
 /// One span of the training loop, in Unix time.

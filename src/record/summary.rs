@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::model::{CausePoint, FindingMark, Recording};
+use super::recording::{CausePoint, FindingMark, Recording};
 use crate::attribution::accounting::cost;
 use crate::attribution::Workload;
 use crate::attribution::{Cause, Prices};
@@ -163,7 +163,7 @@ impl<'a> Summary<'a> {
                     held_by_command_seconds: t.held_seconds,
                     idle_ratio: (t.held_seconds > 0.0).then(|| t.idle_seconds / t.held_seconds),
                     throttle_reasons_seen: throttle_reason_names(
-                        t.throttle_seen & !super::model::NOT_A_SLOWDOWN,
+                        t.throttle_seen & !super::recording::NOT_A_SLOWDOWN,
                     ),
                 }
             })
@@ -191,7 +191,7 @@ impl<'a> Summary<'a> {
             .map(|p| p.device_index)
             .collect();
         let relevant = |index: u32| used.is_empty() || used.contains(&index);
-        let process = |p: &'a super::model::ProcessTrack| ProcessSummary {
+        let process = |p: &'a super::recording::ProcessTrack| ProcessSummary {
             pid: p.pid,
             name: p.name.as_deref(),
             device_index: p.device_index,
@@ -485,7 +485,7 @@ pub(crate) fn gpu_hours(hours: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::model::{CausePoint, Merge as _};
+    use crate::record::recording::{CausePoint, Merge as _};
 
     fn point(t: f64, compute: f64, input: f64, joules: f64) -> CausePoint {
         CausePoint::of_compute_and_input(t, compute, input, joules)
