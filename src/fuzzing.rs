@@ -139,7 +139,7 @@ fn receiver_intake() -> Arc<Intake> {
         max_wait: Duration::ZERO,
     };
     let observer = SpanObserver(Arc::new(|request: &ExportTraceServiceRequest| {
-        let _ = crate::record::spans::training_spans(request);
+        let _ = crate::record::training_spans::training_spans(request);
     }));
     Arc::new(
         Intake::new(queue, receiver_history().clone(), settings)

@@ -287,12 +287,12 @@ async fn start_receivers(
     exporter: &Exporter,
 ) -> (
     Option<Receivers>,
-    Option<std::sync::mpsc::Receiver<crate::record::spans::ReceivedSpan>>,
+    Option<std::sync::mpsc::Receiver<crate::record::training_spans::ReceivedSpan>>,
 ) {
     if !config.otlp_receiver.enabled() {
         return (None, None);
     }
-    let (observer, spans) = crate::record::spans::collector();
+    let (observer, spans) = crate::record::training_spans::collector();
     let plan = IntakePlan::forwarding(config, exporter, Some(observer));
     match receivers::start(plan, windows).await {
         Ok(receivers) => (Some(receivers), Some(spans)),

@@ -13,6 +13,6 @@ pub(crate) mod html;
 pub mod otlp_json;
 pub(crate) mod recorder;
 pub(crate) mod recording;
-pub(crate) mod spans;
 pub(crate) mod summary;
+pub(crate) mod training_spans;
 pub(crate) mod tree;

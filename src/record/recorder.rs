@@ -302,7 +302,7 @@ impl Recorder {
     }
 
     /// Adds a span of the training loop (received from the companion).
-    pub(crate) fn add_span(&mut self, span: super::spans::ReceivedSpan) {
+    pub(crate) fn add_span(&mut self, span: super::training_spans::ReceivedSpan) {
         let start = self.recording.offset(span.start);
         let end = self.recording.offset(span.end);
         self.recording.spans.push(super::recording::SpanMark {
