@@ -298,7 +298,7 @@ pub fn pod_resources(data: &[u8]) {
 /// `gpulse report`'s reader of OTLP/JSON lines, then the HTML report it renders from what it
 /// read, or the error message it would print.
 pub fn otlp_json(data: &[u8]) {
-    match crate::record::otlp_json::read(data, Path::new("fuzz.jsonl")) {
+    match crate::record::otlp_json_reader::read(data, Path::new("fuzz.jsonl")) {
         Ok(recording) => {
             let _ = crate::record::html::render(&recording);
         }

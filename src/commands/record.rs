@@ -26,7 +26,7 @@ use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::recorder::Recorder;
 use crate::record::recording::Recording;
 use crate::record::summary::{ExportSummary, Summary};
-use crate::record::{html, otlp_json};
+use crate::record::{html, otlp_json_reader};
 
 /// Why a recording's outputs could not be written, or a report not made.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ pub enum RecordError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Recording(#[from] otlp_json::ReadError),
+    Recording(#[from] otlp_json_reader::ReadError),
     #[error("the stdout exporter (--exporter stdout/console, or console in OTEL_METRICS_EXPORTER or OTEL_LOGS_EXPORTER) would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Unset it for this command; the run is kept by --report and --json")]
     StdoutExporter,
     #[error(transparent)]
@@ -348,7 +348,7 @@ fn write_outputs(recording: &Recording, outputs: Outputs, exported: Option<&Expo
 /// # Errors
 /// The recording cannot be read or holds no OTLP metrics, or an output cannot be written.
 pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
-    let recording = otlp_json::read_path(&args.recording)?;
+    let recording = otlp_json_reader::read_path(&args.recording)?;
     let mut file = create(&args.output, "the HTML report", "-o")?;
     file.write_all(html::render(&recording).as_bytes())
         .map_err(|source| RecordError::Output {

@@ -3,14 +3,14 @@
 //! and scripts ([`summary`]), and a self-contained HTML report ([`html`], charts in [`charts`]);
 //! [`causes`] is where its GPU time went, by the ledger's causes.
 //! The recording is fed live from the pipeline's snapshots and analysed windows
-//! ([`recorder`]), or rebuilt from OTLP/JSON lines ([`otlp_json`]). The command itself runs as
+//! ([`recorder`]), or rebuilt from OTLP/JSON lines ([`otlp_json_reader`]). The command itself runs as
 //! gpulse's child ([`child`]); [`tree`] tells its processes from the others on the same GPUs.
 
 pub(crate) mod causes;
 pub(crate) mod charts;
 pub(crate) mod child;
 pub(crate) mod html;
-pub mod otlp_json;
+pub mod otlp_json_reader;
 pub(crate) mod recorder;
 pub(crate) mod recording;
 pub(crate) mod summary;

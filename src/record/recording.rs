@@ -1,7 +1,7 @@
 //! The recording: what one run of a command looked like on its GPUs, as time series per device
 //! and per process, the findings as intervals, and the companion's spans. Built live by
 //! [`super::recorder::Recorder`] from snapshots, or after the fact from OTLP/JSON lines by
-//! [`super::otlp_json`]; read by the summary and the HTML report, which never see NVML types.
+//! [`super::otlp_json_reader`]; read by the summary and the HTML report, which never see NVML types.
 //!
 //! Times are seconds since the recording started. Series are bounded: past
 //! [`MAX_POINTS`] points, neighbours are merged pairwise (means weighted by sample count,
