@@ -12,7 +12,7 @@ use gpulse::diagnosis::check::{
     self, CheckStatus, DeviceFacts, EccCounts, EccMode, Fact, HealthFacts, MemoryFacts, MigMode,
     RemappedRows,
 };
-use gpulse::diagnosis::otlp::{to_log_record, EVENT_NAME};
+use gpulse::diagnosis::log_records::{to_log_record, EVENT_NAME};
 use gpulse::diagnosis::{
     Diagnoser, FindingEvent, FindingState, History, RuleId, Severity, Thresholds,
 };

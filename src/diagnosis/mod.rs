@@ -6,14 +6,14 @@
 //! amount of state in `History` and `FindingTracker`, which the caller owns. The usual loop,
 //! once per export window, is what `Diagnoser::observe` does:
 //! `history.record(&window)` → `rules::evaluate_all(&inputs, &thresholds)` →
-//! `tracker.update(findings, window.end)` → `otlp::to_log_record` for each event.
+//! `tracker.update(findings, window.end)` → `log_records::to_log_record` for each event.
 
 pub mod check;
 pub mod findings;
 pub mod framework;
 pub mod history;
 pub mod live;
-pub mod otlp;
+pub mod log_records;
 pub(crate) mod phases;
 pub(crate) mod rules;
 pub(crate) mod tracker;

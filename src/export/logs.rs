@@ -18,7 +18,7 @@ use super::resource::{gpulse_scope, node_resource, process_resource, NodeIdentit
 use std::collections::BTreeMap;
 
 use crate::attribution::{AttributedWindow, Workload};
-use crate::diagnosis::otlp::{evidence_records, to_log_record};
+use crate::diagnosis::log_records::{evidence_records, to_log_record};
 use crate::diagnosis::FindingEvent;
 
 fn resource_logs(resource: Resource, log_records: Vec<LogRecord>) -> ResourceLogs {
