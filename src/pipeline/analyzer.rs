@@ -14,7 +14,7 @@ use crate::attribution::{CauseBook, Prices};
 use crate::config::downward::DownwardApi;
 use crate::config::AnalysisSettings;
 use crate::diagnosis::framework::{FrameworkEvidence, FrameworkHandle, FrameworkLimits};
-use crate::diagnosis::phases::{step_phases, with_saving};
+use crate::diagnosis::ledger_phases::{step_phases, with_saving};
 use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::{Diagnoser, Finding, FindingEvent, Thresholds};
 use crate::sampling::Window;
