@@ -41,7 +41,7 @@ pub enum FamilyKind {
 
 /// One metric family: its name, help, type and samples.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Family {
+pub struct MetricFamily {
     pub name: PromName,
     pub help: String,
     pub kind: FamilyKind,
@@ -52,7 +52,7 @@ pub struct Family {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Exposition {
     /// By full name, so the text comes out in a stable order.
-    pub families: BTreeMap<String, Family>,
+    pub families: BTreeMap<String, MetricFamily>,
     /// Series in `families`.
     pub series: usize,
     /// Series this window had that the bound left out.
@@ -98,7 +98,7 @@ impl Builder {
             .exposition
             .families
             .entry(name.full())
-            .or_insert_with(|| Family {
+            .or_insert_with(|| MetricFamily {
                 name: name.clone(),
                 help: help.to_string(),
                 kind,
