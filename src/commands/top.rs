@@ -21,7 +21,7 @@ use crate::pipeline::{SamplerSettings, SamplerThread, WindowLoop};
 use crate::sampling::{SessionError, Snapshot};
 use crate::top::input::{action, Action};
 use crate::top::logs::LogLines;
-use crate::top::procinfo::{Family, OwnCpu};
+use crate::top::procinfo::{OwnCpu, ProcessTrees};
 use crate::top::terminal::{check_terminal, NotATerminal, TerminalGuard};
 use crate::top::{ui, App};
 use crate::values;
@@ -186,7 +186,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
         .spawn(move || read_keys(&events))?;
 
     let mut app = App::new(interval, host_name(), color);
-    app.family = Family::new(&config.common.analysis.proc_root);
+    app.process_trees = ProcessTrees::new(&config.common.analysis.proc_root);
     let mut own_cpu = OwnCpu::new();
     let outcome = loop {
         app.last_log = logs.last();
@@ -202,8 +202,8 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
                 let Some(view) = views.borrow().clone() else {
                     continue;
                 };
-                if app.wants_family() {
-                    app.family.refresh(&view.attributed.visible_pids());
+                if app.wants_process_trees() {
+                    app.process_trees.refresh(&view.attributed.visible_pids());
                 }
                 app.observe(view, own_cpu.sample());
             }
@@ -215,11 +215,12 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
                 if app.quit {
                     break Ok(());
                 }
-                // The tree and the detail pane need the family now, not at the next window.
-                if matches!(action, Action::ToggleTree | Action::ToggleDetail) && app.wants_family()
+                // The tree and the detail pane need the process trees now, not at the next window.
+                if matches!(action, Action::ToggleTree | Action::ToggleDetail)
+                    && app.wants_process_trees()
                 {
                     if let Some(view) = views.borrow().clone() {
-                        app.family.refresh(&view.attributed.visible_pids());
+                        app.process_trees.refresh(&view.attributed.visible_pids());
                         app.rebuild();
                     }
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::input::{Action, Mode, SortKey};
-use super::procinfo::Family;
+use super::procinfo::ProcessTrees;
 use crate::diagnosis::{Finding, RuleId, Subject};
 use crate::pipeline::View;
 use crate::sampling::MigInstanceInfo;
@@ -145,7 +145,7 @@ pub(crate) struct App {
     pub own_cpu: Option<f64>,
     pub devices: HashMap<String, DeviceHistory>,
     pub processes: HashMap<u32, ProcessHistory>,
-    pub family: Family,
+    pub process_trees: ProcessTrees,
     pub sort: SortKey,
     pub mode: Mode,
     pub filter: String,
@@ -171,7 +171,7 @@ impl App {
             own_cpu: None,
             devices: HashMap::new(),
             processes: HashMap::new(),
-            family: Family::default(),
+            process_trees: ProcessTrees::default(),
             sort: SortKey::GpuMemory,
             mode: Mode::Normal,
             filter: String::new(),
@@ -185,8 +185,8 @@ impl App {
         }
     }
 
-    /// Whether the next refresh should read the process tree from `/proc` (`Family`).
-    pub(crate) fn wants_family(&self) -> bool {
+    /// Whether the next refresh should read the process tree from `/proc` (`ProcessTrees`).
+    pub(crate) fn wants_process_trees(&self) -> bool {
         self.tree || self.detail
     }
 
@@ -303,8 +303,8 @@ impl App {
             gpu_rows.retain(|r| r.matches(&needle));
         }
         sort_rows(&mut gpu_rows, self.sort);
-        self.rows = if self.tree && !self.family.is_empty() {
-            tree_rows(gpu_rows, &self.family)
+        self.rows = if self.tree && !self.process_trees.is_empty() {
+            tree_rows(gpu_rows, &self.process_trees)
         } else {
             gpu_rows
         };
@@ -478,7 +478,7 @@ fn row_device(row: &Row) -> Option<u32> {
 /// The tree view: each GPU process that has no GPU ancestor, in sort order, followed by its
 /// descendants depth first (GPU processes among them with their own rows, other processes as
 /// descendant rows).
-fn tree_rows(gpu_rows: Vec<Row>, family: &Family) -> Vec<Row> {
+fn tree_rows(gpu_rows: Vec<Row>, process_trees: &ProcessTrees) -> Vec<Row> {
     let mut by_pid: HashMap<u32, Vec<Row>> = HashMap::new();
     let mut order = Vec::new();
     for row in gpu_rows {
@@ -491,25 +491,27 @@ fn tree_rows(gpu_rows: Vec<Row>, family: &Family) -> Vec<Row> {
     let roots: Vec<u32> = order
         .iter()
         .copied()
-        .filter(|&pid| !family.has_gpu_ancestor(pid) || !ancestor_shown(pid, &by_pid, family))
+        .filter(|&pid| {
+            !process_trees.has_gpu_ancestor(pid) || !ancestor_shown(pid, &by_pid, process_trees)
+        })
         .collect();
     for root in roots {
-        push_subtree(root, 0, &mut by_pid, family, &mut out);
+        push_subtree(root, 0, &mut by_pid, process_trees, &mut out);
     }
     out
 }
 
 /// Whether a GPU ancestor of `pid` is among the rows (else `pid` is shown as a root).
-fn ancestor_shown(pid: u32, rows: &HashMap<u32, Vec<Row>>, family: &Family) -> bool {
+fn ancestor_shown(pid: u32, rows: &HashMap<u32, Vec<Row>>, process_trees: &ProcessTrees) -> bool {
     rows.keys()
-        .any(|&other| other != pid && family.descendants(other).contains(&pid))
+        .any(|&other| other != pid && process_trees.descendants(other).contains(&pid))
 }
 
 fn push_subtree(
     pid: u32,
     depth: usize,
     gpu: &mut HashMap<u32, Vec<Row>>,
-    family: &Family,
+    process_trees: &ProcessTrees,
     out: &mut Vec<Row>,
 ) {
     match gpu.remove(&pid) {
@@ -518,7 +520,7 @@ fn push_subtree(
             r
         })),
         None => {
-            let Some(member) = family.member(pid) else {
+            let Some(member) = process_trees.member(pid) else {
                 return;
             };
             out.push(Row {
@@ -544,7 +546,7 @@ fn push_subtree(
     if depth > 64 {
         return; // a malformed tree must not recurse without end
     }
-    for child in family.children(pid) {
-        push_subtree(child, depth + 1, gpu, family, out);
+    for child in process_trees.children(pid) {
+        push_subtree(child, depth + 1, gpu, process_trees, out);
     }
 }

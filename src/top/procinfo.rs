@@ -26,7 +26,7 @@ pub(crate) struct Member {
 
 /// GPU processes and their live descendants, as of the last refresh.
 #[derive(Debug, Default)]
-pub(crate) struct Family {
+pub(crate) struct ProcessTrees {
     proc_root: PathBuf,
     ticks_per_second: f64,
     page_size: u64,
@@ -38,7 +38,7 @@ pub(crate) struct Family {
     previous: HashMap<(u32, u64), (Instant, u64)>,
 }
 
-impl Family {
+impl ProcessTrees {
     pub(crate) fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
             proc_root: proc_root.into(),
@@ -235,28 +235,39 @@ mod tests {
 
     #[test]
     fn trainer_has_its_workers_as_children_with_their_cpu() {
-        let mut family = Family::new("/nonexistent");
-        family.ticks_per_second = 100.0;
+        let mut process_trees = ProcessTrees::new("/nonexistent");
+        process_trees.ticks_per_second = 100.0;
         let t0 = Instant::now();
-        family.refresh_from(&[100], &table(0), t0);
-        assert_eq!(family.children(100), vec![101, 102]);
-        assert_eq!(family.descendants(100), &[101, 102]);
-        assert_eq!(family.member(101).unwrap().comm, "pt_data_worker");
-        assert_eq!(family.member(101).unwrap().cpu, None, "first reading");
-        assert!(family.member(200).is_none(), "not under a GPU process");
+        process_trees.refresh_from(&[100], &table(0), t0);
+        assert_eq!(process_trees.children(100), vec![101, 102]);
+        assert_eq!(process_trees.descendants(100), &[101, 102]);
+        assert_eq!(process_trees.member(101).unwrap().comm, "pt_data_worker");
+        assert_eq!(
+            process_trees.member(101).unwrap().cpu,
+            None,
+            "first reading"
+        );
+        assert!(
+            process_trees.member(200).is_none(),
+            "not under a GPU process"
+        );
 
-        family.refresh_from(&[100], &table(50), t0 + Duration::from_secs(1));
-        let cpu = family.member(101).unwrap().cpu.expect("second reading");
+        process_trees.refresh_from(&[100], &table(50), t0 + Duration::from_secs(1));
+        let cpu = process_trees
+            .member(101)
+            .unwrap()
+            .cpu
+            .expect("second reading");
         assert!((cpu - 0.5).abs() < 1e-9, "{cpu}");
-        assert!(!family.has_gpu_ancestor(100));
+        assert!(!process_trees.has_gpu_ancestor(100));
     }
 
     #[test]
     fn a_gpu_process_under_another_is_nested() {
-        let mut family = Family::new("/nonexistent");
-        family.refresh_from(&[100, 101], &table(0), Instant::now());
-        assert!(family.has_gpu_ancestor(101));
-        assert!(!family.has_gpu_ancestor(100));
+        let mut process_trees = ProcessTrees::new("/nonexistent");
+        process_trees.refresh_from(&[100, 101], &table(0), Instant::now());
+        assert!(process_trees.has_gpu_ancestor(101));
+        assert!(!process_trees.has_gpu_ancestor(100));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use ratatui::Terminal;
 use super::app::{App, RankMark, RowKind};
 use super::input::Action;
 use super::input::SortKey;
-use super::procinfo::Family;
+use super::procinfo::ProcessTrees;
 use super::ui;
 use crate::attribution::procfs::Stat;
 use crate::attribution::usage::ProcessTable;
@@ -182,9 +182,9 @@ fn app(color: bool) -> App {
     table.insert(TRAINER, stat("python3", 1));
     table.insert(WORKER, stat("pt_data_worker", TRAINER));
     table.insert(OTHER, stat("llama-server", 1));
-    let mut family = Family::new("/nonexistent");
-    family.refresh_from(&[TRAINER, OTHER], &table, Instant::now());
-    app.family = family;
+    let mut process_trees = ProcessTrees::new("/nonexistent");
+    process_trees.refresh_from(&[TRAINER, OTHER], &table, Instant::now());
+    app.process_trees = process_trees;
     app.observe(view(), Some(0.004));
     app
 }

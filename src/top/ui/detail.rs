@@ -125,11 +125,11 @@ pub(super) fn draw_detail(frame: &mut Frame, area: Rect, app: &App, palette: &Pa
         }
         None => lines.push(field("process", "not listed by NVML (a descendant)".into())),
     }
-    let children = app.family.children(pid);
+    let children = app.process_trees.children(pid);
     if !children.is_empty() {
         let names: Vec<String> = children
             .iter()
-            .filter_map(|c| app.family.member(*c))
+            .filter_map(|c| app.process_trees.member(*c))
             .map(|m| format!("{} {}", m.pid, m.comm))
             .collect();
         lines.push(field("children", names.join(", ")));
