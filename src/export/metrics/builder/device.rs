@@ -4,7 +4,7 @@
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
-use super::{int, push_gauge, with, Family, MetricsBuilder, Span, Value};
+use super::{int, push_gauge, with, GaugeWithExtremes, MetricsBuilder, Span, Value};
 use crate::export::metrics::encoding::{AttributeSetId, ExtraValue, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
@@ -204,7 +204,7 @@ fn push_fields(
         };
         if spec.window == WindowKind::Gauge {
             if let Some(g) = d.gauge(spec.field) {
-                push_gauge(b, Family::of(metric), attrs, span, &g);
+                push_gauge(b, GaugeWithExtremes::of(metric), attrs, span, &g);
             }
         } else if let Some(v) = d.fields.value(spec) {
             let value = if spec.whole {
@@ -309,6 +309,6 @@ fn push_gpm(b: &mut MetricsBuilder, base: AttributeSetId, gpm: &GpmWindow, span:
             Some((key, value)) => with(base, key, value),
             None => PointAttributes::of(base),
         };
-        push_gauge(b, Family::of(&spec.metric), attrs, span, &g);
+        push_gauge(b, GaugeWithExtremes::of(&spec.metric), attrs, span, &g);
     }
 }

@@ -141,14 +141,14 @@ pub(super) fn with(
 
 /// A gauge's metric and the companions that carry its extremes.
 #[derive(Clone, Copy)]
-pub(super) struct Family {
+pub(super) struct GaugeWithExtremes {
     pub(super) mean: MetricId,
     pub(super) max: Option<MetricId>,
     pub(super) min: Option<MetricId>,
 }
 
-impl Family {
-    /// The family a schema row names.
+impl GaugeWithExtremes {
+    /// The gauge and extremes a schema row names.
     pub(super) const fn of(metric: &FieldMetric) -> Self {
         Self {
             mean: metric.id,
@@ -160,7 +160,7 @@ impl Family {
 
 pub(super) fn push_gauge(
     b: &mut MetricsBuilder,
-    fam: Family,
+    fam: GaugeWithExtremes,
     attrs: PointAttributes,
     span: Span,
     g: &Gauge,

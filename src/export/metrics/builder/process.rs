@@ -4,7 +4,7 @@
 //! time, collective and data wait) with its rank.
 
 use super::device::mig_instance_ids;
-use super::{int, push_gauge, with, Family, MetricsBuilder, Span, Value};
+use super::{int, push_gauge, with, GaugeWithExtremes, MetricsBuilder, Span, Value};
 use crate::attribution::ProcessUsage;
 use crate::diagnosis::training::ProcessTraining;
 use crate::export::metrics::encoding::{AttributeSetId, MetricsBatch, PointAttributes};
@@ -94,7 +94,7 @@ pub(super) fn push_process_device<'w>(
             bytes,
         );
     }
-    let util = Family {
+    let util = GaugeWithExtremes {
         mean: M::ProcessGpuUtilization,
         max: Some(M::ProcessGpuUtilizationMax),
         min: Some(M::ProcessGpuUtilizationMin),
@@ -116,7 +116,7 @@ pub(super) fn push_process_device<'w>(
         push_instance_activity(b, base, &instance.gpm, own_general, gauge_span);
     }
     if let Some(g) = &p.memory_utilization {
-        let fam = Family {
+        let fam = GaugeWithExtremes {
             mean: M::ProcessGpuMemoryUtilization,
             max: Some(M::ProcessGpuMemoryUtilizationMax),
             min: Some(M::ProcessGpuMemoryUtilizationMin),
@@ -145,7 +145,7 @@ fn push_instance_activity(
             Some((key, value)) => with(base, key, value),
             None => PointAttributes::of(base),
         };
-        push_gauge(b, Family::of(metric), attrs, gauge_span, &g);
+        push_gauge(b, GaugeWithExtremes::of(metric), attrs, gauge_span, &g);
     }
 }
 
