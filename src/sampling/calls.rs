@@ -1,6 +1,6 @@
 //! Leaf helpers every NVML reader of sampling shares (the device fields, GPM, MIG, NVLink, and
 //! the benchmark floor): the one place each schema [`NvmlCall`] is made ([`read_call`]), the
-//! names of the per-device calls a device may not give ([`Call`]) and which errors say so, a
+//! names of the per-device calls a device may not give ([`DeviceCall`]) and which errors say so, a
 //! short name for each NVML error, for counting; the memory call with its fallback to the v1
 //! call; and the unit conversions NVML's integers need. Depends on nothing else in sampling, so
 //! the readers depend on it and not on each other.
@@ -15,10 +15,12 @@ use nvml_wrapper::{Device, Nvml};
 
 use crate::schema::{NvmlCall, NvmlFieldId};
 
-/// One NVML call gpulse makes per device per tick, for remembering which ones a device does not
-/// give (and warning once per call).
+/// Any NVML call sampling makes per device per tick: a schema [`NvmlCall`] (the device field
+/// table's calls only), the field-values call or one of its ids, or a call outside the table
+/// (throttle reasons, processes, ...). The key under which a device's absent calls are
+/// remembered (and warned of once per call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Call {
+pub(crate) enum DeviceCall {
     /// A call of the schema's device field table.
     Field(NvmlCall),
     /// The one `nvmlDeviceGetFieldValues` call reading a device's field-id rows.
@@ -33,12 +35,12 @@ pub(crate) enum Call {
     Violation,
 }
 
-impl std::fmt::Display for Call {
+impl std::fmt::Display for DeviceCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Call::Field(call) => write!(f, "{call}"),
-            Call::FieldValues => f.write_str("nvmlDeviceGetFieldValues"),
-            Call::FieldId(id) => write!(f, "{id}"),
+            DeviceCall::Field(call) => write!(f, "{call}"),
+            DeviceCall::FieldValues => f.write_str("nvmlDeviceGetFieldValues"),
+            DeviceCall::FieldId(id) => write!(f, "{id}"),
             other => write!(f, "{other:?}"),
         }
     }

@@ -14,7 +14,8 @@ use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSampl
 use nvml_wrapper::{Device, Nvml};
 
 use super::calls::{
-    applies, error_kind, field_id_batch, is_absent, percent, read_call, read_field_values, Call,
+    applies, error_kind, field_id_batch, is_absent, percent, read_call, read_field_values,
+    DeviceCall,
 };
 use super::gpm::GpmReader;
 use super::mig::{MigReader, MigReading};
@@ -28,14 +29,14 @@ pub(super) struct DeviceReader {
     /// Static facts per NVML index, read the first time the device answered.
     devices: Vec<Option<Arc<DeviceInfo>>>,
     /// Fields a device said it does not give; not asked again in this session.
-    unsupported: HashSet<(u32, Call)>,
+    unsupported: HashSet<(u32, DeviceCall)>,
     /// Newest per-process utilisation timestamp seen per device (µs), so each call returns only
     /// newer samples.
     process_util_seen: HashMap<u32, u64>,
     /// NVML errors by kind since the session opened, for gpulse's own health metrics.
     error_counts: BTreeMap<&'static str, u64>,
     /// Fields already warned about for unexpected errors, so the log says it once.
-    warned: HashSet<(u32, Call)>,
+    warned: HashSet<(u32, DeviceCall)>,
     /// GPM support, the previous GPM sample and the permission state of each device.
     gpm: GpmReader,
     /// Each device's NVLink link count, learnt once.
@@ -79,7 +80,7 @@ impl DeviceReader {
         *self.error_counts.entry(kind).or_insert(0) += 1;
     }
 
-    fn warn_once(&mut self, index: u32, field: Call, action: &str, error: &NvmlError) {
+    fn warn_once(&mut self, index: u32, field: DeviceCall, action: &str, error: &NvmlError) {
         if self.warned.insert((index, field)) {
             tracing::warn!(
                 gpu.index = index,
@@ -110,7 +111,7 @@ impl DeviceReader {
         if !matches!(error, NvmlError::GpuLost) {
             self.warn_once(
                 index,
-                Call::Field(NvmlCall::UtilizationRates),
+                DeviceCall::Field(NvmlCall::UtilizationRates),
                 "get a handle",
                 error,
             );
@@ -168,7 +169,7 @@ impl DeviceReader {
                 if !matches!(e, NvmlError::GpuLost) {
                     self.warn_once(
                         index,
-                        Call::Field(NvmlCall::UtilizationRates),
+                        DeviceCall::Field(NvmlCall::UtilizationRates),
                         "read the identity",
                         &e,
                     );
@@ -253,9 +254,9 @@ impl FieldReader<'_> {
             if !applies(*call, fans) {
                 continue;
             }
-            if let Some(answer) =
-                self.read(Call::Field(*call), || read_call(&nvml, device, *call, fans))
-            {
+            if let Some(answer) = self.read(DeviceCall::Field(*call), || {
+                read_call(&nvml, device, *call, fans)
+            }) {
                 for read in reads {
                     s.set(read.field, answer[read.member].map(|v| v * read.factor));
                 }
@@ -276,14 +277,16 @@ impl FieldReader<'_> {
         let index = self.index;
         let unsupported = &self.devices.unsupported;
         let ids = self.devices.field_ids.iter().map(|(id, _)| *id);
-        let batch = field_id_batch(ids, |id| unsupported.contains(&(index, Call::FieldId(id))));
-        if batch.is_empty() || self.skips(Call::FieldValues) {
+        let batch = field_id_batch(ids, |id| {
+            unsupported.contains(&(index, DeviceCall::FieldId(id)))
+        });
+        if batch.is_empty() || self.skips(DeviceCall::FieldValues) {
             return;
         }
         let values = match read_field_values(device, &batch) {
             Ok(values) => values,
-            Err(e) if is_absent(&e) => return self.absent(Call::FieldValues, &e),
-            Err(e) => return self.failed(Call::FieldValues, e),
+            Err(e) if is_absent(&e) => return self.absent(DeviceCall::FieldValues, &e),
+            Err(e) => return self.failed(DeviceCall::FieldValues, e),
         };
         for (id, value) in batch.into_iter().zip(values) {
             let Some(read) = self
@@ -297,8 +300,8 @@ impl FieldReader<'_> {
             };
             match value {
                 Ok(v) => s.set(read.field, Some(v * read.factor)),
-                Err(e) if is_absent(&e) => self.absent(Call::FieldId(id), &e),
-                Err(e) => self.failed(Call::FieldId(id), e),
+                Err(e) if is_absent(&e) => self.absent(DeviceCall::FieldId(id), &e),
+                Err(e) => self.failed(DeviceCall::FieldId(id), e),
             }
         }
     }
@@ -307,12 +310,14 @@ impl FieldReader<'_> {
     fn health(&mut self, device: &Device, s: &mut DeviceSample) {
         let nvml = Arc::clone(&self.devices.nvml);
         s.throttle_reasons = self
-            .read(Call::Throttle, || device.current_throttle_reasons())
+            .read(DeviceCall::Throttle, || device.current_throttle_reasons())
             .map(|r| r.bits());
-        s.remapped_rows = self.read(Call::RemappedRows, || {
+        s.remapped_rows = self.read(DeviceCall::RemappedRows, || {
             super::health::remapped_rows(&nvml, device)
         });
-        s.violation = self.read(Call::Violation, || super::health::violation_times(device));
+        s.violation = self.read(DeviceCall::Violation, || {
+            super::health::violation_times(device)
+        });
     }
 
     /// GPM activity and NVLink links into the sample; the MIG reading, for placing processes.
@@ -347,8 +352,8 @@ impl FieldReader<'_> {
         if reading.mode_changed {
             // NVML answers utilisation "not supported" only while in MIG mode.
             for call in [
-                Call::Field(NvmlCall::UtilizationRates),
-                Call::ProcessUtilization,
+                DeviceCall::Field(NvmlCall::UtilizationRates),
+                DeviceCall::ProcessUtilization,
             ] {
                 self.devices.unsupported.remove(&(index, call));
             }
@@ -360,12 +365,12 @@ impl FieldReader<'_> {
     /// samples newer than the last seen.
     fn process_lists(&mut self, device: &Device) -> ProcessLists {
         let compute = self
-            .read(Call::ComputeProcesses, || {
+            .read(DeviceCall::ComputeProcesses, || {
                 device.running_compute_processes()
             })
             .unwrap_or_default();
         let graphics = self
-            .read(Call::GraphicsProcesses, || {
+            .read(DeviceCall::GraphicsProcesses, || {
                 device.running_graphics_processes()
             })
             .unwrap_or_default();
@@ -373,7 +378,7 @@ impl FieldReader<'_> {
         let utilization = if compute.is_empty() && graphics.is_empty() {
             Vec::new()
         } else {
-            self.read(Call::ProcessUtilization, || {
+            self.read(DeviceCall::ProcessUtilization, || {
                 match device.process_utilization_stats(seen) {
                     // No sample newer than `seen`: nothing ran, not a failure.
                     Err(NvmlError::NotFound) => Ok(Vec::new()),
@@ -396,7 +401,11 @@ impl FieldReader<'_> {
     /// field it does not give is left out from then on and counted once in
     /// gpulse.nvml.errors (the field-id rows, read in [`field_ids`](Self::field_ids), are not
     /// counted).
-    fn read<T>(&mut self, field: Call, call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+    fn read<T>(
+        &mut self,
+        field: DeviceCall,
+        call: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if self.skips(field) {
             return None;
         }
@@ -415,13 +424,13 @@ impl FieldReader<'_> {
     }
 
     /// Whether `field` is not asked this tick: the GPU was lost, or it said it does not give it.
-    fn skips(&self, field: Call) -> bool {
+    fn skips(&self, field: DeviceCall) -> bool {
         self.lost || self.devices.unsupported.contains(&(self.index, field))
     }
 
     /// `field` answered an error saying the device does not give it ([`is_absent`]): left out
     /// of the metrics and of later ticks, and said once.
-    fn absent(&mut self, field: Call, error: &NvmlError) {
+    fn absent(&mut self, field: DeviceCall, error: &NvmlError) {
         let index = self.index;
         self.devices.unsupported.insert((index, field));
         tracing::info!(
@@ -432,7 +441,7 @@ impl FieldReader<'_> {
 
     /// `field` failed otherwise: counted; a lost GPU ends the tick's reads, any other error is
     /// warned about once and asked again next tick.
-    fn failed(&mut self, field: Call, error: NvmlError) {
+    fn failed(&mut self, field: DeviceCall, error: NvmlError) {
         self.devices.count_error(error_kind(&error));
         match error {
             NvmlError::GpuLost => self.lost = true,

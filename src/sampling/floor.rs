@@ -23,7 +23,7 @@ use std::time::Instant;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::calls::{applies, field_id_batch, is_absent, read_call, read_field_values, Call};
+use super::calls::{applies, field_id_batch, is_absent, read_call, read_field_values, DeviceCall};
 use super::device::read_device_info;
 use super::gpm::GpmReader;
 use super::health::{remapped_rows, violation_times};
@@ -37,7 +37,7 @@ pub struct Floor {
     nvml: Arc<Nvml>,
     field_calls: Vec<NvmlCall>,
     field_ids: Vec<NvmlFieldId>,
-    absent: HashSet<(u32, Call)>,
+    absent: HashSet<(u32, DeviceCall)>,
     /// Static facts per device (its fan count, and its identity for MIG), read on its first
     /// tick as the sampler reads them.
     infos: HashMap<u32, DeviceInfo>,
@@ -105,7 +105,7 @@ impl Floor {
         for i in 0..self.field_calls.len() {
             let call = self.field_calls[i];
             if applies(call, fans) {
-                let answer = self.call(index, Call::Field(call), || {
+                let answer = self.call(index, DeviceCall::Field(call), || {
                     read_call(&nvml, device, call, fans)
                 });
                 sum += answer.into_iter().flatten().flatten().sum::<f64>();
@@ -113,27 +113,31 @@ impl Floor {
         }
         let absent = &self.absent;
         let batch = field_id_batch(self.field_ids.iter().copied(), |id| {
-            absent.contains(&(index, Call::FieldId(id)))
+            absent.contains(&(index, DeviceCall::FieldId(id)))
         });
         if !batch.is_empty() {
-            let values = self.call(index, Call::FieldValues, || {
+            let values = self.call(index, DeviceCall::FieldValues, || {
                 read_field_values(device, &batch)
             });
             for (id, value) in batch.into_iter().zip(values.into_iter().flatten()) {
                 match value {
                     Ok(v) => sum += v,
                     Err(e) if is_absent(&e) => {
-                        self.absent.insert((index, Call::FieldId(id)));
+                        self.absent.insert((index, DeviceCall::FieldId(id)));
                     }
                     Err(_) => {}
                 }
             }
         }
-        let throttle = self.call(index, Call::Throttle, || device.current_throttle_reasons());
+        let throttle = self.call(index, DeviceCall::Throttle, || {
+            device.current_throttle_reasons()
+        });
         sum += throttle.map_or(0.0, |r| r.bits() as f64);
-        let remap = self.call(index, Call::RemappedRows, || remapped_rows(&nvml, device));
+        let remap = self.call(index, DeviceCall::RemappedRows, || {
+            remapped_rows(&nvml, device)
+        });
         sum += remap.map_or(0.0, |r| f64::from(r.correctable));
-        let violation = self.call(index, Call::Violation, || violation_times(device));
+        let violation = self.call(index, DeviceCall::Violation, || violation_times(device));
         sum += violation.map_or(0.0, |v| v.nanoseconds.iter().flatten().count() as f64);
         sum += self.families(index, device);
         sum += self.processes(index, device);
@@ -150,8 +154,8 @@ impl Floor {
             .read(&self.nvml, &mut self.gpm, info, device, Instant::now());
         if mig.mode_changed {
             for call in [
-                Call::Field(NvmlCall::UtilizationRates),
-                Call::ProcessUtilization,
+                DeviceCall::Field(NvmlCall::UtilizationRates),
+                DeviceCall::ProcessUtilization,
             ] {
                 self.absent.remove(&(index, call));
             }
@@ -164,12 +168,12 @@ impl Floor {
     /// seen.
     fn processes(&mut self, index: u32, device: &Device) -> f64 {
         let compute = self
-            .call(index, Call::ComputeProcesses, || {
+            .call(index, DeviceCall::ComputeProcesses, || {
                 device.running_compute_processes()
             })
             .unwrap_or_default();
         let graphics = self
-            .call(index, Call::GraphicsProcesses, || {
+            .call(index, DeviceCall::GraphicsProcesses, || {
                 device.running_graphics_processes()
             })
             .unwrap_or_default();
@@ -180,7 +184,7 @@ impl Floor {
         }
         let seen = self.process_util_seen.get(&index).copied();
         let samples = self
-            .call(index, Call::ProcessUtilization, || {
+            .call(index, DeviceCall::ProcessUtilization, || {
                 match device.process_utilization_stats(seen) {
                     Err(NvmlError::NotFound) => Ok(Vec::new()),
                     other => other,
@@ -197,7 +201,7 @@ impl Floor {
     fn call<T>(
         &mut self,
         index: u32,
-        call: Call,
+        call: DeviceCall,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
         if self.absent.contains(&(index, call)) {
