@@ -22,6 +22,7 @@ pub mod signal;
 
 pub use ffi::device::*;
 pub use ffi::events::*;
+pub use ffi::field_values::*;
 pub use ffi::gpm::*;
 pub use ffi::health::*;
 pub use ffi::mig::*;

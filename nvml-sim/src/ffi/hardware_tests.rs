@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::tests::{handle, with};
 use crate::abi::{self, *};
 use crate::ffi::device::*;
+use crate::ffi::field_values::*;
 use crate::ffi::gpm::*;
 use crate::ffi::health::*;
 use crate::ffi::mig::*;

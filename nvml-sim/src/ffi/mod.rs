@@ -20,6 +20,7 @@ use crate::abi::{self, Ret};
 
 pub mod device;
 pub mod events;
+pub mod field_values;
 pub mod gpm;
 pub mod health;
 pub mod mig;
