@@ -19,16 +19,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use super::sample_history::{History, HistoryHandle, ProcessIdentity};
 use crate::attribution::parse_cgroup;
 use crate::attribution::procfs::ProcDir;
-use crate::schema::attributes::AttributeId as A;
-
-/// `container.id`, as a pattern.
-const KEY_CONTAINER_ID: &str = A::ContainerId.key();
-/// `process.pid`, as a pattern.
-const KEY_PROCESS_PID: &str = A::ProcessPid.key();
-/// `process.vpid`, as a pattern.
-const KEY_PROCESS_VPID: &str = A::ProcessVpid.key();
-/// `service.instance.id`, as a pattern.
-const KEY_SERVICE_INSTANCE_ID: &str = A::ServiceInstanceId.key();
+use crate::schema::attribute_keys::{CONTAINER_ID, PROCESS_PID, PROCESS_VPID, SERVICE_INSTANCE_ID};
 
 /// The identifying attributes of one resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,10 +35,10 @@ impl ResourceKey {
         let mut key = Self::default();
         for kv in resource.map_or(&[][..], |r| &r.attributes) {
             match kv.key.as_str() {
-                KEY_CONTAINER_ID => key.container_id = string(kv).map(|s| s.to_ascii_lowercase()),
-                KEY_PROCESS_PID => key.pid = int(kv),
-                KEY_PROCESS_VPID => key.vpid = int(kv),
-                KEY_SERVICE_INSTANCE_ID => key.service_instance_id = string(kv),
+                CONTAINER_ID => key.container_id = string(kv).map(|s| s.to_ascii_lowercase()),
+                PROCESS_PID => key.pid = int(kv),
+                PROCESS_VPID => key.vpid = int(kv),
+                SERVICE_INSTANCE_ID => key.service_instance_id = string(kv),
                 _ => {}
             }
         }

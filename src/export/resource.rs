@@ -12,18 +12,10 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::attribution::sent_identity::{JOB_ID, LOCAL_RANK, RANK, WORLD_SIZE};
 use crate::attribution::{AttributionMethod, Workload};
+use crate::schema::attribute_keys::{
+    HOST_NAME, K8S_NODE_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME, SERVICE_VERSION,
+};
 use crate::schema::attributes::AttributeId as A;
-
-/// `host.name`, as a pattern.
-const KEY_HOST_NAME: &str = A::HostName.key();
-/// `k8s.node.name`, as a pattern.
-const KEY_K8S_NODE_NAME: &str = A::K8sNodeName.key();
-/// `service.instance.id`, as a pattern.
-const KEY_SERVICE_INSTANCE_ID: &str = A::ServiceInstanceId.key();
-/// `service.name`, as a pattern.
-const KEY_SERVICE_NAME: &str = A::ServiceName.key();
-/// `service.version`, as a pattern.
-const KEY_SERVICE_VERSION: &str = A::ServiceVersion.key();
 
 /// gpulse's version: `service.version` and `telemetry.sdk.version` of the node resource, and
 /// the instrumentation scope's version.
@@ -82,11 +74,11 @@ impl NodeIdentity {
             let value = value.clone();
             match key.as_str() {
                 // `config` resolved it into `service_name` already, with its precedence.
-                KEY_SERVICE_NAME => {}
-                KEY_HOST_NAME => identity.host_name = value,
-                KEY_SERVICE_INSTANCE_ID => identity.service_instance_id = value,
-                KEY_SERVICE_VERSION => identity.service_version = value,
-                KEY_K8S_NODE_NAME => node_name = Some(value),
+                SERVICE_NAME => {}
+                HOST_NAME => identity.host_name = value,
+                SERVICE_INSTANCE_ID => identity.service_instance_id = value,
+                SERVICE_VERSION => identity.service_version = value,
+                K8S_NODE_NAME => node_name = Some(value),
                 _ => upsert_pair(&mut identity.extra_attributes, key.clone(), value),
             }
         }

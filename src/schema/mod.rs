@@ -19,6 +19,7 @@
 //!
 //! Pure data: depends on nothing else in gpulse.
 
+pub mod attribute_keys;
 pub mod attributes;
 #[cfg(test)]
 mod checklist;
