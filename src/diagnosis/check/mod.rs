@@ -177,8 +177,34 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         (None, None) => "identity n/a".to_string(),
     };
     push("Device reachable", CheckStatus::Pass, label);
+    for (name, check) in DEVICE_CHECKS {
+        let (status, reason) = check(d, opts);
+        push(name, status, reason);
+    }
+}
 
-    let (status, reason) = match &d.persistence_mode {
+/// A check's verdict on one device: its status and the reason shown beside it.
+type Verdict = (CheckStatus, String);
+
+/// How one check judges a device's facts.
+type DeviceCheck = fn(&DeviceFacts, &CheckOptions) -> Verdict;
+
+/// The checks of a reachable device, in the checklist's order: each its name and its verdict.
+const DEVICE_CHECKS: [(&str, DeviceCheck); 9] = [
+    ("Persistence mode", persistence_mode),
+    ("ECC mode", ecc_mode),
+    ("ECC errors", ecc_errors),
+    ("Throttling", throttling),
+    ("MIG mode", mig_mode),
+    ("GPU processes", gpu_processes),
+    ("Free memory", free_memory),
+    ("Retired pages", retired_pages),
+    ("Row remapping", row_remapping),
+];
+
+/// Persistence mode: off, every job start pays the driver's initialisation.
+fn persistence_mode(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.persistence_mode {
         Fact::Known(true) => (CheckStatus::Pass, "enabled".to_string()),
         Fact::Known(false) => (
             CheckStatus::Warn,
@@ -189,10 +215,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         ),
         Fact::NotSupported => (CheckStatus::Pass, "n/a (not supported)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("Persistence mode", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.ecc_mode {
+/// ECC mode: a pending change, or (with `warn_ecc_disabled`) ECC off.
+fn ecc_mode(d: &DeviceFacts, opts: &CheckOptions) -> Verdict {
+    match &d.ecc_mode {
         Fact::Known(m) if m.current != m.pending => (
             CheckStatus::Warn,
             format!(
@@ -211,10 +239,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         Fact::Known(_) => (CheckStatus::Pass, "disabled".to_string()),
         Fact::NotSupported => (CheckStatus::Pass, "n/a (board without ECC)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("ECC mode", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.ecc_errors {
+/// Uncorrectable ECC errors since the driver loaded, then over the board's lifetime.
+fn ecc_errors(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.ecc_errors {
         Fact::Known(c) if c.uncorrected_volatile > 0 => (
             CheckStatus::Fail,
             format!(
@@ -242,17 +272,21 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
             "n/a (ECC off or not supported)".to_string(),
         ),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("ECC errors", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.throttle_reasons {
+/// The active clock-throttle reasons (`throttle_verdict`).
+fn throttling(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.throttle_reasons {
         Fact::Known(bits) => throttle_verdict(*bits),
         Fact::NotSupported => (CheckStatus::Pass, "n/a (not supported)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("Throttling", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.mig_mode {
+/// MIG mode: a change that waits for a GPU reset.
+fn mig_mode(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.mig_mode {
         Fact::Known(m) if m.current != m.pending => (
             CheckStatus::Warn,
             format!(
@@ -264,11 +298,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         Fact::Known(m) => (CheckStatus::Pass, on_off(m.current).to_string()),
         Fact::NotSupported => (CheckStatus::Pass, "n/a (not a MIG-capable GPU)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Pass, format!("n/a: {e}")),
-    };
-    push("MIG mode", status, reason);
+    }
+}
 
-    let procs = d.processes.known();
-    let (status, reason) = match &d.processes {
+/// The processes holding the GPU (a warning when the node was expected idle).
+fn gpu_processes(d: &DeviceFacts, opts: &CheckOptions) -> Verdict {
+    match &d.processes {
         Fact::Known(list) if list.is_empty() => (CheckStatus::Pass, "none".to_string()),
         Fact::Known(list) => {
             let held: u64 = list.iter().filter_map(|p| p.used_bytes).sum();
@@ -291,10 +326,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         }
         Fact::NotSupported => (CheckStatus::Pass, "n/a (not supported)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("GPU processes", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.memory {
+/// Free memory, and memory held with no process listed.
+fn free_memory(d: &DeviceFacts, opts: &CheckOptions) -> Verdict {
+    match &d.memory {
         Fact::Known(m) => {
             let usable = m.total.saturating_sub(m.reserved).max(1);
             let ratio = m.free as f64 / usable as f64;
@@ -304,7 +341,7 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
                 human_bytes(usable as f64),
                 ratio * 100.0
             );
-            let idle = procs.is_some_and(|p| p.is_empty());
+            let idle = d.processes.known().is_some_and(|p| p.is_empty());
             if idle && ratio < opts.min_free_ratio_when_idle {
                 (
                     CheckStatus::Warn,
@@ -320,10 +357,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         }
         Fact::NotSupported => (CheckStatus::Pass, "n/a (not supported)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Warn, format!("n/a: {e}")),
-    };
-    push("Free memory", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.retired_pages_pending {
+/// Pages waiting to be retired (boards before row remapping).
+fn retired_pages(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.retired_pages_pending {
         Fact::Known(true) => (
             CheckStatus::Warn,
             "pages are pending retirement: reboot or reset the GPU (drained) to retire them"
@@ -332,10 +371,12 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
         Fact::Known(false) => (CheckStatus::Pass, "none pending".to_string()),
         Fact::NotSupported => (CheckStatus::Pass, "n/a (row remapping instead)".to_string()),
         Fact::Unavailable(e) => (CheckStatus::Pass, format!("n/a: {e}")),
-    };
-    push("Retired pages", status, reason);
+    }
+}
 
-    let (status, reason) = match &d.remapped_rows {
+/// The row remapper: a failed or pending remapping.
+fn row_remapping(d: &DeviceFacts, _opts: &CheckOptions) -> Verdict {
+    match &d.remapped_rows {
         Fact::Known(r) if r.failure => (
             CheckStatus::Fail,
             format!(
@@ -366,8 +407,7 @@ fn device_checks(d: &DeviceFacts, opts: &CheckOptions, out: &mut Vec<CheckResult
             "n/a (the GPU answered NOT_SUPPORTED: it has no row remapper)".to_string(),
         ),
         Fact::Unavailable(e) => (CheckStatus::Pass, format!("n/a: {e}")),
-    };
-    push("Row remapping", status, reason);
+    }
 }
 
 fn on_off(b: bool) -> &'static str {
