@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::attribution::Workload;
 use crate::diagnosis::framework::Layer;
 use crate::diagnosis::Finding;
+use crate::pipeline::report::DeviceReport;
 use crate::pipeline::SnapshotReport;
 use crate::sampling::{DeviceStatus, ProcessKind};
 use crate::schema::{DeviceField as F, GpmField};
@@ -83,123 +84,151 @@ pub(crate) fn render_table(report: &SnapshotReport) -> String {
         h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
     );
     for d in &report.devices {
-        if d.status == DeviceStatus::Lost {
-            let _ = writeln!(
-                out,
-                "{:<3} {:<28} {:<16} LOST: the GPU is not answering (fallen off the bus?)",
-                d.index,
-                truncate(d.name, 28),
-                d.pci_bus_id
-            );
-            continue;
-        }
-        let field = |f: F| d.fields.get(f);
-        let power = match (field(F::Power), field(F::PowerLimit)) {
-            (None, None) => "n/a".to_string(),
-            (p, l) => format!(
-                "{}/{}",
-                p.map_or("n/a".into(), |v| format!("{v:.0}W")),
-                l.map_or("n/a".into(), |v| format!("{v:.0}W"))
-            ),
-        };
-        let clocks = format!(
-            "{}/{}",
-            opt(field(F::SmClock), ""),
-            opt(field(F::MemoryClock), "")
+        render_device(&mut out, d);
+    }
+    let _ = writeln!(out);
+    render_processes(&mut out, report);
+    if let (Some(accounting), Some(w)) = (&report.accounting, &report.window) {
+        crate::attribution::rollup_table::render_rollups(
+            &mut out,
+            accounting.rollups,
+            accounting.cause_rollups,
+            w.end - w.start,
         );
+    }
+    render_findings(&mut out, &report.findings);
+    render_rank_note(&mut out, report);
+    out
+}
+
+/// One GPU's row of the table, then the lines only some GPUs have (`render_device_details`).
+fn render_device(out: &mut String, d: &DeviceReport) {
+    if d.status == DeviceStatus::Lost {
         let _ = writeln!(
             out,
-            "{:<3} {:<28} {:<16} {:>5} {:>6} {:>15} {:>19} {:>6} {:>6} {:>11}",
+            "{:<3} {:<28} {:<16} LOST: the GPU is not answering (fallen off the bus?)",
             d.index,
             truncate(d.name, 28),
-            truncate(d.pci_bus_id, 16),
-            // A window's temperature is a mean: whole degrees, as nvidia-smi prints.
-            opt(field(F::Temperature).map(f64::round), "C"),
-            pct(field(F::FanSpeed)),
-            power,
-            format!(
-                "{}/{}",
-                mib(field(F::MemoryUsed).map(|b| b as u64)),
-                mib(field(F::MemoryTotal).map(|b| b as u64))
-            ),
-            pct(field(F::UtilizationGpu)),
-            pct(field(F::UtilizationMemory)),
-            clocks
+            d.pci_bus_id
         );
-        if d.activity.get(GpmField::SmActivity).is_some()
-            || d.activity.get(GpmField::TensorActivity).is_some()
-        {
-            // GPM: what share of the GPU works, next to Util's "some kernel ran".
-            let _ = writeln!(
-                out,
-                "    activity: SM {}  occupancy {}  tensor {}  DRAM {}",
-                pct(d.activity.get(GpmField::SmActivity)),
-                pct(d.activity.get(GpmField::SmOccupancy)),
-                pct(d.activity.get(GpmField::TensorActivity)),
-                pct(d.activity.get(GpmField::DramActivity))
-            );
-        }
-        if !d.nvlink.is_empty() {
-            let down: Vec<String> = d
-                .nvlink
-                .iter()
-                .filter(|l| l.active == Some(false))
-                .map(|l| l.link.to_string())
-                .collect();
-            let _ = writeln!(
-                out,
-                "    nvlink: {} links, {}",
-                d.nvlink.len(),
-                if down.is_empty() {
-                    "none down".to_string()
-                } else {
-                    format!("down: {}", down.join(", "))
-                }
-            );
-        }
-        if let Some(r) = d.remapped_rows.filter(|r| r.pending || r.failure) {
-            // What an on-call engineer must act on; healthy remap counts stay in the JSON.
-            let _ = writeln!(
-                out,
-                "    row remapping: {} correctable, {} uncorrectable, {}",
-                r.correctable,
-                r.uncorrectable,
-                if r.failure {
-                    "a remapping FAILED: the memory cannot be repaired, replace the GPU"
-                } else {
-                    "a remapping is pending: reset the GPU to apply it"
-                }
-            );
-        }
-        for m in &d.mig_instances {
-            // A MIG device under its GPU: identity, memory slice, its GPU instance's activity.
-            // NVML names a MIG device "<GPU name> MIG <profile>": the profile is what tells
-            // instances apart here.
-            let profile = crate::sampling::model::mig_profile(m.name);
-            let _ = writeln!(
-                out,
-                "    MIG GI {} CI {}  {:<10} {:<40} {:>19}  SM {}  tensor {}  DRAM {}",
-                m.gpu_instance_id,
-                m.compute_instance_id,
-                truncate(profile, 10),
-                m.uuid,
-                format!("{}/{}", mib(m.memory_used_bytes), mib(m.memory_total_bytes)),
-                pct(m.activity.get(GpmField::SmActivity)),
-                pct(m.activity.get(GpmField::TensorActivity)),
-                pct(m.activity.get(GpmField::DramActivity))
-            );
-        }
-        if let Some(reasons) = &d.throttle_reasons {
-            let notable: Vec<&str> = reasons
-                .iter()
-                .copied()
-                .filter(|r| *r != "gpu_idle")
-                .collect();
-            if !notable.is_empty() {
-                let _ = writeln!(out, "    throttled: {}", notable.join(", "));
+        return;
+    }
+    let field = |f: F| d.fields.get(f);
+    let power = match (field(F::Power), field(F::PowerLimit)) {
+        (None, None) => "n/a".to_string(),
+        (p, l) => format!(
+            "{}/{}",
+            p.map_or("n/a".into(), |v| format!("{v:.0}W")),
+            l.map_or("n/a".into(), |v| format!("{v:.0}W"))
+        ),
+    };
+    let clocks = format!(
+        "{}/{}",
+        opt(field(F::SmClock), ""),
+        opt(field(F::MemoryClock), "")
+    );
+    let _ = writeln!(
+        out,
+        "{:<3} {:<28} {:<16} {:>5} {:>6} {:>15} {:>19} {:>6} {:>6} {:>11}",
+        d.index,
+        truncate(d.name, 28),
+        truncate(d.pci_bus_id, 16),
+        // A window's temperature is a mean: whole degrees, as nvidia-smi prints.
+        opt(field(F::Temperature).map(f64::round), "C"),
+        pct(field(F::FanSpeed)),
+        power,
+        format!(
+            "{}/{}",
+            mib(field(F::MemoryUsed).map(|b| b as u64)),
+            mib(field(F::MemoryTotal).map(|b| b as u64))
+        ),
+        pct(field(F::UtilizationGpu)),
+        pct(field(F::UtilizationMemory)),
+        clocks
+    );
+    render_device_details(out, d);
+}
+
+/// What some GPUs add under their row: GPM activity, NVLink links down, a row remapping to act
+/// on, the MIG devices, the notable throttle reasons.
+fn render_device_details(out: &mut String, d: &DeviceReport) {
+    if d.activity.get(GpmField::SmActivity).is_some()
+        || d.activity.get(GpmField::TensorActivity).is_some()
+    {
+        // GPM: what share of the GPU works, next to Util's "some kernel ran".
+        let _ = writeln!(
+            out,
+            "    activity: SM {}  occupancy {}  tensor {}  DRAM {}",
+            pct(d.activity.get(GpmField::SmActivity)),
+            pct(d.activity.get(GpmField::SmOccupancy)),
+            pct(d.activity.get(GpmField::TensorActivity)),
+            pct(d.activity.get(GpmField::DramActivity))
+        );
+    }
+    if !d.nvlink.is_empty() {
+        let down: Vec<String> = d
+            .nvlink
+            .iter()
+            .filter(|l| l.active == Some(false))
+            .map(|l| l.link.to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "    nvlink: {} links, {}",
+            d.nvlink.len(),
+            if down.is_empty() {
+                "none down".to_string()
+            } else {
+                format!("down: {}", down.join(", "))
             }
+        );
+    }
+    if let Some(r) = d.remapped_rows.filter(|r| r.pending || r.failure) {
+        // What an on-call engineer must act on; healthy remap counts stay in the JSON.
+        let _ = writeln!(
+            out,
+            "    row remapping: {} correctable, {} uncorrectable, {}",
+            r.correctable,
+            r.uncorrectable,
+            if r.failure {
+                "a remapping FAILED: the memory cannot be repaired, replace the GPU"
+            } else {
+                "a remapping is pending: reset the GPU to apply it"
+            }
+        );
+    }
+    for m in &d.mig_instances {
+        // A MIG device under its GPU: identity, memory slice, its GPU instance's activity.
+        // NVML names a MIG device "<GPU name> MIG <profile>": the profile is what tells
+        // instances apart here.
+        let profile = crate::sampling::model::mig_profile(m.name);
+        let _ = writeln!(
+            out,
+            "    MIG GI {} CI {}  {:<10} {:<40} {:>19}  SM {}  tensor {}  DRAM {}",
+            m.gpu_instance_id,
+            m.compute_instance_id,
+            truncate(profile, 10),
+            m.uuid,
+            format!("{}/{}", mib(m.memory_used_bytes), mib(m.memory_total_bytes)),
+            pct(m.activity.get(GpmField::SmActivity)),
+            pct(m.activity.get(GpmField::TensorActivity)),
+            pct(m.activity.get(GpmField::DramActivity))
+        );
+    }
+    if let Some(reasons) = &d.throttle_reasons {
+        let notable: Vec<&str> = reasons
+            .iter()
+            .copied()
+            .filter(|r| *r != "gpu_idle")
+            .collect();
+        if !notable.is_empty() {
+            let _ = writeln!(out, "    throttled: {}", notable.join(", "));
         }
     }
+}
+
+/// The process table (or the line saying there is none).
+fn render_processes(out: &mut String, report: &SnapshotReport) {
     let _ = writeln!(out);
     if report.processes.is_empty() {
         let _ = writeln!(out, "No GPU processes.");
@@ -280,17 +309,6 @@ pub(crate) fn render_table(report: &SnapshotReport) -> String {
             );
         }
     }
-    if let (Some(accounting), Some(w)) = (&report.accounting, &report.window) {
-        crate::attribution::rollup_table::render_rollups(
-            &mut out,
-            accounting.rollups,
-            accounting.cause_rollups,
-            w.end - w.start,
-        );
-    }
-    render_findings(&mut out, &report.findings);
-    render_rank_note(&mut out, report);
-    out
 }
 
 /// A one-sample or windowed snapshot runs no OTLP receiver, so it never hears the ranks' step
