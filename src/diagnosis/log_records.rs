@@ -83,7 +83,44 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
             &super::framework::Layer::join(&f.evidence),
         ));
     }
-    match &f.subject {
+    subject_attributes(&f.subject, &mut attributes);
+    for (name, value) in &f.values {
+        let v = match value {
+            Value::Int(i) => any_value::Value::IntValue(*i),
+            Value::Float(x) => any_value::Value::DoubleValue(*x),
+            Value::Text(s) => any_value::Value::StringValue(s.clone()),
+        };
+        // A few values have a name of their own: the cause a rule told apart, and the rank and
+        // job a distributed finding is about, named as the job's own telemetry names them.
+        let key = match name.as_str() {
+            "cause" => A::DiagnosisCause.key().to_string(),
+            "stack" => A::CodeStacktrace.key().to_string(),
+            "rank" => RANK.to_string(),
+            "job_id" if !attributes.iter().any(|a| a.key == JOB_ID) => JOB_ID.to_string(),
+            "job_id" => continue,
+            _ => format!("{VALUE_PREFIX}{name}"),
+        };
+        attributes.push(kv(&key, v));
+    }
+    LogRecord {
+        time_unix_nano: time,
+        observed_time_unix_nano: time,
+        severity_number: number as i32,
+        severity_text: severity_text(number).to_string(),
+        body: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(body)),
+        }),
+        attributes,
+        event_name: EVENT_NAME.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The attributes that say who a finding is about: the device (`hw.id`, `gpu.index`), the
+/// workload's process and, as its metric points have them, its device or MIG instance, or the
+/// job's key, processes and devices.
+fn subject_attributes(subject: &Subject, attributes: &mut Vec<KeyValue>) {
+    match subject {
         Subject::Device(d) => {
             attributes.push(kv_str(A::HwId.key(), &d.uuid));
             attributes.push(kv_int(A::GpuIndex.key(), i64::from(d.index)));
@@ -160,36 +197,6 @@ pub fn to_log_record(event: &FindingEvent) -> LogRecord {
                 }
             }
         }
-    }
-    for (name, value) in &f.values {
-        let v = match value {
-            Value::Int(i) => any_value::Value::IntValue(*i),
-            Value::Float(x) => any_value::Value::DoubleValue(*x),
-            Value::Text(s) => any_value::Value::StringValue(s.clone()),
-        };
-        // A few values have a name of their own: the cause a rule told apart, and the rank and
-        // job a distributed finding is about, named as the job's own telemetry names them.
-        let key = match name.as_str() {
-            "cause" => A::DiagnosisCause.key().to_string(),
-            "stack" => A::CodeStacktrace.key().to_string(),
-            "rank" => RANK.to_string(),
-            "job_id" if !attributes.iter().any(|a| a.key == JOB_ID) => JOB_ID.to_string(),
-            "job_id" => continue,
-            _ => format!("{VALUE_PREFIX}{name}"),
-        };
-        attributes.push(kv(&key, v));
-    }
-    LogRecord {
-        time_unix_nano: time,
-        observed_time_unix_nano: time,
-        severity_number: number as i32,
-        severity_text: severity_text(number).to_string(),
-        body: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(body)),
-        }),
-        attributes,
-        event_name: EVENT_NAME.to_string(),
-        ..Default::default()
     }
 }
 
