@@ -295,7 +295,7 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
         points: points.iter().map(|p| (p.t, value(p))).collect(),
         dashed: false,
     };
-    let activity: Vec<Line> = [
+    let activity = vec![
         line("utilisation", colours::UTILIZATION, |p| {
             p.utilization.map(|v| f64::from(v) * 100.0)
         }),
@@ -308,37 +308,114 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
         line("DRAM activity", colours::DRAM_ACTIVITY, |p| {
             p.dram_activity.map(|v| f64::from(v) * 100.0)
         }),
-    ]
-    .into_iter()
-    .filter(|l| l.points.iter().any(|(_, v)| v.is_some()))
-    .collect();
-    section(
+    ];
+    panel(
         page,
         "Activity",
-        &activity,
         "no activity figures from this GPU",
+        Chart {
+            y_max: 100.0,
+            y_format: charts::percent,
+            duration: duration_s,
+            lines: activity,
+            bands: activity_bands,
+        },
+        &[
+            ("finding".into(), colours::FINDING),
+            ("data wait".into(), colours::DATA_WAIT),
+        ],
     );
-    if !activity.is_empty() {
-        chart(
-            page,
-            &Chart {
-                y_max: 100.0,
-                y_format: charts::percent,
-                duration: duration_s,
-                lines: activity.clone(),
-                bands: activity_bands,
-            },
-            &activity,
-            &[
-                ("finding".into(), colours::FINDING),
-                ("data wait".into(), colours::DATA_WAIT),
-            ],
-        );
-    }
 
-    let mut memory = vec![line("device memory used", colours::MEMORY_USED, |p| {
+    let used = line("device memory used", colours::MEMORY_USED, |p| {
         p.memory_used.map(|b| b / GIB)
-    })];
+    });
+    panel(
+        page,
+        "Memory",
+        "no memory figures from this GPU",
+        Chart {
+            y_max: 1.0,
+            y_format: charts::gib,
+            duration: duration_s,
+            lines: memory_lines(recording, device, used),
+            bands: finding_bands.clone(),
+        },
+        &[],
+    );
+
+    let power = line("power", colours::POWER, |p| p.power_watts.map(f64::from));
+    panel(
+        page,
+        "Power",
+        "no power figures from this GPU",
+        Chart {
+            y_max: 10.0,
+            y_format: charts::watts,
+            duration: duration_s,
+            lines: vec![power],
+            bands: finding_bands,
+        },
+        &[],
+    );
+
+    let clocks = vec![
+        line("SM clock", colours::SM_CLOCK, |p| {
+            p.sm_clock_mhz.map(f64::from)
+        }),
+        line("memory clock", colours::MEMORY_CLOCK, |p| {
+            p.memory_clock_mhz.map(f64::from)
+        }),
+    ];
+    let throttled: Vec<Band> = points
+        .iter()
+        .filter(|p| p.throttle.is_some_and(|bits| bits & !NOT_A_SLOWDOWN != 0))
+        .map(|p| Band {
+            start: p.t,
+            end: p.t + p.dt.max(recording.sample_interval_seconds.unwrap_or(0.0)),
+            colour: colours::THROTTLE,
+        })
+        .collect();
+    panel(
+        page,
+        "Clocks and throttling",
+        "no clock figures from this GPU",
+        Chart {
+            y_max: 100.0,
+            y_format: charts::mhz,
+            duration: duration_s,
+            lines: clocks,
+            bands: throttled,
+        },
+        &[("throttled".into(), colours::THROTTLE)],
+    );
+    page.push_str("</div>\n");
+}
+
+/// One panel of a GPU's section: its heading, then its chart with a legend of its lines and
+/// `bands`, or a note saying `missing` when none of its lines has a figure (a line without any
+/// is left out of the chart and the legend).
+fn panel(
+    page: &mut String,
+    title: &str,
+    missing: &str,
+    mut figure: Chart,
+    bands: &[(String, (u8, u8, u8))],
+) {
+    figure
+        .lines
+        .retain(|l| l.points.iter().any(|(_, v)| v.is_some()));
+    section(page, title, &figure.lines, missing);
+    if !figure.lines.is_empty() {
+        let lines = figure.lines.clone();
+        chart(page, &figure, &lines, bands);
+    }
+}
+
+/// The memory panel's lines: the device's `used` and total, the other processes summed, and the
+/// command's processes.
+fn memory_lines(recording: &Recording, device: &DeviceTrack, used: Line) -> Vec<Line> {
+    let duration_s = recording.duration_seconds();
+    let mut memory = vec![used];
     if let Some(total) = device.memory_total_bytes {
         memory.push(Line {
             label: "device memory total".into(),
@@ -391,89 +468,7 @@ fn device_section(page: &mut String, recording: &Recording, device: &DeviceTrack
             dashed: false,
         });
     }
-    let memory: Vec<Line> = memory
-        .into_iter()
-        .filter(|l| l.points.iter().any(|(_, v)| v.is_some()))
-        .collect();
-    section(page, "Memory", &memory, "no memory figures from this GPU");
-    if !memory.is_empty() {
-        chart(
-            page,
-            &Chart {
-                y_max: 1.0,
-                y_format: charts::gib,
-                duration: duration_s,
-                lines: memory.clone(),
-                bands: finding_bands.clone(),
-            },
-            &memory,
-            &[],
-        );
-    }
-
-    let power: Vec<Line> = [line("power", colours::POWER, |p| {
-        p.power_watts.map(f64::from)
-    })]
-    .into_iter()
-    .filter(|l| l.points.iter().any(|(_, v)| v.is_some()))
-    .collect();
-    section(page, "Power", &power, "no power figures from this GPU");
-    if !power.is_empty() {
-        chart(
-            page,
-            &Chart {
-                y_max: 10.0,
-                y_format: charts::watts,
-                duration: duration_s,
-                lines: power.clone(),
-                bands: finding_bands,
-            },
-            &power,
-            &[],
-        );
-    }
-
-    let clocks: Vec<Line> = [
-        line("SM clock", colours::SM_CLOCK, |p| {
-            p.sm_clock_mhz.map(f64::from)
-        }),
-        line("memory clock", colours::MEMORY_CLOCK, |p| {
-            p.memory_clock_mhz.map(f64::from)
-        }),
-    ]
-    .into_iter()
-    .filter(|l| l.points.iter().any(|(_, v)| v.is_some()))
-    .collect();
-    let throttled: Vec<Band> = points
-        .iter()
-        .filter(|p| p.throttle.is_some_and(|bits| bits & !NOT_A_SLOWDOWN != 0))
-        .map(|p| Band {
-            start: p.t,
-            end: p.t + p.dt.max(recording.sample_interval_seconds.unwrap_or(0.0)),
-            colour: colours::THROTTLE,
-        })
-        .collect();
-    section(
-        page,
-        "Clocks and throttling",
-        &clocks,
-        "no clock figures from this GPU",
-    );
-    if !clocks.is_empty() {
-        chart(
-            page,
-            &Chart {
-                y_max: 100.0,
-                y_format: charts::mhz,
-                duration: duration_s,
-                lines: clocks.clone(),
-                bands: throttled,
-            },
-            &clocks,
-            &[("throttled".into(), colours::THROTTLE)],
-        );
-    }
-    page.push_str("</div>\n");
+    memory
 }
 
 /// The memory of several processes added up, in GiB, over [`MAX_CHART_POINTS`] time buckets
