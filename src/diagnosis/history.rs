@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::SystemTime;
 
-use crate::sampling::Window;
+use crate::sampling::{DeviceWindow, Window};
 use crate::schema::{DeviceField, GpmField};
 
 use crate::config::thresholds::HistoryLimits;
@@ -78,6 +78,34 @@ impl InterconnectTraffic {
             interconnect: Interconnect::Pcie,
             bytes_per_second,
         })
+    }
+}
+
+/// A device's figures over one window that each summary of its processes carries.
+#[derive(Debug, Clone, Copy, Default)]
+struct DeviceFigures {
+    utilization: Option<f64>,
+    sm_activity: Option<f64>,
+    tensor_activity: Option<f64>,
+    /// Mean power over the power limit.
+    power_ratio: Option<f64>,
+    interconnect: Option<InterconnectTraffic>,
+}
+
+impl DeviceFigures {
+    fn of(d: &DeviceWindow) -> Self {
+        let mean = |field| d.gauge(field).map(|g| g.mean);
+        let gpm_mean = |field| d.gpm.gauge(field).map(|g| g.mean);
+        DeviceFigures {
+            utilization: mean(DeviceField::UtilizationGpu),
+            sm_activity: gpm_mean(GpmField::SmActivity),
+            tensor_activity: gpm_mean(GpmField::TensorActivity),
+            power_ratio: match (mean(DeviceField::Power), mean(DeviceField::PowerLimit)) {
+                (Some(power), Some(limit)) if limit > 0.0 => Some(power / limit),
+                _ => None,
+            },
+            interconnect: InterconnectTraffic::of(d),
+        }
     }
 }
 
@@ -154,69 +182,38 @@ impl History {
         self.last_recorded_end = Some(window.end);
         self.recordings += 1;
         let recording = self.recordings;
+        self.append(window, recording);
+        // Series of processes the window did not list are dropped.
+        self.retain_series(|series| series.listed_in == recording);
+        self.trim(window.end);
+        self.evict_beyond_max_series(window.end);
+        self.record_device_counters(window);
+    }
 
-        let device_util: HashMap<&str, Option<f64>> = window
+    /// Appends each listed process's summary of `window` to its series on its device, marking
+    /// the series as listed in `recording`.
+    fn append(&mut self, window: &Window, recording: u64) {
+        let figures: HashMap<&str, DeviceFigures> = window
             .devices
             .iter()
-            .map(|d| {
-                (
-                    d.info.uuid.as_str(),
-                    d.gauge(DeviceField::UtilizationGpu).map(|g| g.mean),
-                )
-            })
+            .map(|d| (d.info.uuid.as_str(), DeviceFigures::of(d)))
             .collect();
-        let device_gpm: HashMap<&str, (Option<f64>, Option<f64>)> = window
-            .devices
-            .iter()
-            .map(|d| {
-                let mean = |g: Option<crate::sampling::Gauge>| g.map(|g| g.mean);
-                let activity = (
-                    mean(d.gpm.gauge(GpmField::SmActivity)),
-                    mean(d.gpm.gauge(GpmField::TensorActivity)),
-                );
-                (d.info.uuid.as_str(), activity)
-            })
-            .collect();
-
-        let device_power_ratio: HashMap<&str, Option<f64>> = window
-            .devices
-            .iter()
-            .map(|d| {
-                let mean = |field| d.gauge(field).map(|g| g.mean);
-                let ratio = match (mean(DeviceField::Power), mean(DeviceField::PowerLimit)) {
-                    (Some(power), Some(limit)) if limit > 0.0 => Some(power / limit),
-                    _ => None,
-                };
-                (d.info.uuid.as_str(), ratio)
-            })
-            .collect();
-
-        let device_interconnect: HashMap<&str, Option<InterconnectTraffic>> = window
-            .devices
-            .iter()
-            .map(|d| (d.info.uuid.as_str(), InterconnectTraffic::of(d)))
-            .collect();
-
         for p in &window.processes {
+            let device = figures
+                .get(p.device_uuid.as_str())
+                .copied()
+                .unwrap_or_default();
             let mut summary = WindowSummary {
                 start: window.start,
                 end: window.end,
                 gpu_memory_last_bytes: p.gpu_memory_bytes.map(|g| g.last.max(0.0) as u64),
                 gpu_memory_max_bytes: p.gpu_memory_bytes.map(|g| g.max.max(0.0) as u64),
                 sm_utilization_mean: p.sm_utilization.map(|g| g.mean),
-                device_utilization_mean: device_util.get(p.device_uuid.as_str()).copied().flatten(),
-                device_sm_activity_mean: device_gpm.get(p.device_uuid.as_str()).and_then(|g| g.0),
-                device_tensor_activity_mean: device_gpm
-                    .get(p.device_uuid.as_str())
-                    .and_then(|g| g.1),
-                device_power_ratio_mean: device_power_ratio
-                    .get(p.device_uuid.as_str())
-                    .copied()
-                    .flatten(),
-                device_interconnect: device_interconnect
-                    .get(p.device_uuid.as_str())
-                    .copied()
-                    .flatten(),
+                device_utilization_mean: device.utilization,
+                device_sm_activity_mean: device.sm_activity,
+                device_tensor_activity_mean: device.tensor_activity,
+                device_power_ratio_mean: device.power_ratio,
+                device_interconnect: device.interconnect,
                 on_mig_instance: false,
             };
             // On MIG the process's load is its instance's, not the whole GPU's: a rule on its
@@ -248,11 +245,12 @@ impl History {
             series.listed_in = recording;
             series.summaries.push_back(summary);
         }
+    }
 
-        // Series of processes the window did not list are dropped.
-        self.retain_series(|series| series.listed_in == recording);
-
-        let oldest_kept = window.end.checked_sub(self.limits.max_age);
+    /// Drops the summaries past `max_windows` or older than `max_age` before `end`, then the
+    /// series left empty.
+    fn trim(&mut self, end: SystemTime) {
+        let oldest_kept = end.checked_sub(self.limits.max_age);
         for series in self.series.values_mut().flatten().map(|(_, series)| series) {
             while series.summaries.len() > self.limits.max_windows {
                 series.summaries.pop_front();
@@ -264,7 +262,10 @@ impl History {
             }
         }
         self.retain_series(|series| !series.summaries.is_empty());
+    }
 
+    /// Past `max_series` series, keeps the longest-running ones.
+    fn evict_beyond_max_series(&mut self, end: SystemTime) {
         if self.series_count() > self.limits.max_series {
             // Keep the longest-running series: they carry the trends; a burst of short-lived
             // processes should not evict a training job's history.
@@ -275,7 +276,7 @@ impl History {
                     rows.iter().map(move |(uuid, s)| {
                         (
                             (pid, uuid.clone()),
-                            s.summaries.front().map_or(window.end, |f| f.start),
+                            s.summaries.front().map_or(end, |f| f.start),
                         )
                     })
                 })
@@ -290,7 +291,11 @@ impl History {
                 }
             }
         }
+    }
 
+    /// Moves each device's cumulative error counters on by one window, and forgets devices the
+    /// window did not list.
+    fn record_device_counters(&mut self, window: &Window) {
         let mut seen_devices: HashSet<&str> = HashSet::new();
         for d in &window.devices {
             seen_devices.insert(d.info.uuid.as_str());
