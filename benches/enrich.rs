@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpulse::enrich::span_attributes::{enrich_request, MatchedBy};
-use gpulse::enrich::{History, HistoryHandle, Intake, IntakeSettings};
+use gpulse::enrich::{Intake, IntakeSettings, SampleHistory, SampleHistoryHandle};
 use gpulse::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
 use gpulse::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 use gpulse::sampling::{
@@ -99,9 +99,9 @@ fn snapshot(infos: &[Arc<DeviceInfo>], at: SystemTime, tick: u64) -> Snapshot {
 }
 
 /// Ten minutes of 1 s samples ending at `T0 + 600`.
-fn full_history(interval: Duration) -> History {
+fn full_history(interval: Duration) -> SampleHistory {
     let infos = devices();
-    let mut history = History::new(Duration::from_secs(600), interval);
+    let mut history = SampleHistory::new(Duration::from_secs(600), interval);
     let n = (600.0 / interval.as_secs_f64()) as u64;
     for tick in 0..=n {
         let at = UNIX_EPOCH + Duration::from_secs(T0) + interval * tick as u32;
@@ -210,7 +210,7 @@ fn benches(c: &mut Criterion) {
         Discard,
     );
     runtime.spawn(sender.run());
-    let handle = HistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
+    let handle = SampleHistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
     {
         let infos = devices();
         for tick in 0..=600u64 {

@@ -23,7 +23,7 @@ use crate::cli::{GlobalArgs, InspectArgs, RunArgs};
 use crate::config::{env, Config, InspectConfig, LoadedFile};
 use crate::diagnosis::framework::{FrameworkHandle, FrameworkLimits};
 use crate::enrich::grpc::OtlpGrpc;
-use crate::enrich::{HistoryHandle, Intake, IntakeSettings, ProcessIdentity, SpanObserver};
+use crate::enrich::{Intake, IntakeSettings, ProcessIdentity, SampleHistoryHandle, SpanObserver};
 use crate::export::queue::{BackoffPolicy, DeliveryQueue, QueueLimits};
 use crate::export::transport::{EncodedRequest, SendError, SendOutcome, Signal, Transport};
 use crate::sampling::{
@@ -155,10 +155,10 @@ const RECEIVER_CONTAINER_ID: &str =
 /// GPU processes the seeds' spans name: PID 42 (PID 7 in its namespace, container
 /// [`RECEIVER_CONTAINER_ID`], `service.instance.id` `trainer-0`) on GPU-a and PID 43 on GPU-b,
 /// sampled every second from t = 100 s to 110 s after the epoch.
-fn receiver_history() -> &'static HistoryHandle {
-    static HISTORY: OnceLock<HistoryHandle> = OnceLock::new();
+fn receiver_history() -> &'static SampleHistoryHandle {
+    static HISTORY: OnceLock<SampleHistoryHandle> = OnceLock::new();
     HISTORY.get_or_init(|| {
-        let history = HistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
+        let history = SampleHistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=110 {
             history.record(&Snapshot {
                 at: UNIX_EPOCH + Duration::from_secs(t),

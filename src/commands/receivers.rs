@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::attribution::AttributedWindow;
 use crate::config::{Config, ReceiverSettings};
 use crate::enrich::{
-    HistoryHandle, Intake, IntakeSettings, ReceiverError, Receivers, SpanObserver,
+    Intake, IntakeSettings, ReceiverError, Receivers, SampleHistoryHandle, SpanObserver,
 };
 use crate::export::queue::QueueHandle;
 use crate::export::telemetry::ReceiverCounters;
@@ -106,7 +106,7 @@ pub(crate) async fn start(
     plan: IntakePlan,
     windows: &mut WindowLoop,
 ) -> Result<Receivers, ReceiverError> {
-    let history = HistoryHandle::new(plan.receiver.history, plan.sample_interval);
+    let history = SampleHistoryHandle::new(plan.receiver.history, plan.sample_interval);
     let max_queue_bytes = plan.upstream.as_ref().map_or(0, |up| up.max_queue_bytes);
     let settings = IntakeSettings {
         proc_root: plan.proc_root,
@@ -131,7 +131,7 @@ pub(crate) async fn start(
 
 /// The receivers' history learns each snapshot (spans are enriched from it) and the identities
 /// of each attributed window (which process a span's resource names).
-impl WindowObserver for HistoryHandle {
+impl WindowObserver for SampleHistoryHandle {
     fn snapshot(&self, snapshot: &Snapshot) {
         self.record(snapshot);
     }

@@ -16,7 +16,7 @@ use std::path::Path;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::sample_history::{History, HistoryHandle, ProcessIdentity};
+use super::sample_history::{ProcessIdentity, SampleHistory, SampleHistoryHandle};
 use crate::attribution::parse_cgroup;
 use crate::attribution::procfs::ProcDir;
 use crate::schema::attribute_keys::{CONTAINER_ID, PROCESS_PID, PROCESS_VPID, SERVICE_INSTANCE_ID};
@@ -74,7 +74,7 @@ pub(crate) enum Match {
 }
 
 /// Matches `key` against the identities known to `history`.
-pub(crate) fn match_resource(history: &History, key: &ResourceKey) -> Match {
+pub(crate) fn match_resource(history: &SampleHistory, key: &ResourceKey) -> Match {
     let unique = |candidates: Vec<u32>| match candidates.as_slice() {
         [] => Match::None,
         [one] => Match::Pid(*one),
@@ -129,7 +129,7 @@ pub(crate) fn match_resource(history: &History, key: &ResourceKey) -> Match {
 /// Fills in, from procfs, the identity of history PIDs that attribution has not named yet (a
 /// span can arrive before the first export window is attributed). Reads two small files per
 /// new PID; done off the async threads by the caller.
-pub(crate) fn identify_new(history: &HistoryHandle, proc_root: &Path) {
+pub(crate) fn identify_new(history: &SampleHistoryHandle, proc_root: &Path) {
     let pids = history.read().unidentified();
     if pids.is_empty() {
         return;
@@ -178,8 +178,8 @@ mod tests {
         }
     }
 
-    fn history() -> History {
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+    fn history() -> SampleHistory {
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         h.record(&snapshot(
             100,
             vec![device("GPU-a", 0.5, 10.0)],
@@ -301,7 +301,7 @@ mod tests {
             format!("0::/system.slice/docker-{}.scope\n", "c".repeat(64)),
         )
         .unwrap();
-        let handle = HistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
+        let handle = SampleHistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
         handle.record(&snapshot(
             100,
             vec![device("GPU-a", 0.5, 10.0)],

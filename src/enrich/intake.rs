@@ -41,7 +41,7 @@ use prost::Message as _;
 
 use super::identity::{identify_new, match_resource, Match, ResourceKey};
 use super::peer::{resolve_peer, PeerCache};
-use super::sample_history::HistoryHandle;
+use super::sample_history::SampleHistoryHandle;
 use super::span_attributes::{enrich_request, latest_end, span_count, MatchedBy, ResourcePids};
 use crate::diagnosis::framework::FrameworkHandle;
 use crate::export::logs::log_record_count;
@@ -143,7 +143,7 @@ impl std::fmt::Debug for SpanObserver {
 pub struct Intake {
     /// Where accepted requests go upstream; `None` for a local intake, which forwards nothing.
     queue: Option<QueueHandle>,
-    history: HistoryHandle,
+    history: SampleHistoryHandle,
     settings: IntakeSettings,
     peers: PeerCache,
     pub stats: IntakeStats,
@@ -183,7 +183,7 @@ struct Pending {
 }
 
 impl Intake {
-    pub fn new(queue: QueueHandle, history: HistoryHandle, settings: IntakeSettings) -> Self {
+    pub fn new(queue: QueueHandle, history: SampleHistoryHandle, settings: IntakeSettings) -> Self {
         Self {
             queue: Some(queue),
             ..Self::local(history, settings)
@@ -192,7 +192,7 @@ impl Intake {
 
     /// An intake with no export queue: it keeps the framework telemetry of known GPU processes
     /// (with [`Intake::with_framework`]) and forwards nothing (see the module's documentation).
-    pub(crate) fn local(history: HistoryHandle, settings: IntakeSettings) -> Self {
+    pub(crate) fn local(history: SampleHistoryHandle, settings: IntakeSettings) -> Self {
         Self {
             queue: None,
             history,
@@ -267,7 +267,7 @@ impl Intake {
         self.settings.max_wait
     }
 
-    pub(crate) fn history(&self) -> &HistoryHandle {
+    pub(crate) fn history(&self) -> &SampleHistoryHandle {
         &self.history
     }
 
@@ -671,7 +671,7 @@ mod tests {
             BackoffPolicy::default(),
             Never,
         );
-        let history = HistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
+        let history = SampleHistoryHandle::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=110 {
             history.record(&snapshot(
                 t,

@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use intake::{Accepted, Intake, IntakeError, IntakeSettings, Peer, SpanObserver};
-pub use sample_history::{GpuUsage, History, HistoryHandle, ProcessIdentity};
+pub use sample_history::{GpuUsage, ProcessIdentity, SampleHistory, SampleHistoryHandle};
 
 /// Why the receivers could not start.
 #[derive(Debug, thiserror::Error)]

@@ -27,9 +27,9 @@
 //!
 //! ## Cost
 //! A frame is about 48 bytes plus ~40 per device and ~32 per process sample; 10 minutes of 1 s
-//! samples of 8 GPUs and 16 processes is ~0.5 MiB. [`History::approx_bytes`] reports it.
+//! samples of 8 GPUs and 16 processes is ~0.5 MiB. [`SampleHistory::approx_bytes`] reports it.
 //!
-//! Readers and the one writer share it through [`HistoryHandle`] (an `RwLock` held for
+//! Readers and the one writer share it through [`SampleHistoryHandle`] (an `RwLock` held for
 //! microseconds, and a `watch` channel of the newest sample's time for spans that end after it).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -125,9 +125,9 @@ pub struct GpuUsage {
     pub samples: u32,
 }
 
-/// The ring itself: no locks, no clocks; [`HistoryHandle`] shares it.
+/// The ring itself: no locks, no clocks; [`SampleHistoryHandle`] shares it.
 #[derive(Debug)]
-pub struct History {
+pub struct SampleHistory {
     frames: VecDeque<Frame>,
     /// Kept frames reach back this far from the newest.
     retention: Duration,
@@ -140,7 +140,7 @@ pub struct History {
     last_seen: HashMap<u32, u64>,
 }
 
-impl History {
+impl SampleHistory {
     /// An empty history keeping `retention` of samples taken every `interval`.
     pub fn new(retention: Duration, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
@@ -471,15 +471,15 @@ fn round6(v: f64) -> f64 {
 
 /// The history shared between the pipeline (one writer, once per sample) and the receivers.
 #[derive(Debug, Clone)]
-pub struct HistoryHandle {
-    inner: Arc<RwLock<History>>,
+pub struct SampleHistoryHandle {
+    inner: Arc<RwLock<SampleHistory>>,
     newest: Arc<watch::Sender<u64>>,
 }
 
-impl HistoryHandle {
+impl SampleHistoryHandle {
     pub fn new(retention: Duration, interval: Duration) -> Self {
         Self {
-            inner: Arc::new(RwLock::new(History::new(retention, interval))),
+            inner: Arc::new(RwLock::new(SampleHistory::new(retention, interval))),
             newest: Arc::new(watch::Sender::new(0)),
         }
     }
@@ -512,12 +512,12 @@ impl HistoryHandle {
         reached
     }
 
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, History> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, SampleHistory> {
         // Every write leaves the ring consistent; a panicked writer must not stop enrichment.
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, History> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, SampleHistory> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -584,8 +584,8 @@ pub(crate) mod tests {
 
     /// One sample per second from t=100 s: utilisation 0.2 until t=105, then 0.8; the process
     /// 42 is alone on GPU-a, with 1 GiB then 3 GiB.
-    fn stepped() -> History {
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+    fn stepped() -> SampleHistory {
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=110 {
             let (util, mem) = if t <= 105 {
                 (0.2, 1 << 30)
@@ -648,7 +648,7 @@ pub(crate) mod tests {
 
     #[test]
     fn power_is_charged_by_absolute_busy_share_and_omitted_when_it_cannot_be() {
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=103 {
             h.record(&snapshot(
                 t,
@@ -670,7 +670,7 @@ pub(crate) mod tests {
         assert!((three.utilization_mean.unwrap() - 0.8).abs() < 1e-6);
 
         // Two processes on a GPU without per-process figures: no share is knowable.
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=103 {
             h.record(&snapshot(
                 t,
@@ -688,7 +688,7 @@ pub(crate) mod tests {
     /// 10 and 11 sharing GI 2. Each sample goes both into the span history and into the export
     /// path (window aggregator → accountant), in windows of five samples as `gpulse run` cuts
     /// them.
-    fn both_paths() -> (History, Vec<crate::attribution::Accounts>) {
+    fn both_paths() -> (SampleHistory, Vec<crate::attribution::Accounts>) {
         use crate::attribution::{GpuAccountant, Prices};
         use crate::sampling::{MigInstanceInfo, MigInstanceSample, ProcessMig, WindowAggregator};
 
@@ -711,7 +711,7 @@ pub(crate) mod tests {
             }),
             ..process(pid, "GPU-m", 1 << 30, None)
         };
-        let mut history = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut history = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         let mut aggregator = WindowAggregator::new();
         let mut accountant = GpuAccountant::new(Prices::default());
         let mut exported = Vec::new();
@@ -800,7 +800,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_process_on_two_devices_sums_memory_and_lists_both() {
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=102 {
             h.record(&snapshot(
                 t,
@@ -822,7 +822,7 @@ pub(crate) mod tests {
 
     #[test]
     fn retention_bounds_the_ring_and_forgets_identities() {
-        let mut h = History::new(Duration::from_secs(10), Duration::from_secs(1));
+        let mut h = SampleHistory::new(Duration::from_secs(10), Duration::from_secs(1));
         h.record(&snapshot(
             0,
             vec![device("GPU-a", 0.1, 1.0)],
@@ -852,7 +852,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn waiting_ends_with_the_sample_or_the_deadline() {
-        let handle = HistoryHandle::new(Duration::from_secs(60), Duration::from_secs(1));
+        let handle = SampleHistoryHandle::new(Duration::from_secs(60), Duration::from_secs(1));
         let now = SystemTime::now();
         assert!(
             !handle

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use super::sample_history::{GpuUsage, History};
+use super::sample_history::{GpuUsage, SampleHistory};
 use crate::schema::attributes::AttributeId as A;
 
 pub(crate) const IDS: &str = A::SpanGpuIds.key();
@@ -80,7 +80,7 @@ pub(crate) fn latest_end(request: &ExportTraceServiceRequest, pids: &ResourcePid
 pub fn enrich_request(
     request: &mut ExportTraceServiceRequest,
     pids: &ResourcePids,
-    history: &History,
+    history: &SampleHistory,
 ) -> u64 {
     let mut enriched = 0;
     for (rs, pid) in request.resource_spans.iter_mut().zip(pids) {
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn known_processes_get_attributes_and_others_pass_untouched() {
-        let mut h = History::new(Duration::from_secs(600), Duration::from_secs(1));
+        let mut h = SampleHistory::new(Duration::from_secs(600), Duration::from_secs(1));
         for t in 100..=104 {
             h.record(&snapshot(
                 t,
