@@ -95,136 +95,31 @@ impl GpuMetrics {
     /// `gpu.pci_address`. A value NVML does not give is left out, never reported as 0.
     pub fn register(self, meter: &Meter, options: GpuMetricsOptions) -> GpuRegistration {
         let source = Arc::new(Reading::new(self.sampler, options.max_reading_age));
-        let pids = Arc::new(options.process_ids);
-        let mut gauges = Vec::new();
-        let mut levels = Vec::new();
-
-        // Names and units are the sidecar's (its metric catalogue); descriptions are this API's,
-        // whose values are the last sample's, not a window's means.
-        let gauge = |id: MetricId, description: &'static str, observe: ObserveF64| {
-            let spec = id.spec();
-            let source = Arc::clone(&source);
-            meter
-                .f64_observable_gauge(spec.name)
-                .with_unit(spec.unit)
-                .with_description(description)
-                .with_callback(move |out| {
-                    if let Some(snapshot) = source.current() {
-                        observe(&snapshot, out);
-                    }
-                })
-                .build()
-        };
-        gauges.push(gauge(
-            MetricId::GpuUtilization,
-            "Ratio of the last sample period the GPU task was busy.",
-            Box::new(|s, out| {
-                for d in ok_devices(s) {
-                    for (task, value) in [
-                        ("general", d.get(DeviceField::UtilizationGpu)),
-                        ("encoder", d.get(DeviceField::UtilizationEncoder)),
-                        ("decoder", d.get(DeviceField::UtilizationDecoder)),
-                    ] {
-                        if let Some(v) = value {
-                            out.observe(
-                                v,
-                                &with(device_attributes(s, d), A::HwGpuTask.key(), task),
-                            );
-                        }
-                    }
-                }
-            }),
-        ));
-        gauges.push(gauge(
-            MetricId::GpuMemoryUtilization,
-            "Ratio of the last sample period device memory was read or written.",
-            device_f64(|d| d.get(DeviceField::UtilizationMemory)),
-        ));
-        gauges.push(gauge(
-            MetricId::Power,
-            "Power draw.",
-            device_f64(|d| d.get(DeviceField::Power)),
-        ));
-        gauges.push(gauge(
-            MetricId::Temperature,
-            "GPU temperature.",
-            device_f64(|d| d.get(DeviceField::Temperature)),
-        ));
-        let pids_util = Arc::clone(&pids);
-        gauges.push(gauge(
-            MetricId::ProcessGpuUtilization,
-            "Ratio of the last sample period this process kept the GPU task busy.",
-            Box::new(move |s, out| {
-                for p in own_processes(s, &pids_util) {
-                    for (task, value) in [
-                        ("general", p.sm_utilization),
-                        ("encoder", p.encoder_utilization),
-                        ("decoder", p.decoder_utilization),
-                    ] {
-                        if let Some(v) = value {
-                            out.observe(v, &with(process_attributes(p), A::HwGpuTask.key(), task));
-                        }
-                    }
-                }
-            }),
-        ));
-        let pids_mem_util = Arc::clone(&pids);
-        gauges.push(gauge(
-            MetricId::ProcessGpuMemoryUtilization,
-            "Ratio of the last sample period this process read or wrote device memory.",
-            Box::new(move |s, out| {
-                for p in own_processes(s, &pids_mem_util) {
-                    if let Some(v) = p.memory_utilization {
-                        out.observe(v, &process_attributes(p));
-                    }
-                }
-            }),
-        ));
-
-        let level = |id: MetricId, description: &'static str, observe: ObserveI64| {
-            let spec = id.spec();
-            let source = Arc::clone(&source);
-            meter
-                .i64_observable_up_down_counter(spec.name)
-                .with_unit(spec.unit)
-                .with_description(description)
-                .with_callback(move |out| {
-                    if let Some(snapshot) = source.current() {
-                        observe(&snapshot, out);
-                    }
-                })
-                .build()
-        };
-        levels.push(level(
-            MetricId::GpuMemoryUsage,
-            "Device memory in use.",
-            device_bytes(|d| d.get_u64(DeviceField::MemoryUsed)),
-        ));
-        levels.push(level(
-            MetricId::GpuMemoryLimit,
-            "Total device memory.",
-            device_bytes(|d| {
-                d.get_u64(DeviceField::MemoryTotal)
-                    .or(d.info.memory_total_bytes)
-            }),
-        ));
-        levels.push(level(
-            MetricId::GpuMemoryFree,
-            "Device memory free.",
-            device_bytes(|d| d.get_u64(DeviceField::MemoryFree)),
-        ));
-        let pids_mem = Arc::clone(&pids);
-        levels.push(level(
-            MetricId::ProcessGpuMemoryUsage,
-            "Device memory this process holds on the device.",
-            Box::new(move |s, out| {
-                for p in own_processes(s, &pids_mem) {
-                    if let Some(bytes) = p.gpu_memory_bytes.and_then(|b| i64::try_from(b).ok()) {
-                        out.observe(bytes, &process_attributes(p));
-                    }
-                }
-            }),
-        ));
+        let pids: Arc<[u32]> = options.process_ids.into();
+        let gauges = GAUGES
+            .iter()
+            .map(|row| {
+                let spec = row.metric.spec();
+                meter
+                    .f64_observable_gauge(spec.name)
+                    .with_unit(spec.unit)
+                    .with_description(row.description)
+                    .with_callback(callback(&source, &pids, row.observe))
+                    .build()
+            })
+            .collect();
+        let levels = LEVELS
+            .iter()
+            .map(|row| {
+                let spec = row.metric.spec();
+                meter
+                    .i64_observable_up_down_counter(spec.name)
+                    .with_unit(spec.unit)
+                    .with_description(row.description)
+                    .with_callback(callback(&source, &pids, row.observe))
+                    .build()
+            })
+            .collect();
         GpuRegistration {
             _gauges: gauges,
             _levels: levels,
@@ -232,27 +127,154 @@ impl GpuMetrics {
     }
 }
 
-type ObserveF64 = Box<dyn Fn(&Snapshot, &dyn AsyncInstrument<f64>) + Send + Sync>;
-type ObserveI64 = Box<dyn Fn(&Snapshot, &dyn AsyncInstrument<i64>) + Send + Sync>;
-
-fn device_f64(value: fn(&DeviceSample) -> Option<f64>) -> ObserveF64 {
-    Box::new(move |s, out| {
-        for d in ok_devices(s) {
-            if let Some(v) = value(d) {
-                out.observe(v, &device_attributes(s, d));
-            }
-        }
-    })
+/// One instrument of this API. Names and units are the sidecar's (its metric catalogue, by
+/// `metric`); descriptions are this API's, whose values are the last sample's, not a window's
+/// means. `observe` reads a snapshot for the processes asked for.
+struct InstrumentRow<T: 'static> {
+    metric: MetricId,
+    description: &'static str,
+    observe: fn(&Snapshot, &[u32], &dyn AsyncInstrument<T>),
 }
 
-fn device_bytes(value: fn(&DeviceSample) -> Option<u64>) -> ObserveI64 {
-    Box::new(move |s, out| {
-        for d in ok_devices(s) {
-            if let Some(v) = value(d).and_then(|b| i64::try_from(b).ok()) {
-                out.observe(v, &device_attributes(s, d));
+/// The gauges, in the order they are registered.
+const GAUGES: [InstrumentRow<f64>; 6] = [
+    InstrumentRow {
+        metric: MetricId::GpuUtilization,
+        description: "Ratio of the last sample period the GPU task was busy.",
+        observe: |s, _, out| {
+            for d in ok_devices(s) {
+                for (task, value) in [
+                    ("general", d.get(DeviceField::UtilizationGpu)),
+                    ("encoder", d.get(DeviceField::UtilizationEncoder)),
+                    ("decoder", d.get(DeviceField::UtilizationDecoder)),
+                ] {
+                    if let Some(v) = value {
+                        out.observe(v, &with(device_attributes(s, d), A::HwGpuTask.key(), task));
+                    }
+                }
             }
+        },
+    },
+    InstrumentRow {
+        metric: MetricId::GpuMemoryUtilization,
+        description: "Ratio of the last sample period device memory was read or written.",
+        observe: |s, _, out| device_f64(s, out, |d| d.get(DeviceField::UtilizationMemory)),
+    },
+    InstrumentRow {
+        metric: MetricId::Power,
+        description: "Power draw.",
+        observe: |s, _, out| device_f64(s, out, |d| d.get(DeviceField::Power)),
+    },
+    InstrumentRow {
+        metric: MetricId::Temperature,
+        description: "GPU temperature.",
+        observe: |s, _, out| device_f64(s, out, |d| d.get(DeviceField::Temperature)),
+    },
+    InstrumentRow {
+        metric: MetricId::ProcessGpuUtilization,
+        description: "Ratio of the last sample period this process kept the GPU task busy.",
+        observe: |s, pids, out| {
+            for p in own_processes(s, pids) {
+                for (task, value) in [
+                    ("general", p.sm_utilization),
+                    ("encoder", p.encoder_utilization),
+                    ("decoder", p.decoder_utilization),
+                ] {
+                    if let Some(v) = value {
+                        out.observe(v, &with(process_attributes(p), A::HwGpuTask.key(), task));
+                    }
+                }
+            }
+        },
+    },
+    InstrumentRow {
+        metric: MetricId::ProcessGpuMemoryUtilization,
+        description: "Ratio of the last sample period this process read or wrote device memory.",
+        observe: |s, pids, out| {
+            for p in own_processes(s, pids) {
+                if let Some(v) = p.memory_utilization {
+                    out.observe(v, &process_attributes(p));
+                }
+            }
+        },
+    },
+];
+
+/// The up-down counters (levels), in the order they are registered.
+const LEVELS: [InstrumentRow<i64>; 4] = [
+    InstrumentRow {
+        metric: MetricId::GpuMemoryUsage,
+        description: "Device memory in use.",
+        observe: |s, _, out| device_bytes(s, out, |d| d.get_u64(DeviceField::MemoryUsed)),
+    },
+    InstrumentRow {
+        metric: MetricId::GpuMemoryLimit,
+        description: "Total device memory.",
+        observe: |s, _, out| {
+            device_bytes(s, out, |d| {
+                d.get_u64(DeviceField::MemoryTotal)
+                    .or(d.info.memory_total_bytes)
+            })
+        },
+    },
+    InstrumentRow {
+        metric: MetricId::GpuMemoryFree,
+        description: "Device memory free.",
+        observe: |s, _, out| device_bytes(s, out, |d| d.get_u64(DeviceField::MemoryFree)),
+    },
+    InstrumentRow {
+        metric: MetricId::ProcessGpuMemoryUsage,
+        description: "Device memory this process holds on the device.",
+        observe: |s, pids, out| {
+            for p in own_processes(s, pids) {
+                if let Some(bytes) = p.gpu_memory_bytes.and_then(|b| i64::try_from(b).ok()) {
+                    out.observe(bytes, &process_attributes(p));
+                }
+            }
+        },
+    },
+];
+
+/// An instrument's callback: `observe` on the collection's one reading, for the processes asked
+/// for.
+fn callback<T: 'static>(
+    source: &Arc<Reading>,
+    pids: &Arc<[u32]>,
+    observe: fn(&Snapshot, &[u32], &dyn AsyncInstrument<T>),
+) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+    let source = Arc::clone(source);
+    let pids = Arc::clone(pids);
+    move |out| {
+        if let Some(snapshot) = source.current() {
+            observe(&snapshot, &pids, out);
         }
-    })
+    }
+}
+
+/// Observes `value` of every device that answered.
+fn device_f64(
+    s: &Snapshot,
+    out: &dyn AsyncInstrument<f64>,
+    value: fn(&DeviceSample) -> Option<f64>,
+) {
+    for d in ok_devices(s) {
+        if let Some(v) = value(d) {
+            out.observe(v, &device_attributes(s, d));
+        }
+    }
+}
+
+/// Observes `value`, a byte count, of every device that answered.
+fn device_bytes(
+    s: &Snapshot,
+    out: &dyn AsyncInstrument<i64>,
+    value: fn(&DeviceSample) -> Option<u64>,
+) {
+    for d in ok_devices(s) {
+        if let Some(v) = value(d).and_then(|b| i64::try_from(b).ok()) {
+            out.observe(v, &device_attributes(s, d));
+        }
+    }
 }
 
 fn ok_devices(s: &Snapshot) -> impl Iterator<Item = &DeviceSample> {
