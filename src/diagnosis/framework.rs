@@ -354,7 +354,6 @@ impl FrameworkHistory {
                         identity: identity.clone(),
                         left_at: now,
                         last_live: record.live.clone(),
-                        last_step_end: record.steps.iter().map(|s| s.end).max(),
                     });
                 }
             }
@@ -757,7 +756,6 @@ mod tests {
             (gone.pid, gone.identity.rank, gone.left_at),
             (11, 1, t(10.0))
         );
-        assert_eq!(gone.last_step_end, Some(t(5.0)));
         // Kept an hour, and forgotten when its PID is listed again (reused).
         h.retain(&[10, 11], t(11.0));
         assert!(h

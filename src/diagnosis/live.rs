@@ -77,7 +77,6 @@ pub struct DepartedRank {
     /// The first window it was missing from.
     pub left_at: SystemTime,
     pub last_live: Option<LiveReport>,
-    pub last_step_end: Option<SystemTime>,
 }
 
 /// How long a departed rank is kept: a job stuck for longer than this with it has long since

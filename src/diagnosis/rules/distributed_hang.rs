@@ -670,7 +670,6 @@ mod tests {
             identity: gone.distributed.clone().unwrap(),
             left_at: t(NOW - 95),
             last_live: None,
-            last_step_end: gone.last_step_end,
         });
         let finding = one(&f, &hang);
         assert_eq!(finding.subject.pid(), Some(103));
