@@ -125,6 +125,10 @@ pub struct FileConfig {
     pub prometheus: PrometheusFile,
     #[serde(default)]
     pub cost: CostFile,
+    /// `[metrics]`: a switch per metric and one for the `.max`/`.min` companions, defined and
+    /// documented by [`super::metrics::MetricsFile`].
+    #[serde(default)]
+    pub metrics: super::metrics::MetricsFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
     /// [`super::thresholds::Thresholds`].
     #[serde(default)]

@@ -28,6 +28,7 @@ pub(crate) mod metrics;
 pub mod registry;
 pub(crate) mod signals;
 pub(crate) mod source;
+pub mod switches;
 pub(crate) mod throttle;
 pub(crate) mod values;
 
@@ -41,6 +42,7 @@ pub use gpm::{
 };
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
 pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
+pub use switches::{nearest_metric_names, MetricSet, MetricSwitches, OFF_BY_DEFAULT};
 pub(crate) use throttle::{throttle_reason_names, throttle_reasons};
 pub(crate) use values::serialize_keyed;
 pub use values::{FieldReport, FieldValues, ReportValue};

@@ -1,0 +1,319 @@
+//! The metric switches (`[metrics]` in the file, `GPULSE_METRICS_*` in the environment), read
+//! and resolved into a [`MetricSwitches`]: one switch per metric of the schema, as the
+//! OpenTelemetry Collector's receivers have (`metrics: <name>: enabled: false`), and one for
+//! every `.max`/`.min` companion at once.
+//!
+//! ```toml
+//! [metrics]
+//! companions = false                 # no .max/.min series at all
+//! [metrics."nvidia.gpu.sm.occupancy"]
+//! enabled = false
+//! ```
+//!
+//! Precedence as everywhere: the environment beats the file, per metric. A name gpulse does not
+//! export stops the start with the nearest known names; so does a name both switched on and off
+//! by the environment.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::env;
+use super::error::{ConfigError, Origin, Raw};
+use super::file::{Scalar, Value};
+use super::layers::{first, Layers};
+use crate::schema::{nearest_metric_names, MetricId, MetricSwitches};
+use crate::values;
+
+/// How many known names an unknown one is answered with.
+const NEAREST: usize = 3;
+
+/// `[metrics]`: `companions`, and one `[metrics."<name>"]` table per metric switched.
+#[derive(Debug, Default)]
+pub struct MetricsFile {
+    /// Every `.max`/`.min` companion at once. Default `true`.
+    pub companions: Value,
+    /// `[metrics."<name>"]` tables, as written (names checked when resolving).
+    pub metrics: Vec<(String, Spanned<MetricFile>)>,
+}
+
+/// `[metrics."<name>"]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricFile {
+    /// Whether the metric is exported (and read from NVML, when nothing else needs it).
+    /// Default: as docs/metrics.md says (every metric on).
+    pub enabled: Value,
+}
+
+/// The table mixes one fixed key with names chosen by the user, which neither
+/// `deny_unknown_fields` nor `serde(flatten)` (which loses `Spanned`) can express.
+impl<'de> Deserialize<'de> for MetricsFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MetricsVisitor;
+        impl<'de> Visitor<'de> for MetricsVisitor {
+            type Value = MetricsFile;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a table of `companions = true|false` and `[metrics.\"<metric name>\"]` \
+                     tables with `enabled = true|false`",
+                )
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetricsFile, A::Error> {
+                let mut file = MetricsFile::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "companions" {
+                        file.companions = Some(map.next_value::<Spanned<Scalar>>()?);
+                    } else {
+                        let table = map.next_value::<Spanned<MetricFile>>().map_err(|e| {
+                            de::Error::custom(format!(
+                                "metrics.\"{key}\": {e}; a metric is switched by a table: \
+                                 [metrics.\"{key}\"] enabled = false"
+                            ))
+                        })?;
+                        file.metrics.push((key, table));
+                    }
+                }
+                Ok(file)
+            }
+        }
+        deserializer.deserialize_map(MetricsVisitor)
+    }
+}
+
+/// The switches from the file and the environment (`run`'s flags have none: like the
+/// Collector's, these are settings of a deployment, not of one invocation).
+pub(super) fn resolve(layers: &Layers<'_>) -> Result<MetricSwitches, ConfigError> {
+    let mut switches = MetricSwitches::default();
+    if let Some(raw) = first([
+        layers.env(env::METRICS_COMPANIONS),
+        layers.file("metrics.companions", |f| &f.metrics.companions),
+    ]) {
+        switches.set_companions(raw.parse(values::parse_bool)?);
+    }
+    if let Some(file) = layers.file {
+        for (name, table) in &file.config.metrics.metrics {
+            let key = format!("metrics.\"{name}\"");
+            let id = known(name, || Raw {
+                text: name.clone(),
+                origin: Origin::File {
+                    location: file.location(table.span()),
+                    key: key.clone(),
+                },
+            })?;
+            if let Some(raw) = file.raw(&format!("{key}.enabled"), &table.get_ref().enabled) {
+                switches.set(id, raw.parse(values::parse_bool)?);
+            }
+        }
+    }
+    let enabled = env_names(layers, env::METRICS_ENABLED)?;
+    let disabled = env_names(layers, env::METRICS_DISABLED)?;
+    if let Some(both) = enabled.intersection(&disabled).next() {
+        return Err(ConfigError::Invalid {
+            setting: format!("{}={}", env::METRICS_ENABLED, env::METRICS_DISABLED),
+            reason: format!(
+                "{} is both switched on and off; name it in one of them",
+                both.spec().name
+            ),
+        });
+    }
+    for id in enabled {
+        switches.set(id, true);
+    }
+    for id in disabled {
+        switches.set(id, false);
+    }
+    Ok(switches)
+}
+
+/// The metrics a comma-separated variable names.
+fn env_names(layers: &Layers<'_>, var: &str) -> Result<BTreeSet<MetricId>, ConfigError> {
+    let Some(raw) = layers.env(var) else {
+        return Ok(BTreeSet::new());
+    };
+    raw.text
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(|name| known(name, || raw.clone()))
+        .collect()
+}
+
+/// The metric called `name`, or an error naming it, where it was written and the nearest
+/// known names.
+fn known(name: &str, origin: impl FnOnce() -> Raw) -> Result<MetricId, ConfigError> {
+    MetricId::by_name(name).ok_or_else(|| {
+        origin().invalid(format!(
+            "gpulse exports no metric named {name:?}; the nearest are {} (docs/metrics.md lists \
+             them all)",
+            nearest_metric_names(name, NEAREST).join(", ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::file::LoadedFile;
+
+    fn switches(file: &str, vars: &[(&str, &str)]) -> Result<MetricSwitches, ConfigError> {
+        let file = LoadedFile::parse(Path::new("/etc/gpulse.toml"), file.to_string())?;
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = move |name: &str| vars.get(name).cloned();
+        resolve(&Layers {
+            env: &env,
+            file: Some(&file),
+        })
+    }
+
+    #[test]
+    fn no_switch_keeps_every_metric() {
+        assert_eq!(switches("", &[]).unwrap(), MetricSwitches::default());
+    }
+
+    #[test]
+    fn a_file_table_switches_one_metric_off() {
+        let s = switches(
+            "[metrics.\"nvidia.gpu.sm.occupancy\"]\nenabled = false\n",
+            &[],
+        )
+        .unwrap();
+        let off: Vec<_> = s.disabled_metrics().collect();
+        assert_eq!(
+            off,
+            [
+                MetricId::SmOccupancy,
+                MetricId::SmOccupancyMax,
+                MetricId::SmOccupancyMin
+            ]
+        );
+    }
+
+    #[test]
+    fn companions_switch_from_file_and_environment() {
+        let s = switches("[metrics]\ncompanions = false\n", &[]).unwrap();
+        assert!(!s.enabled(MetricId::PowerMax));
+        assert!(s.enabled(MetricId::Power));
+        // The environment beats the file.
+        let s = switches(
+            "[metrics]\ncompanions = false\n",
+            &[("GPULSE_METRICS_COMPANIONS", "true")],
+        )
+        .unwrap();
+        assert!(s.enabled(MetricId::PowerMax));
+        let err = switches("[metrics]\ncompanions = \"maybe\"\n", &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("metrics.companions = \"maybe\" (/etc/gpulse.toml:2:14)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_environment_beats_the_file_per_metric() {
+        let file =
+            "[metrics.\"hw.power\"]\nenabled = false\n[metrics.\"hw.energy\"]\nenabled = false\n";
+        let s = switches(
+            file,
+            &[
+                ("GPULSE_METRICS_ENABLED", "hw.power"),
+                (
+                    "GPULSE_METRICS_DISABLED",
+                    " nvidia.gpu.clock , nvidia.gpu.fan.speed",
+                ),
+            ],
+        )
+        .unwrap();
+        assert!(s.enabled(MetricId::Power));
+        assert!(!s.enabled(MetricId::Energy));
+        assert!(!s.enabled(MetricId::Clock));
+        assert!(!s.enabled(MetricId::FanSpeed));
+    }
+
+    #[test]
+    fn an_unknown_name_in_the_file_names_its_place_and_the_nearest_names() {
+        let err = switches(
+            "\n[metrics.\"nvidia.gpu.sm.ocupancy\"]\nenabled = false\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("metrics.\"nvidia.gpu.sm.ocupancy\" = \"nvidia.gpu.sm.ocupancy\" (/etc/gpulse.toml:2:"),
+            "{err}"
+        );
+        assert!(
+            err.contains("no metric named \"nvidia.gpu.sm.ocupancy\"; the nearest are nvidia.gpu.sm.occupancy, "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_in_the_environment_is_refused() {
+        let err =
+            switches("", &[("GPULSE_METRICS_DISABLED", "hw.power,hw.temprature")]).unwrap_err();
+        let ConfigError::Invalid { setting, reason } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            setting,
+            "GPULSE_METRICS_DISABLED=\"hw.power,hw.temprature\""
+        );
+        assert!(
+            reason.contains("\"hw.temprature\"; the nearest are hw.temperature, "),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_name_switched_both_ways_is_refused() {
+        let err = switches(
+            "",
+            &[
+                ("GPULSE_METRICS_ENABLED", "hw.power"),
+                ("GPULSE_METRICS_DISABLED", "hw.power"),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("hw.power is both switched on and off"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_lean_example_resolves_and_switches_off_what_it_says() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpulse-lean.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let s = switches(&text, &[]).unwrap();
+        assert!(!s.companions());
+        let tables = text.matches("enabled = false").count();
+        let off = s
+            .disabled_metrics()
+            .filter(|id| id.companion_of().is_none());
+        assert_eq!(off.count(), tables, "each table switches one metric off");
+        assert!(s.enabled(MetricId::Power) && s.enabled(MetricId::SmActivity));
+    }
+
+    #[test]
+    fn a_bare_value_or_an_unknown_key_is_a_file_error() {
+        let err = switches("[metrics]\n\"hw.power\" = false\n", &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("[metrics.\"hw.power\"] enabled = false"),
+            "{err}"
+        );
+        let err = switches("[metrics.\"hw.power\"]\nenable = false\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("enable"), "{err}");
+    }
+}
