@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::sampling::events::XidWatcher;
 use crate::sampling::{Sampler, SessionError, Snapshot};
+use crate::schema::DeviceField;
 
 /// The channel between the sampler thread and a loop that closes a window every `window`:
 /// room for two windows of snapshots (4 to 4096 of them, twice), so that a loop busy with one
@@ -130,6 +131,8 @@ pub struct SamplerSettings {
     pub interval: Duration,
     /// Keep retrying when NVML cannot be opened at start, instead of failing.
     pub wait_for_gpu: bool,
+    /// Device fields not read from NVML ([`super::unread_fields`]); empty reads everything.
+    pub unread_fields: Vec<DeviceField>,
 }
 
 /// The running sampler thread; stop it with `stop`.
@@ -152,7 +155,10 @@ impl SamplerThread {
     ) -> Result<Self, SessionError> {
         let health = Arc::new(SamplerHealth::new());
         let first = match Sampler::open(&settings.nvml_lib) {
-            Ok(sampler) => Some(sampler),
+            Ok(mut sampler) => {
+                sampler.leave_out_fields(&settings.unread_fields);
+                Some(sampler)
+            }
             Err(e) if settings.wait_for_gpu && !e.is_transient() => {
                 tracing::error!(
                     "--wait-for-gpu waits for a driver that is not loaded or installed yet, not \
@@ -246,7 +252,8 @@ fn tick_loop(
         let started = Instant::now();
         if session.is_none() && started >= next_open {
             match Sampler::open(&settings.nvml_lib) {
-                Ok(sampler) => {
+                Ok(mut sampler) => {
+                    sampler.leave_out_fields(&settings.unread_fields);
                     tracing::info!("NVML session opened from {:?}", settings.nvml_lib);
                     session = Some(Session {
                         xid: XidWatcher::start(Arc::clone(sampler.nvml())),

@@ -164,6 +164,12 @@ impl Sampler {
         })
     }
 
+    /// Stops reading `fields` from NVML (`run` passes those whose metric is switched off and
+    /// that nothing else needs); they stay unknown in every snapshot.
+    pub fn leave_out_fields(&mut self, fields: &[crate::schema::DeviceField]) {
+        self.devices.leave_out(fields);
+    }
+
     /// The NVML handle, shared with the XID event thread and `gpulse check`.
     pub fn nvml(&self) -> &Arc<Nvml> {
         &self.nvml

@@ -138,13 +138,18 @@ impl Pipeline {
                 nvml_lib: config.common.nvml_lib.clone(),
                 interval: config.sample_interval,
                 wait_for_gpu: config.wait_for_gpu,
+                // Fields of switched-off metrics that no rule, accounting or enrichment reads.
+                unread_fields: crate::pipeline::unread_fields(&config.common.metrics),
             },
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
         let exporter = Exporter::start(
             &config.export,
-            Extremes::for_intervals(config.sample_interval, config.export_interval),
+            (
+                Extremes::for_intervals(config.sample_interval, config.export_interval),
+                config.common.metrics,
+            ),
             Arc::clone(&sampler_health),
             windows.subscribe(),
         )?;
@@ -186,6 +191,7 @@ impl Pipeline {
                 prometheus::start(
                     addr,
                     config.prometheus,
+                    config.common.metrics,
                     exporter.node().clone(),
                     windows.subscribe(),
                 )
