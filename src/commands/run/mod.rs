@@ -162,6 +162,7 @@ impl Pipeline {
             env!("CARGO_PKG_VERSION")
         );
         log_sinks(config);
+        log_switches(&config.common.metrics);
         let health_server = match config.health_addr {
             Some(addr) => Some(
                 health::serve(
@@ -269,6 +270,31 @@ impl Pipeline {
         }
         tracing::info!("gpulse stopped");
     }
+}
+
+/// One line at start naming the metrics switched off (`[metrics]`) and the NVML fields left
+/// unread for them, so that a missing series can be traced to its switch.
+fn log_switches(switches: &crate::schema::MetricSwitches) {
+    let off: Vec<&str> = switches
+        .disabled_metrics()
+        .map(|id| id.spec().name)
+        .collect();
+    if off.is_empty() {
+        return;
+    }
+    let unread: Vec<&str> = crate::pipeline::unread_fields(switches)
+        .iter()
+        .map(|f| f.spec().key)
+        .collect();
+    tracing::info!(
+        "metrics switched off: {}; NVML fields not read for them: {}",
+        off.join(", "),
+        if unread.is_empty() {
+            "none (the analysis reads them)".to_string()
+        } else {
+            unread.join(", ")
+        }
+    );
 }
 
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only
