@@ -10,79 +10,20 @@
 //! enabled = false
 //! ```
 //!
-//! Precedence as everywhere: the environment beats the file, per metric. A name gpulse does not
+//! The file's table is read by [`super::file::MetricsFile`]. Precedence as everywhere: the environment beats the file, per metric. A name gpulse does not
 //! export stops the start with the nearest known names; so does a name both switched on and off
 //! by the environment.
 
 use std::collections::BTreeSet;
-use std::fmt;
-
-use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use toml::Spanned;
 
 use super::env;
 use super::error::{ConfigError, Origin, Raw};
-use super::file::{Scalar, Value};
 use super::layers::{first, Layers};
 use crate::schema::{nearest_metric_names, MetricId, MetricSwitches};
 use crate::values;
 
 /// How many known names an unknown one is answered with.
 const NEAREST: usize = 3;
-
-/// `[metrics]`: `companions`, and one `[metrics."<name>"]` table per metric switched.
-#[derive(Debug, Default)]
-pub struct MetricsFile {
-    /// Every `.max`/`.min` companion at once. Default `true`.
-    pub companions: Value,
-    /// `[metrics."<name>"]` tables, as written (names checked when resolving).
-    pub metrics: Vec<(String, Spanned<MetricFile>)>,
-}
-
-/// `[metrics."<name>"]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricFile {
-    /// Whether the metric is exported (and read from NVML, when nothing else needs it).
-    /// Default: as docs/metrics.md says (every metric on).
-    pub enabled: Value,
-}
-
-/// The table mixes one fixed key with names chosen by the user, which neither
-/// `deny_unknown_fields` nor `serde(flatten)` (which loses `Spanned`) can express.
-impl<'de> Deserialize<'de> for MetricsFile {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MetricsVisitor;
-        impl<'de> Visitor<'de> for MetricsVisitor {
-            type Value = MetricsFile;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a table of `companions = true|false` and `[metrics.\"<metric name>\"]` \
-                     tables with `enabled = true|false`",
-                )
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetricsFile, A::Error> {
-                let mut file = MetricsFile::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "companions" {
-                        file.companions = Some(map.next_value::<Spanned<Scalar>>()?);
-                    } else {
-                        let table = map.next_value::<Spanned<MetricFile>>().map_err(|e| {
-                            de::Error::custom(format!(
-                                "metrics.\"{key}\": {e}; a metric is switched by a table: \
-                                 [metrics.\"{key}\"] enabled = false"
-                            ))
-                        })?;
-                        file.metrics.push((key, table));
-                    }
-                }
-                Ok(file)
-            }
-        }
-        deserializer.deserialize_map(MetricsVisitor)
-    }
-}
 
 /// The switches from the file and the environment (`run`'s flags have none: like the
 /// Collector's, these are settings of a deployment, not of one invocation).

@@ -979,10 +979,9 @@ fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
     assert_eq!(host, Some(s("node-b")));
 }
 
-/// A window built with `Extremes::Omitted` is the same request less every `.max`/`.min`
-/// companion, and the intervals decide which one a run gets.
-#[test]
-fn companions_are_left_out_when_windows_hold_one_sample() {
+/// A GPU's utilisation and power and a process's SM utilisation, each with a spread of samples:
+/// gauges that have `.max`/`.min` companions.
+fn gauges_with_extremes() -> AttributedWindow {
     let mut d = bare_device(0);
     d.fields
         .set_gauge(DeviceField::UtilizationGpu, Some(g(0.6, 0.2, 0.95, 0.5)));
@@ -990,10 +989,17 @@ fn companions_are_left_out_when_windows_hold_one_sample() {
         .set_gauge(DeviceField::Power, Some(g(350.0, 100.0, 700.0, 300.0)));
     let mut p = process(42, 0);
     p.sm_utilization = Some(g(0.5, 0.4, 0.6, 0.5));
-    let attributed = AttributedWindow {
+    AttributedWindow {
         window: window(vec![d], vec![p]),
         ..attributed_of(1, &[named(42, Some("trainer"))])
-    };
+    }
+}
+
+/// A window built with `Extremes::Omitted` is the same request less every `.max`/`.min`
+/// companion, and the intervals decide which one a run gets.
+#[test]
+fn companions_are_left_out_when_windows_hold_one_sample() {
+    let attributed = gauges_with_extremes();
     let build_with = |extremes| {
         let mut kept = ProcessResources::new();
         metrics_batch_cached(
@@ -1058,17 +1064,7 @@ fn companions_are_left_out_when_windows_hold_one_sample() {
 /// left out of the request, and nothing else changes.
 #[test]
 fn switched_off_metrics_are_left_out_and_nothing_else() {
-    let mut d = bare_device(0);
-    d.fields
-        .set_gauge(DeviceField::UtilizationGpu, Some(g(0.6, 0.2, 0.95, 0.5)));
-    d.fields
-        .set_gauge(DeviceField::Power, Some(g(350.0, 100.0, 700.0, 300.0)));
-    let mut p = process(42, 0);
-    p.sm_utilization = Some(g(0.5, 0.4, 0.6, 0.5));
-    let attributed = AttributedWindow {
-        window: window(vec![d], vec![p]),
-        ..attributed_of(1, &[named(42, Some("trainer"))])
-    };
+    let attributed = gauges_with_extremes();
     let build_with = |switches: &MetricSwitches| {
         metrics_batch_cached(
             &attributed,
