@@ -203,7 +203,7 @@ async fn watch(
             interval: config.sample_interval,
             wait_for_gpu: false,
             // Every field: it keeps (or shows) them all, whatever the switches.
-            unread_fields: Vec::new(),
+            unread_fields: Default::default(),
         },
         tx,
     ) {

@@ -144,7 +144,7 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
             interval,
             wait_for_gpu: false,
             // Every field: it keeps (or shows) them all, whatever the switches.
-            unread_fields: Vec::new(),
+            unread_fields: Default::default(),
         },
         snapshot_tx,
     )?;

@@ -15,7 +15,7 @@ pub mod view;
 pub mod window_loop;
 
 pub use analyzer::{Analysis, Analyzer};
-pub use reads::{unread_fields, ANALYSIS_READS};
+pub use reads::{unread_fields, UnreadFields, ANALYSIS_GPM_READS, ANALYSIS_READS};
 pub use report::SnapshotReport;
 pub use sampler_thread::{snapshot_channel, SamplerHealth, SamplerSettings, SamplerThread};
 pub use view::{View, ViewReceiver};

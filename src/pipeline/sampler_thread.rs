@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::reads::UnreadFields;
 use crate::sampling::events::XidWatcher;
 use crate::sampling::{Sampler, SessionError, Snapshot};
-use crate::schema::DeviceField;
 
 /// The channel between the sampler thread and a loop that closes a window every `window`:
 /// room for two windows of snapshots (4 to 4096 of them, twice), so that a loop busy with one
@@ -131,8 +131,9 @@ pub struct SamplerSettings {
     pub interval: Duration,
     /// Keep retrying when NVML cannot be opened at start, instead of failing.
     pub wait_for_gpu: bool,
-    /// Device fields not read from NVML ([`super::unread_fields`]); empty reads everything.
-    pub unread_fields: Vec<DeviceField>,
+    /// Device fields and GPM metrics not read from NVML ([`super::unread_fields`]); empty
+    /// reads everything.
+    pub unread_fields: UnreadFields,
 }
 
 /// The running sampler thread; stop it with `stop`.
@@ -156,7 +157,7 @@ impl SamplerThread {
         let health = Arc::new(SamplerHealth::new());
         let first = match Sampler::open(&settings.nvml_lib) {
             Ok(mut sampler) => {
-                sampler.leave_out_fields(&settings.unread_fields);
+                settings.unread_fields.apply(&mut sampler);
                 Some(sampler)
             }
             Err(e) if settings.wait_for_gpu && !e.is_transient() => {
@@ -253,7 +254,7 @@ fn tick_loop(
         if session.is_none() && started >= next_open {
             match Sampler::open(&settings.nvml_lib) {
                 Ok(mut sampler) => {
-                    sampler.leave_out_fields(&settings.unread_fields);
+                    settings.unread_fields.apply(&mut sampler);
                     tracing::info!("NVML session opened from {:?}", settings.nvml_lib);
                     session = Some(Session {
                         xid: XidWatcher::start(Arc::clone(sampler.nvml())),

@@ -282,9 +282,14 @@ fn log_switches(switches: &crate::schema::MetricSwitches) {
     if off.is_empty() {
         return;
     }
-    let unread: Vec<&str> = crate::pipeline::unread_fields(switches)
-        .iter()
-        .map(|f| f.spec().key)
+    let unread_fields = crate::pipeline::unread_fields(switches);
+    let unread: Vec<&str> = (unread_fields.device.iter().map(|f| f.spec().key))
+        .chain(
+            crate::schema::GPM_FIELDS
+                .iter()
+                .filter(|spec| unread_fields.gpm.contains(&spec.field))
+                .map(|spec| spec.key),
+        )
         .collect();
     tracing::info!(
         "metrics switched off: {}; NVML fields not read for them: {}",
