@@ -198,14 +198,7 @@ pub fn metrics_batch_with_training(
     training: &TrainingWindow,
     node: &NodeIdentity,
 ) -> MetricsBatch {
-    build(
-        attributed,
-        training,
-        node,
-        None,
-        Extremes::Sent,
-        MetricSet::default(),
-    )
+    fresh_build(attributed, training, node, MetricSet::default())
 }
 
 /// [`metrics_batch_with_training`] less the metrics `switches` turn off: what `/metrics`
@@ -216,15 +209,17 @@ pub fn metrics_request_switched(
     node: &NodeIdentity,
     switches: &MetricSwitches,
 ) -> ExportMetricsServiceRequest {
-    build(
-        attributed,
-        training,
-        node,
-        None,
-        Extremes::Sent,
-        switches.disabled_set(),
-    )
-    .into_request()
+    fresh_build(attributed, training, node, switches.disabled_set()).into_request()
+}
+
+/// A window built without kept resources, every gauge with its companions, less `off`.
+fn fresh_build(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+    off: MetricSet,
+) -> MetricsBatch {
+    build(attributed, training, node, None, Extremes::Sent, off)
 }
 
 /// [`metrics_batch_with_training`], taking each process's resource from `resources` (kept from
