@@ -656,6 +656,43 @@ mod tests {
         assert!(text.contains(&want), "{text}");
     }
 
+    /// A metric switched off is gone from `/metrics` under both names, and nothing else is.
+    #[test]
+    fn a_switched_off_metric_is_gone_under_both_names() {
+        let switched = |switches: crate::schema::MetricSwitches| {
+            let published = super::super::Published::new(
+                crate::config::PrometheusSettings {
+                    names: PrometheusNames::Dcgm,
+                    ..Default::default()
+                },
+                node(),
+            )
+            .with_switches(switches);
+            published.update(&window(&[(42, None)]), &TrainingWindow::default(), &[]);
+            let (e, _) = published.latest();
+            e.families.keys().cloned().collect::<Vec<String>>()
+        };
+        let all = switched(Default::default());
+        let mut power_off = crate::schema::MetricSwitches::default();
+        power_off.set(crate::schema::MetricId::Power, false);
+        let without_power = switched(power_off);
+        let gone: Vec<&String> = all.iter().filter(|f| !without_power.contains(f)).collect();
+        assert!(
+            gone.iter().any(|f| f.starts_with("hw_power")),
+            "hw.power under its OTLP name: {gone:?}"
+        );
+        assert!(
+            gone.iter()
+                .all(|f| f.starts_with("hw_power") || f.as_str() == "DCGM_FI_DEV_POWER_USAGE"),
+            "{gone:?}"
+        );
+        assert!(
+            gone.iter().any(|f| f.as_str() == "DCGM_FI_DEV_POWER_USAGE"),
+            "{gone:?}"
+        );
+        assert!(without_power.iter().all(|f| all.contains(f)));
+    }
+
     #[test]
     fn findings_are_counted_by_rule_with_zeros() {
         let finding = Finding {
