@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 
 use super::env;
-use super::error::{ConfigError, Origin, Raw};
+use super::error::ConfigError;
 use super::layers::{first, Layers};
 use crate::schema::{nearest_metric_names, MetricId, MetricSwitches};
 use crate::values;
@@ -38,12 +38,8 @@ pub(super) fn resolve(layers: &Layers<'_>) -> Result<MetricSwitches, ConfigError
     if let Some(file) = layers.file {
         for (name, table) in &file.config.metrics.metrics {
             let key = format!("metrics.\"{name}\"");
-            let id = known(name, || Raw {
-                text: name.clone(),
-                origin: Origin::File {
-                    location: file.location(table.span()),
-                    key: key.clone(),
-                },
+            let id = known(name, || {
+                format!("[{key}] ({})", file.location(table.span()))
             })?;
             if let Some(raw) = file.raw(&format!("{key}.enabled"), &table.get_ref().enabled) {
                 switches.set(id, raw.parse(values::parse_bool)?);
@@ -79,19 +75,20 @@ fn env_names(layers: &Layers<'_>, var: &str) -> Result<BTreeSet<MetricId>, Confi
         .split(',')
         .map(str::trim)
         .filter(|name| !name.is_empty())
-        .map(|name| known(name, || raw.clone()))
+        .map(|name| known(name, || raw.setting()))
         .collect()
 }
 
-/// The metric called `name`, or an error naming it, where it was written and the nearest
-/// known names.
-fn known(name: &str, origin: impl FnOnce() -> Raw) -> Result<MetricId, ConfigError> {
-    MetricId::by_name(name).ok_or_else(|| {
-        origin().invalid(format!(
+/// The metric called `name`, or an error naming it, the `setting` it was written in and the
+/// nearest known names.
+fn known(name: &str, setting: impl FnOnce() -> String) -> Result<MetricId, ConfigError> {
+    MetricId::by_name(name).ok_or_else(|| ConfigError::Invalid {
+        setting: setting(),
+        reason: format!(
             "gpulse exports no metric named {name:?}; the nearest are {} (docs/metrics.md lists \
              them all)",
             nearest_metric_names(name, NEAREST).join(", ")
-        ))
+        ),
     })
 }
 
@@ -189,7 +186,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            err.starts_with("metrics.\"nvidia.gpu.sm.ocupancy\" = \"nvidia.gpu.sm.ocupancy\" (/etc/gpulse.toml:2:"),
+            err.starts_with("[metrics.\"nvidia.gpu.sm.ocupancy\"] (/etc/gpulse.toml:2:"),
             "{err}"
         );
         assert!(
