@@ -697,3 +697,104 @@ fn companions_follow_the_samples_a_window_holds() {
         let _ = workload.wait();
     }
 }
+
+/// A metric switched off is not in the requests, and its NVML call is not made when no rule
+/// needs it. nvml-sim answers `nvmlDeviceGetBAR1MemoryInfo` with an unexpected error, which
+/// gpulse warns about whenever it makes the call: the control run (no switch) shows the warning
+/// and `hw.temperature`; with the three BAR1 metrics and `hw.temperature` switched off, no call
+/// fails and `hw.temperature` (which the throttling rule still reads) is not exported.
+#[test]
+fn a_switched_off_metric_is_neither_exported_nor_read() {
+    let scenario = format!(
+        "{SCENARIO}\n[[fault]]\nkind = \"error\"\nfield = \"bar1_memory\"\nerror = \"unknown\"\n"
+    );
+    let workloads = [Command::new("sleep").arg("30").spawn().expect("sleep")];
+    let pids: Vec<u32> = workloads.iter().map(Child::id).collect();
+    let run = |disabled: Option<&str>| -> (BTreeSet<String>, String) {
+        let receiver = Receiver::start(ReceiverOptions::default());
+        let mut env = vec![
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+        ];
+        if let Some(names) = disabled {
+            env.push(("GPULSE_METRICS_DISABLED", names.to_string()));
+        }
+        let gpulse = Gpulse::start(
+            &scenario,
+            &pids,
+            &["--sample-interval", "200ms", "--export-interval", "400ms"],
+            &env,
+        );
+        let requests =
+            receiver.wait_for(|r| window_requests(r).len() >= 3, Duration::from_secs(30));
+        let (status, stderr) = gpulse.terminate();
+        assert!(status.success(), "exit {status}: {stderr}");
+        let names = window_requests(&requests)
+            .iter()
+            .flat_map(|r| metric_names(r))
+            .map(str::to_string)
+            .collect();
+        (names, stderr)
+    };
+    let failed_read = |stderr: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| l.contains("NVML failed to read a field"))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let (names, stderr) = run(None);
+    assert!(names.contains("hw.temperature"), "{names:?}");
+    assert!(names.contains("hw.temperature.max"), "{names:?}");
+    let failed = failed_read(&stderr);
+    assert!(
+        failed.iter().any(|l| l.to_lowercase().contains("bar1")),
+        "the control run should have made the failing BAR1 call: {stderr}"
+    );
+
+    let (names, stderr) = run(Some(
+        "hw.temperature,nvidia.gpu.bar1.memory.usage,nvidia.gpu.bar1.memory.limit,\
+         nvidia.gpu.bar1.memory.free",
+    ));
+    assert!(!names.contains("hw.temperature"), "{names:?}");
+    assert!(!names.contains("hw.temperature.max"), "{names:?}");
+    assert!(
+        names.contains("hw.power"),
+        "the rest is exported: {names:?}"
+    );
+    assert_eq!(failed_read(&stderr), Vec::<String>::new(), "{stderr}");
+    for mut workload in workloads {
+        let _ = workload.kill();
+        let _ = workload.wait();
+    }
+}
+
+/// A misspelt metric name stops the start, naming it and the nearest known names.
+#[test]
+fn an_unknown_metric_name_stops_the_start() {
+    let receiver = Receiver::start(ReceiverOptions::default());
+    let gpulse = Gpulse::start(
+        SCENARIO,
+        &[],
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_base()),
+            ("GPULSE_METRICS_DISABLED", "hw.temprature".to_string()),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !gpulse.stderr_so_far().contains("no metric named") {
+        assert!(Instant::now() < deadline, "{}", gpulse.stderr_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, stderr) = gpulse.terminate();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "GPULSE_METRICS_DISABLED=\"hw.temprature\": gpulse exports no metric named \
+             \"hw.temprature\"; the nearest are hw.temperature"
+        ),
+        "{stderr}"
+    );
+}

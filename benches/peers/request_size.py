@@ -3,7 +3,11 @@
 gpulse sends, on the benchmark node (nvml-sim's GPUs × real sleeping processes, as ratio.py and
 measure.py use), for each `SAMPLE/EXPORT` configuration given.
 
-    benches/peers/request_size.py --gpulse target/release/gpulse --sim-dir DIR 1s/1s 500ms/1s
+    benches/peers/request_size.py --gpulse target/release/gpulse --sim-dir DIR 1s/1s 500ms/1s \
+        1s/10s:examples/gpulse-lean.toml
+
+A configuration may name a config file after a colon (`SAMPLE/EXPORT:FILE`), given to gpulse with
+`--config`: the metric set of its `[metrics]` switches (the default set without one).
 
 Each configuration runs `gpulse run` for --windows export windows against an OTLP/HTTP endpoint
 of this script's, which decodes every request (opentelemetry-proto, as the test environment and
@@ -91,7 +95,8 @@ def main():
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--windows", type=int, default=5)
-    ap.add_argument("configs", nargs="+", metavar="SAMPLE/EXPORT", help="e.g. 1s/1s 500ms/1s")
+    ap.add_argument("configs", nargs="+", metavar="SAMPLE/EXPORT[:FILE]",
+                    help="e.g. 1s/1s 500ms/1s 1s/10s:examples/gpulse-lean.toml")
     args = ap.parse_args()
     Receiver.request_type = decoder()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
@@ -105,10 +110,12 @@ def main():
         env = dict(os.environ, NVML_SIM_SCENARIO=scenario)
         print(f"# node: {args.gpus} GPUs × {args.procs} real sleeping processes; "
               f"{args.windows} windows per configuration")
-        print("| sample / export | bytes per request | points per request | of which .max/.min |")
-        print("| --- | ---: | ---: | ---: |")
+        print("| sample / export | metric set | bytes per request | points per request "
+              "| of which .max/.min |")
+        print("| --- | --- | ---: | ---: | ---: |")
         for config in args.configs:
-            sample, _, export = config.partition("/")
+            intervals, _, config_file = config.partition(":")
+            sample, _, export = intervals.partition("/")
             with Receiver.lock:
                 Receiver.windows.clear()
             gpulse = subprocess.Popen(
@@ -119,7 +126,7 @@ def main():
                     "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}",
                     "--otlp-protocol", "http/protobuf",
                     "--kubelet-socket", "none", "--log-level", "warn",
-                ],
+                ] + (["--config", config_file] if config_file else []),
                 env=env,
                 stdin=subprocess.DEVNULL,
             )
@@ -139,7 +146,8 @@ def main():
             with Receiver.lock:
                 windows = Receiver.windows[1:args.windows + 1]
             sizes, points, companions = zip(*windows)
-            print(f"| {sample} / {export} | {spread(sizes, lambda v: f'{v / 1000:.0f} KB')} "
+            metric_set = os.path.basename(config_file) if config_file else "default"
+            print(f"| {sample} / {export} | {metric_set} | {spread(sizes, lambda v: f'{v / 1000:.0f} KB')} "
                   f"| {spread(points, lambda v: f'{v:.0f}')} "
                   f"| {spread(companions, lambda v: f'{v:.0f}')} |", flush=True)
     finally:

@@ -202,6 +202,8 @@ async fn watch(
             nvml_lib: config.common.nvml_lib.clone(),
             interval: config.sample_interval,
             wait_for_gpu: false,
+            // Every field: it keeps (or shows) them all, whatever the switches.
+            unread_fields: Default::default(),
         },
         tx,
     ) {
@@ -222,7 +224,10 @@ async fn watch(
     let mut windows = WindowLoop::new(&config.common.analysis);
     let mut exporter = Exporter::with_transports(
         export,
-        Extremes::for_intervals(config.sample_interval, config.export_interval),
+        (
+            Extremes::for_intervals(config.sample_interval, config.export_interval),
+            config.common.metrics,
+        ),
         transports,
         Arc::clone(&sampler.health),
         windows.subscribe(),

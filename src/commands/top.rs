@@ -143,6 +143,8 @@ pub fn top(config: &InspectConfig, args: &TopArgs, logs: LogLines) -> Result<(),
             nvml_lib: config.common.nvml_lib.clone(),
             interval,
             wait_for_gpu: false,
+            // Every field: it keeps (or shows) them all, whatever the switches.
+            unread_fields: Default::default(),
         },
         snapshot_tx,
     )?;

@@ -150,6 +150,7 @@ impl CommonSettings {
                 downward: DownwardApi::from_env(layers.env),
                 prices: cost::resolve(cost, layers)?,
             },
+            metrics: super::metrics::resolve(layers)?,
         })
     }
 }

@@ -70,6 +70,12 @@ pub(crate) const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
 pub(crate) const COST_PER_GPU_HOUR: &str = "GPULSE_COST_PER_GPU_HOUR";
 /// `--cost-per-kwh`.
 pub(crate) const COST_PER_KWH: &str = "GPULSE_COST_PER_KWH";
+/// Comma-separated metric names to export even if the file or the defaults switch them off.
+pub(crate) const METRICS_ENABLED: &str = "GPULSE_METRICS_ENABLED";
+/// Comma-separated metric names not to export (nor read from NVML when nothing else needs it).
+pub(crate) const METRICS_DISABLED: &str = "GPULSE_METRICS_DISABLED";
+/// A boolean: `false` leaves out every `.max`/`.min` companion (`[metrics] companions`).
+pub(crate) const METRICS_COMPANIONS: &str = "GPULSE_METRICS_COMPANIONS";
 /// `--wait-for-gpu`, a boolean.
 pub(crate) const WAIT_FOR_GPU: &str = "GPULSE_WAIT_FOR_GPU";
 /// `--queue-max-bytes`, a size.

@@ -9,7 +9,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -125,10 +125,67 @@ pub struct FileConfig {
     pub prometheus: PrometheusFile,
     #[serde(default)]
     pub cost: CostFile,
+    /// `[metrics]`: a switch per metric and one for the `.max`/`.min` companions, resolved by
+    /// `super::metrics`.
+    #[serde(default)]
+    pub metrics: MetricsFile,
     /// `[diagnosis]`: the rules' thresholds, defined and documented by
     /// [`super::thresholds::Thresholds`].
     #[serde(default)]
     pub diagnosis: super::thresholds::Thresholds,
+}
+
+/// `[metrics]`: `companions`, and one `[metrics."<name>"]` table per metric switched.
+#[derive(Debug, Default)]
+pub struct MetricsFile {
+    /// Every `.max`/`.min` companion at once. Default `true`.
+    pub companions: Value,
+    /// `[metrics."<name>"]` tables, as written (names checked when resolving).
+    pub metrics: Vec<(String, Spanned<MetricFile>)>,
+}
+
+/// `[metrics."<name>"]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricFile {
+    /// Whether the metric is exported (and read from NVML, when nothing else needs it).
+    /// Default: as docs/metrics.md says (every metric on).
+    pub enabled: Value,
+}
+
+/// The table mixes one fixed key with names chosen by the user, which neither
+/// `deny_unknown_fields` nor `serde(flatten)` (which loses `Spanned`) can express.
+impl<'de> Deserialize<'de> for MetricsFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MetricsVisitor;
+        impl<'de> Visitor<'de> for MetricsVisitor {
+            type Value = MetricsFile;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a table of `companions = true|false` and `[metrics.\"<metric name>\"]` \
+                     tables with `enabled = true|false`",
+                )
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetricsFile, A::Error> {
+                let mut file = MetricsFile::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "companions" {
+                        file.companions = Some(map.next_value::<Spanned<Scalar>>()?);
+                    } else {
+                        let table = map.next_value::<Spanned<MetricFile>>().map_err(|e| {
+                            de::Error::custom(format!(
+                                "metrics.\"{key}\": {e}; a metric is switched by a table: \
+                                 [metrics.\"{key}\"] enabled = false"
+                            ))
+                        })?;
+                        file.metrics.push((key, table));
+                    }
+                }
+                Ok(file)
+            }
+        }
+        deserializer.deserialize_map(MetricsVisitor)
+    }
 }
 
 /// `[otlp]`: settings for both signals, overridden per signal by `[otlp.metrics]` and

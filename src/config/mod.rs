@@ -76,6 +76,7 @@ pub mod exporter;
 pub mod file;
 mod layers;
 mod listen;
+pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
 mod receiver;

@@ -11,6 +11,7 @@ use super::downward::DownwardApi;
 use super::otlp::ExporterKind;
 use super::sinks::SignalSinks;
 use super::thresholds::Thresholds;
+use crate::schema::MetricSwitches;
 use crate::values::Prices;
 
 /// The settings every command resolves the same way.
@@ -24,6 +25,9 @@ pub struct CommonSettings {
     /// What attribution reads and diagnosis judges by, so that every command shows workloads
     /// and findings as `run` exports them.
     pub analysis: AnalysisSettings,
+    /// Which metrics are exported (`[metrics]`, `GPULSE_METRICS_*`); resolved by every command,
+    /// so that `check` reports them and a misspelt name fails wherever the file is read.
+    pub metrics: MetricSwitches,
 }
 
 /// What the analyzer is built from: attribution's sources, the rules' thresholds, gpulse's own

@@ -8,12 +8,14 @@
 //! a `WindowLoop`; none of them re-groups processes or calls NVML itself.
 
 pub mod analyzer;
+mod reads;
 pub mod report;
 pub mod sampler_thread;
 pub mod view;
 pub mod window_loop;
 
 pub use analyzer::{Analysis, Analyzer};
+pub use reads::{unread_fields, UnreadFields, ANALYSIS_GPM_READS, ANALYSIS_READS};
 pub use report::SnapshotReport;
 pub use sampler_thread::{snapshot_channel, SamplerHealth, SamplerSettings, SamplerThread};
 pub use view::{View, ViewReceiver};

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::reads::UnreadFields;
 use crate::sampling::events::XidWatcher;
 use crate::sampling::{Sampler, SessionError, Snapshot};
 
@@ -130,6 +131,9 @@ pub struct SamplerSettings {
     pub interval: Duration,
     /// Keep retrying when NVML cannot be opened at start, instead of failing.
     pub wait_for_gpu: bool,
+    /// Device fields and GPM metrics not read from NVML ([`super::unread_fields`]); empty
+    /// reads everything.
+    pub unread_fields: UnreadFields,
 }
 
 /// The running sampler thread; stop it with `stop`.
@@ -152,7 +156,10 @@ impl SamplerThread {
     ) -> Result<Self, SessionError> {
         let health = Arc::new(SamplerHealth::new());
         let first = match Sampler::open(&settings.nvml_lib) {
-            Ok(sampler) => Some(sampler),
+            Ok(mut sampler) => {
+                settings.unread_fields.apply(&mut sampler);
+                Some(sampler)
+            }
             Err(e) if settings.wait_for_gpu && !e.is_transient() => {
                 tracing::error!(
                     "--wait-for-gpu waits for a driver that is not loaded or installed yet, not \
@@ -246,7 +253,8 @@ fn tick_loop(
         let started = Instant::now();
         if session.is_none() && started >= next_open {
             match Sampler::open(&settings.nvml_lib) {
-                Ok(sampler) => {
+                Ok(mut sampler) => {
+                    settings.unread_fields.apply(&mut sampler);
                     tracing::info!("NVML session opened from {:?}", settings.nvml_lib);
                     session = Some(Session {
                         xid: XidWatcher::start(Arc::clone(sampler.nvml())),

@@ -21,7 +21,9 @@ use super::gpm::GpmReader;
 use super::mig::{MigReader, MigReading};
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 use super::nvlink::NvLinkReader;
-use crate::schema::{field_calls, field_id_reads, FieldRead, NvmlCall, NvmlFieldId};
+use crate::schema::{
+    field_calls, field_id_reads, DeviceField, FieldRead, GpmField, NvmlCall, NvmlFieldId,
+};
 
 /// What the session has learnt about its devices, and the readers of their families.
 pub(super) struct DeviceReader {
@@ -64,6 +66,19 @@ impl DeviceReader {
             field_calls: field_calls(),
             field_ids: field_id_reads(),
         }
+    }
+
+    /// Stops reading `fields` and asking GPM for the `gpm` metrics: each call of the field table is made only for the fields it still
+    /// fills (not at all when none is left), and the field-id batch asks only for the ids left.
+    /// Their values stay `None`, as for a field the device does not give.
+    pub(super) fn leave_out(&mut self, fields: &[DeviceField], gpm: &[GpmField]) {
+        self.gpm.leave_out(gpm);
+        for (_, reads) in &mut self.field_calls {
+            reads.retain(|read| !fields.contains(&read.field));
+        }
+        self.field_calls.retain(|(_, reads)| !reads.is_empty());
+        self.field_ids
+            .retain(|(_, read)| !fields.contains(&read.field));
     }
 
     /// NVML errors by kind since the session opened.

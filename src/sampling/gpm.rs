@@ -97,6 +97,8 @@ pub(crate) struct GpmReader {
     warned_permission: bool,
     /// Unexpected errors already warned about, per device or GPU instance.
     warned_error: std::collections::HashSet<Source>,
+    /// The GPM metrics asked of `nvmlGpmMetricsGet`: every field's, less those left out.
+    metrics: Vec<GpmMetricId>,
 }
 
 impl std::fmt::Debug for GpmReader {
@@ -142,7 +144,15 @@ impl GpmReader {
             devices: HashMap::new(),
             warned_permission: false,
             warned_error: std::collections::HashSet::new(),
+            metrics: metrics().to_vec(),
         }
+    }
+
+    /// Stops asking for the GPM metrics of `fields`; their activity stays `None`. The samples
+    /// are still taken for the fields left (every rule-bearing one, see `pipeline::reads`).
+    pub(crate) fn leave_out(&mut self, fields: &[GpmField]) {
+        self.metrics
+            .retain(|metric| field_of(*metric).is_some_and(|f| !fields.contains(&f)));
     }
 
     /// Takes a first GPM sample of a device that supports GPM, so that a one-shot reader
@@ -265,7 +275,7 @@ impl GpmReader {
         // not freed; ManuallyDrop keeps ownership with the handle, which is freed below.
         let first =
             ManuallyDrop::new(unsafe { GpmSample::from_handle(&self.nvml, previous.handle) });
-        let result = gpm_metrics_get(&self.nvml, &first, &sample, &metrics());
+        let result = gpm_metrics_get(&self.nvml, &first, &sample, &self.metrics);
         self.free(Some(previous));
         let state = self.devices.entry(source).or_default();
         state.previous = Some(HeldSample {

@@ -164,6 +164,16 @@ impl Sampler {
         })
     }
 
+    /// Stops reading `fields` and the GPM metrics of `gpm` from NVML (`run` passes those whose
+    /// metric is switched off and that nothing else needs); they stay unknown in every snapshot.
+    pub fn leave_out_fields(
+        &mut self,
+        fields: &[crate::schema::DeviceField],
+        gpm: &[crate::schema::GpmField],
+    ) {
+        self.devices.leave_out(fields, gpm);
+    }
+
     /// The NVML handle, shared with the XID event thread and `gpulse check`.
     pub fn nvml(&self) -> &Arc<Nvml> {
         &self.nvml

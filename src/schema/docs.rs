@@ -20,8 +20,8 @@ pub(crate) const REGENERATE: &str = "cargo run --example schema_docs";
 /// The metric reference table of one resource section, in Markdown.
 pub(crate) fn metric_table(section: Section) -> String {
     let mut out = String::from(
-        "| name | instrument | unit | attributes | NVML source | notes |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+        "| name | instrument | unit | attributes | NVML source | notes | default |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for spec in METRICS.iter().filter(|m| m.section == section) {
         let base = companion_base(spec);
@@ -42,8 +42,14 @@ pub(crate) fn metric_table(section: Section) -> String {
             "" => String::new(),
             text => format!(" {}", cell(text)),
         };
+        // Whether a user who sets no `[metrics]` switch gets it (`OFF_BY_DEFAULT`).
+        let default = if spec.id.enabled_by_default() {
+            "on"
+        } else {
+            "off"
+        };
         out.push_str(&format!(
-            "| `{}` | {} | `{}` | {attributes} | {source} |{notes} |\n",
+            "| `{}` | {} | `{}` | {attributes} | {source} |{notes} | {default} |\n",
             spec.name,
             spec.instrument.as_str(),
             spec.unit,

@@ -34,6 +34,7 @@ pub(crate) mod metrics;
 pub mod registry;
 pub(crate) mod signals;
 pub(crate) mod source;
+pub mod switches;
 pub(crate) mod throttle;
 
 pub use device::{
@@ -48,4 +49,5 @@ pub use gpm::{
 };
 pub use metrics::{Instrument, MetricId, MetricSpec, Section, METRICS, METRIC_COUNT};
 pub use source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
+pub use switches::{nearest_metric_names, MetricSet, MetricSwitches, OFF_BY_DEFAULT};
 pub(crate) use throttle::{throttle_reason_names, throttle_reasons};

@@ -138,13 +138,18 @@ impl Pipeline {
                 nvml_lib: config.common.nvml_lib.clone(),
                 interval: config.sample_interval,
                 wait_for_gpu: config.wait_for_gpu,
+                // Fields of switched-off metrics that no rule, accounting or enrichment reads.
+                unread_fields: crate::pipeline::unread_fields(&config.common.metrics),
             },
             tx,
         )?;
         let sampler_health = Arc::clone(&sampler.health);
         let exporter = Exporter::start(
             &config.export,
-            Extremes::for_intervals(config.sample_interval, config.export_interval),
+            (
+                Extremes::for_intervals(config.sample_interval, config.export_interval),
+                config.common.metrics,
+            ),
             Arc::clone(&sampler_health),
             windows.subscribe(),
         )?;
@@ -157,6 +162,7 @@ impl Pipeline {
             env!("CARGO_PKG_VERSION")
         );
         log_sinks(config);
+        log_switches(&config.common.metrics);
         let health_server = match config.health_addr {
             Some(addr) => Some(
                 health::serve(
@@ -186,6 +192,7 @@ impl Pipeline {
                 prometheus::start(
                     addr,
                     config.prometheus,
+                    config.common.metrics,
                     exporter.node().clone(),
                     windows.subscribe(),
                 )
@@ -263,6 +270,36 @@ impl Pipeline {
         }
         tracing::info!("gpulse stopped");
     }
+}
+
+/// One line at start naming the metrics switched off (`[metrics]`) and the NVML fields left
+/// unread for them, so that a missing series can be traced to its switch.
+fn log_switches(switches: &crate::schema::MetricSwitches) {
+    let off: Vec<&str> = switches
+        .disabled_metrics()
+        .map(|id| id.spec().name)
+        .collect();
+    if off.is_empty() {
+        return;
+    }
+    let unread_fields = crate::pipeline::unread_fields(switches);
+    let unread: Vec<&str> = (unread_fields.device.iter().map(|f| f.spec().key))
+        .chain(
+            crate::schema::GPM_FIELDS
+                .iter()
+                .filter(|spec| unread_fields.gpm.contains(&spec.field))
+                .map(|spec| spec.key),
+        )
+        .collect();
+    tracing::info!(
+        "metrics switched off: {}; NVML fields not read for them: {}",
+        off.join(", "),
+        if unread.is_empty() {
+            "none (the analysis reads them)".to_string()
+        } else {
+            unread.join(", ")
+        }
+    );
 }
 
 /// One line at start saying where each signal goes, so that a Prometheus-only or logs-only

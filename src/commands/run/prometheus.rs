@@ -9,6 +9,7 @@ use crate::config::PrometheusSettings;
 use crate::export::prometheus::{server, Published};
 use crate::export::resource::NodeIdentity;
 use crate::pipeline::ViewReceiver;
+use crate::schema::MetricSwitches;
 
 /// The two tasks of the endpoint; aborted when dropped with the pipeline.
 pub(crate) struct MetricsEndpoint {
@@ -30,10 +31,11 @@ impl Drop for MetricsEndpoint {
 pub(crate) async fn start(
     addr: SocketAddr,
     settings: PrometheusSettings,
+    switches: MetricSwitches,
     node: NodeIdentity,
     mut views: ViewReceiver,
 ) -> std::io::Result<MetricsEndpoint> {
-    let published = Arc::new(Published::new(settings, node));
+    let published = Arc::new(Published::new(settings, node).with_switches(switches));
     let (_, server) = server::serve(addr, Arc::clone(&published)).await?;
     let follower = tokio::spawn(async move {
         loop {

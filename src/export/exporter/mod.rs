@@ -25,6 +25,7 @@ use crate::export::resource::{host_name, NodeIdentity};
 use crate::export::telemetry::{ReceiverCounters, SelfTelemetry};
 use crate::export::transport::{EncodedRequest, Signal, SignalTransports, TransportBuildError};
 use crate::pipeline::{Analysis, SamplerHealth, ViewReceiver};
+use crate::schema::MetricSwitches;
 
 /// The running export: built once at start, fed one [`Analysis`] per window.
 pub struct Exporter {
@@ -39,6 +40,8 @@ pub struct Exporter {
     resources: ProcessResources,
     /// Whether gauges carry `.max`/`.min`: fixed by the sample and export intervals.
     extremes: Extremes,
+    /// The metrics switched on and off (`[metrics]`).
+    switches: MetricSwitches,
     /// Where gpulse's own metrics and findings go; an `Off` signal is never built nor queued.
     sinks: SignalSinks,
     /// The signals no transport carries: the receivers' intake must not queue them.
@@ -59,7 +62,8 @@ impl std::fmt::Debug for Exporter {
 impl Exporter {
     /// Builds the transports `settings.sinks` use (none at all when every sink is off: no
     /// connection is ever made), then [`Exporter::with_transports`]. `extremes`: whether the
-    /// gauges carry `.max`/`.min` (`Extremes::for_intervals` of the run's intervals).
+    /// gauges carry `.max`/`.min` (`Extremes::for_intervals` of the run's intervals);
+    /// `switches`: the metrics left out.
     ///
     /// # Errors
     /// [`TransportBuildError`] from an endpoint.
@@ -68,13 +72,17 @@ impl Exporter {
     /// Outside a tokio runtime.
     pub fn start(
         settings: &ExportSettings,
-        extremes: Extremes,
+        (extremes, switches): (Extremes, MetricSwitches),
         sampler: Arc<SamplerHealth>,
         view: ViewReceiver,
     ) -> Result<Self, TransportBuildError> {
         let transports = SignalTransports::from_exporter(&settings.exporter, &settings.sinks)?;
         Ok(Self::with_transports(
-            settings, extremes, transports, sampler, view,
+            settings,
+            (extremes, switches),
+            transports,
+            sampler,
+            view,
         ))
     }
 
@@ -86,7 +94,7 @@ impl Exporter {
     /// Outside a tokio runtime.
     pub fn with_transports(
         settings: &ExportSettings,
-        extremes: Extremes,
+        (extremes, switches): (Extremes, MetricSwitches),
         transports: SignalTransports,
         sampler: Arc<SamplerHealth>,
         view: ViewReceiver,
@@ -113,6 +121,7 @@ impl Exporter {
             telemetry,
             resources: ProcessResources::new(),
             extremes,
+            switches,
             sinks: settings.sinks,
             not_forwarded,
             destinations,
@@ -171,6 +180,7 @@ impl Exporter {
                 &self.node,
                 &mut self.resources,
                 self.extremes,
+                &self.switches,
             ),
             None => MetricsBatch::default(),
         };

@@ -10,6 +10,6 @@ pub mod encoding;
 
 pub use builder::{
     metrics_batch, metrics_batch_cached, metrics_batch_with_training, metrics_request,
-    metrics_request_with_training, Extremes, ProcessResources,
+    metrics_request_switched, metrics_request_with_training, Extremes, ProcessResources,
 };
 pub use encoding::{data_point_count, MetricsBatch};

@@ -25,7 +25,7 @@ use crate::export::resource::NodeIdentity;
 use crate::sampling::DeviceInfo;
 use crate::sampling::{DeviceStatus, DeviceWindow, MigInstanceWindow};
 use crate::schema::{DcgmScale, DcgmSeries, DcgmValue};
-use crate::schema::{DeviceField, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
+use crate::schema::{DeviceField, MetricSet, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
 
 /// dcgm-exporter's labels, in the order it writes them, with what gpulse puts in each: the one
 /// place the label sets are declared. Every `DCGM_FI_*` series of a GPU carries
@@ -162,12 +162,14 @@ fn pod_labels(
         .collect()
 }
 
-/// The `DCGM_FI_*` families of every device of the window.
+/// The `DCGM_FI_*` families of every device of the window, less those of the fields whose
+/// metric is switched off (`off`): a metric switched off is gone under both names.
 pub(super) fn push_devices(
     b: &mut Builder,
     attributed: &AttributedWindow,
     node: &NodeIdentity,
     last_xid: &HashMap<String, u64>,
+    off: MetricSet,
 ) {
     let window = &attributed.window;
     // dcgm-exporter's Hostname is the node's name (NODE_NAME in its DaemonSet).
@@ -186,7 +188,9 @@ pub(super) fn push_devices(
         labels.extend(pod_labels(attributed, &info.uuid, None));
 
         for spec in &DEVICE_FIELDS {
-            let Some(series) = spec.dcgm else { continue };
+            let Some(series) = spec.dcgm.filter(|_| !off.contains(spec.metric.id)) else {
+                continue;
+            };
             // dcgm-exporter reports its latest reading: the window's last value, or a
             // counter's total.
             let value = match spec.window {
@@ -215,9 +219,9 @@ pub(super) fn push_devices(
                     .map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
             ),
         );
-        push_profiling(b, &labels, d, None);
+        push_profiling(b, &labels, d, None, off);
         for m in &d.mig_instances {
-            push_mig_instance(b, attributed, &gpu_labels, d, m);
+            push_mig_instance(b, attributed, &gpu_labels, d, m, off);
         }
     }
 }
@@ -231,6 +235,7 @@ fn push_mig_instance(
     gpu_labels: &[(String, String)],
     d: &DeviceWindow,
     m: &MigInstanceWindow,
+    off: MetricSet,
 ) {
     let mut labels = Vec::with_capacity(gpu_labels.len() + MIG_LABELS.len() + POD_LABELS.len());
     for label in gpu_labels {
@@ -262,7 +267,7 @@ fn push_mig_instance(
             dcgm_value(series.scale, bytes as f64),
         );
     }
-    push_profiling(b, &labels, d, Some(m));
+    push_profiling(b, &labels, d, Some(m), off);
 }
 
 /// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios (the window's mean), from GPM (Hopper and
@@ -273,9 +278,10 @@ fn push_profiling(
     labels: &[(String, String)],
     d: &DeviceWindow,
     instance: Option<&MigInstanceWindow>,
+    off: MetricSet,
 ) {
     let gpm = instance.map_or(&d.gpm, |m| &m.gpm);
-    for spec in &GPM_FIELDS {
+    for spec in GPM_FIELDS.iter().filter(|s| !off.contains(s.metric.id)) {
         let (Some(series), Some(ratio)) = (spec.dcgm, gpm.mean(spec.field)) else {
             continue;
         };

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point, Metric};
 
@@ -24,6 +25,7 @@ use crate::diagnosis::{Finding, RuleId};
 use crate::export::metrics::metrics_request_with_training;
 use crate::export::resource::NodeIdentity;
 use crate::schema::attributes::AttributeId as A;
+use crate::schema::MetricSet;
 
 /// Resource attributes that do not become labels: `service.instance.id` is what Prometheus's
 /// translation turns into `instance`, which the scrape sets itself (and it changes with every
@@ -127,6 +129,28 @@ pub fn build(
     last_xid: &HashMap<String, u64>,
 ) -> Exposition {
     let request = metrics_request_with_training(attributed, training, node);
+    build_from(
+        &request,
+        attributed,
+        findings,
+        node,
+        (names, max_series),
+        last_xid,
+        MetricSet::default(),
+    )
+}
+
+/// [`build`] from the window's request as built already, less the metrics `off` switches off
+/// (their OTLP-named families are not in `request`; their `DCGM_FI_*` twins are left out here).
+pub(super) fn build_from(
+    request: &ExportMetricsServiceRequest,
+    attributed: &AttributedWindow,
+    findings: &[Finding],
+    node: &NodeIdentity,
+    (names, max_series): (PrometheusNames, usize),
+    last_xid: &HashMap<String, u64>,
+    off: MetricSet,
+) -> Exposition {
     let mut b = Builder::new(max_series);
     let mut resources = request.resource_metrics.iter().map(|rm| {
         let labels = rm
@@ -152,7 +176,7 @@ pub fn build(
         None => Vec::new(),
     };
     if names == PrometheusNames::Dcgm {
-        dcgm::push_devices(&mut b, attributed, node, last_xid);
+        dcgm::push_devices(&mut b, attributed, node, last_xid, off);
     }
     push_findings(&mut b, findings, &node_labels);
     for (labels, metrics) in resources {
@@ -630,6 +654,43 @@ mod tests {
             own.dropped_total
         );
         assert!(text.contains(&want), "{text}");
+    }
+
+    /// A metric switched off is gone from `/metrics` under both names, and nothing else is.
+    #[test]
+    fn a_switched_off_metric_is_gone_under_both_names() {
+        let switched = |switches: crate::schema::MetricSwitches| {
+            let published = super::super::Published::new(
+                crate::config::PrometheusSettings {
+                    names: PrometheusNames::Dcgm,
+                    ..Default::default()
+                },
+                node(),
+            )
+            .with_switches(switches);
+            published.update(&window(&[(42, None)]), &TrainingWindow::default(), &[]);
+            let (e, _) = published.latest();
+            e.families.keys().cloned().collect::<Vec<String>>()
+        };
+        let all = switched(Default::default());
+        let mut power_off = crate::schema::MetricSwitches::default();
+        power_off.set(crate::schema::MetricId::Power, false);
+        let without_power = switched(power_off);
+        let gone: Vec<&String> = all.iter().filter(|f| !without_power.contains(f)).collect();
+        assert!(
+            gone.iter().any(|f| f.starts_with("hw_power")),
+            "hw.power under its OTLP name: {gone:?}"
+        );
+        assert!(
+            gone.iter()
+                .all(|f| f.starts_with("hw_power") || f.as_str() == "DCGM_FI_DEV_POWER_USAGE"),
+            "{gone:?}"
+        );
+        assert!(
+            gone.iter().any(|f| f.as_str() == "DCGM_FI_DEV_POWER_USAGE"),
+            "{gone:?}"
+        );
+        assert!(without_power.iter().all(|f| all.contains(f)));
     }
 
     #[test]

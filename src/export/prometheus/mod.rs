@@ -27,7 +27,9 @@ use crate::attribution::AttributedWindow;
 use crate::config::PrometheusSettings;
 use crate::diagnosis::training::TrainingWindow;
 use crate::diagnosis::Finding;
+use crate::export::metrics::metrics_request_switched;
 use crate::export::resource::NodeIdentity;
+use crate::schema::MetricSwitches;
 pub use encode::{Format, SelfMetrics};
 pub use families::Exposition;
 
@@ -37,6 +39,8 @@ pub use families::Exposition;
 pub struct Published {
     settings: PrometheusSettings,
     node: NodeIdentity,
+    /// The metrics switched off (`[metrics]`) are gone from `/metrics` as from OTLP.
+    switches: MetricSwitches,
     state: Mutex<State>,
 }
 
@@ -54,8 +58,14 @@ impl Published {
         Self {
             settings,
             node,
+            switches: MetricSwitches::default(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same, exposing only the metrics `switches` leave on.
+    pub fn with_switches(self, switches: MetricSwitches) -> Self {
+        Self { switches, ..self }
     }
 
     /// Rebuilds the exposition from an analysed window and the findings active after it.
@@ -70,14 +80,15 @@ impl Published {
             last_xid.insert(event.device_uuid.clone(), event.xid);
         }
         // Built outside the lock: a scrape meanwhile gets the previous window, not a wait.
-        let exposition = exposition::build(
+        let request = metrics_request_switched(attributed, training, &self.node, &self.switches);
+        let exposition = exposition::build_from(
+            &request,
             attributed,
-            training,
             findings,
             &self.node,
-            self.settings.names,
-            self.settings.max_series,
+            (self.settings.names, self.settings.max_series),
             &last_xid,
+            self.switches.disabled_set(),
         );
         let mut state = self.lock();
         if exposition.dropped > 0 && !state.warned_drop {

@@ -47,7 +47,7 @@ use crate::diagnosis::training::TrainingWindow;
 use crate::export::resource::{node_resource, process_resource, NodeIdentity};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{Gauge, ProcessWindow};
-use crate::schema::{FieldMetric, MetricId};
+use crate::schema::{FieldMetric, MetricId, MetricSet, MetricSwitches};
 
 /// Whether the gauges of a window carry their `.max`/`.min` companions.
 ///
@@ -81,13 +81,17 @@ impl Extremes {
 pub(super) struct MetricsBuilder {
     pub(super) points: Vec<BatchPoint>,
     extremes: Extremes,
+    /// The metrics switched off (`[metrics]`): their points are dropped here, so no family
+    /// builder needs to know the switches.
+    off: MetricSet,
 }
 
 impl MetricsBuilder {
-    pub(super) fn new(points_hint: usize, extremes: Extremes) -> Self {
+    pub(super) fn new(points_hint: usize, extremes: Extremes, off: MetricSet) -> Self {
         Self {
             points: Vec::with_capacity(points_hint),
             extremes,
+            off,
         }
     }
 
@@ -98,6 +102,9 @@ impl MetricsBuilder {
         span: Span,
         value: Value,
     ) {
+        if self.off.contains(id) {
+            return;
+        }
         let value = match value {
             Value::F64(v) if !v.is_finite() => return,
             Value::F64(v) => number_data_point::Value::AsDouble(v),
@@ -191,22 +198,51 @@ pub fn metrics_batch_with_training(
     training: &TrainingWindow,
     node: &NodeIdentity,
 ) -> MetricsBatch {
-    build(attributed, training, node, None, Extremes::Sent)
+    fresh_build(attributed, training, node, MetricSet::default())
+}
+
+/// [`metrics_batch_with_training`] less the metrics `switches` turn off: what `/metrics`
+/// exposes, so a metric switched off is gone from both exports.
+pub fn metrics_request_switched(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+    switches: &MetricSwitches,
+) -> ExportMetricsServiceRequest {
+    fresh_build(attributed, training, node, switches.disabled_set()).into_request()
+}
+
+/// A window built without kept resources, every gauge with its companions, less `off`.
+fn fresh_build(
+    attributed: &AttributedWindow,
+    training: &TrainingWindow,
+    node: &NodeIdentity,
+    off: MetricSet,
+) -> MetricsBatch {
+    build(attributed, training, node, None, Extremes::Sent, off)
 }
 
 /// [`metrics_batch_with_training`], taking each process's resource from `resources` (kept from
 /// the windows before while the process and its workload stay) and keeping this window's there,
-/// with the gauges' companions as `extremes` says: what `gpulse run` exports each window. The
-/// request's bytes are the same as a fresh build's.
+/// with the gauges' companions as `extremes` says and without the metrics `switches` turn off:
+/// what `gpulse run` exports each window. The request's bytes are the same as a fresh build's.
 pub fn metrics_batch_cached(
     attributed: &AttributedWindow,
     training: &TrainingWindow,
     node: &NodeIdentity,
     resources: &mut ProcessResources,
     extremes: Extremes,
+    switches: &MetricSwitches,
 ) -> MetricsBatch {
     resources.begin(node);
-    let batch = build(attributed, training, node, Some(&mut *resources), extremes);
+    let batch = build(
+        attributed,
+        training,
+        node,
+        Some(&mut *resources),
+        extremes,
+        switches.disabled_set(),
+    );
     resources.end();
     batch
 }
@@ -217,6 +253,7 @@ fn build(
     node: &NodeIdentity,
     mut resources: Option<&mut ProcessResources>,
     extremes: Extremes,
+    off: MetricSet,
 ) -> MetricsBatch {
     let window = &attributed.window;
     let gauge_span = Span {
@@ -232,7 +269,7 @@ fn build(
     let by_pid = rows_by_pid.chunk_by(|a, b| a.pid == b.pid);
     let mut batch = MetricsBatch::with_capacity(1 + window.processes.len());
 
-    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48, extremes);
+    let mut node_builder = MetricsBuilder::new(window.devices.len() * 48, extremes, off);
     for device in &window.devices {
         let base = device::push_device(
             &mut node_builder,
@@ -261,7 +298,7 @@ fn build(
     let mut cause_sets = accounting::CauseSets::default();
     for rows in by_pid {
         let pid = rows[0].pid;
-        let mut b = MetricsBuilder::new(rows.len() * 8 + 3, extremes);
+        let mut b = MetricsBuilder::new(rows.len() * 8 + 3, extremes, off);
         for p in rows {
             let mig = window
                 .mig_instance_of(p.pid, &p.device_uuid)

@@ -853,7 +853,14 @@ fn training_figures_are_points_of_the_process_with_its_rank() {
 /// the same request.
 fn assert_cached_equals_fresh(attributed: &AttributedWindow, kept: &mut ProcessResources) {
     let training = TrainingWindow::default();
-    let cached = metrics_batch_cached(attributed, &training, &node(), kept, Extremes::Sent);
+    let cached = metrics_batch_cached(
+        attributed,
+        &training,
+        &node(),
+        kept,
+        Extremes::Sent,
+        &MetricSwitches::default(),
+    );
     let fresh = metrics_batch_with_training(attributed, &training, &node());
     assert_eq!(cached.encode(), fresh.encode());
     assert_eq!(cached.into_request(), fresh.into_request());
@@ -909,6 +916,7 @@ fn kept_process_resources_give_the_bytes_of_a_fresh_build_window_after_window() 
         &node(),
         &mut kept,
         Extremes::Sent,
+        &MetricSwitches::default(),
     )
     .into_request();
     let resource = process_resource_of(&request, 20).resource.as_ref().unwrap();
@@ -949,7 +957,14 @@ fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
         ..node()
     };
     let training = TrainingWindow::default();
-    let cached = metrics_batch_cached(&attributed, &training, &renamed, &mut kept, Extremes::Sent);
+    let cached = metrics_batch_cached(
+        &attributed,
+        &training,
+        &renamed,
+        &mut kept,
+        Extremes::Sent,
+        &MetricSwitches::default(),
+    );
     let fresh = metrics_batch_with_training(&attributed, &training, &renamed);
     assert_eq!(cached.encode(), fresh.encode());
     let request = cached.into_request();
@@ -964,10 +979,9 @@ fn kept_process_resources_are_dropped_when_the_node_identity_changes() {
     assert_eq!(host, Some(s("node-b")));
 }
 
-/// A window built with `Extremes::Omitted` is the same request less every `.max`/`.min`
-/// companion, and the intervals decide which one a run gets.
-#[test]
-fn companions_are_left_out_when_windows_hold_one_sample() {
+/// A GPU's utilisation and power and a process's SM utilisation, each with a spread of samples:
+/// gauges that have `.max`/`.min` companions.
+fn gauges_with_extremes() -> AttributedWindow {
     let mut d = bare_device(0);
     d.fields
         .set_gauge(DeviceField::UtilizationGpu, Some(g(0.6, 0.2, 0.95, 0.5)));
@@ -975,10 +989,17 @@ fn companions_are_left_out_when_windows_hold_one_sample() {
         .set_gauge(DeviceField::Power, Some(g(350.0, 100.0, 700.0, 300.0)));
     let mut p = process(42, 0);
     p.sm_utilization = Some(g(0.5, 0.4, 0.6, 0.5));
-    let attributed = AttributedWindow {
+    AttributedWindow {
         window: window(vec![d], vec![p]),
         ..attributed_of(1, &[named(42, Some("trainer"))])
-    };
+    }
+}
+
+/// A window built with `Extremes::Omitted` is the same request less every `.max`/`.min`
+/// companion, and the intervals decide which one a run gets.
+#[test]
+fn companions_are_left_out_when_windows_hold_one_sample() {
+    let attributed = gauges_with_extremes();
     let build_with = |extremes| {
         let mut kept = ProcessResources::new();
         metrics_batch_cached(
@@ -987,6 +1008,7 @@ fn companions_are_left_out_when_windows_hold_one_sample() {
             &node(),
             &mut kept,
             extremes,
+            &MetricSwitches::default(),
         )
         .into_request()
     };
@@ -1036,4 +1058,54 @@ fn companions_are_left_out_when_windows_hold_one_sample() {
             "{sample} ms / {export} ms"
         );
     }
+}
+
+/// A metric switched off (with its companions), or the companions switched off as a group, is
+/// left out of the request, and nothing else changes.
+#[test]
+fn switched_off_metrics_are_left_out_and_nothing_else() {
+    let attributed = gauges_with_extremes();
+    let build_with = |switches: &MetricSwitches| {
+        metrics_batch_cached(
+            &attributed,
+            &TrainingWindow::default(),
+            &node(),
+            &mut ProcessResources::new(),
+            Extremes::Sent,
+            switches,
+        )
+        .into_request()
+    };
+    let without = |req: &ExportMetricsServiceRequest, gone: &dyn Fn(&str) -> bool| {
+        let mut req = req.clone();
+        for rm in &mut req.resource_metrics {
+            for sm in &mut rm.scope_metrics {
+                sm.metrics.retain(|m| !gone(&m.name));
+            }
+        }
+        req
+    };
+    let all = build_with(&MetricSwitches::default());
+
+    let mut power_off = MetricSwitches::default();
+    power_off.set(MetricId::Power, false);
+    let got = build_with(&power_off);
+    assert_ne!(got, all, "hw.power was in the request");
+    assert_eq!(got, without(&all, &|n| n.starts_with("hw.power")));
+
+    let mut no_companions = MetricSwitches::default();
+    no_companions.set_companions(false);
+    let got = build_with(&no_companions);
+    assert_eq!(
+        got,
+        without(&all, &|n| n.ends_with(".max") || n.ends_with(".min"))
+    );
+    assert_eq!(
+        metrics_request_switched(&attributed, &TrainingWindow::default(), &node(), &power_off),
+        without(
+            &metrics_request_with_training(&attributed, &TrainingWindow::default(), &node()),
+            &|n| n.starts_with("hw.power")
+        ),
+        "/metrics' request leaves out the same"
+    );
 }
