@@ -184,6 +184,8 @@ class Run:
         samples = n1 - n0
         if samples <= 0:
             raise RuntimeError(f"{self.name} took no samples: {self._tail(log)}")
+        if self.scrape:
+            self.check_scrape_rate(samples, t1 - t0)
         if self.check:
             self.check(self)
         cpu = cpu1 - cpu0
@@ -198,6 +200,17 @@ class Run:
             "peak_rss_mib": self.peak_kib / 1024,
         }
 
+    def check_scrape_rate(self, scrapes, seconds):
+        """A pulled exporter is compared only when it was scraped at its interval: no more than
+        one scrape short of one per interval (one can straddle each end of the window)."""
+        expected = seconds / self.interval
+        if scrapes < expected - 1.5:
+            raise RuntimeError(
+                f"{self.name} answered {scrapes} scrapes in {seconds:.1f} s, where one every "
+                f"{self.interval:g} s makes {expected:.0f}: its answers took longer than its "
+                f"interval, so it did not deliver every interval and its figure would flatter "
+                f"it. Measure on a less loaded machine or at a longer interval.")
+
     def _watch_rss(self, pid, stop):
         while not stop.is_set():
             for p in [pid] + descendants(pid):
@@ -205,7 +218,13 @@ class Run:
             stop.wait(0.05)
 
     def _scrape(self, stop):
-        # A Prometheus server scraping at the exporter's interval.
+        # A Prometheus server scraping at the exporter's interval, on a fixed schedule: each
+        # scrape is due one interval after the previous one was due, not after it answered, so
+        # a pulled exporter delivers once per interval as gpulse pushes once per export
+        # interval. (Waiting an interval after each answer scraped all-smi at 1 s about every
+        # 1.1–1.2 s, which let it deliver less often than gpulse.) A scrape that overruns its
+        # slot is not made up with a burst: the next one is due an interval after it ended.
+        due = time.monotonic()
         while not stop.is_set():
             try:
                 with urllib.request.urlopen(self.scrape, timeout=5) as r:
@@ -213,7 +232,9 @@ class Run:
                 self.scrapes += 1
             except OSError:
                 pass
-            stop.wait(self.interval)
+            now = time.monotonic()
+            due = max(due + self.interval, now)
+            stop.wait(due - now)
 
     @staticmethod
     def _tail(log):
