@@ -15,8 +15,9 @@ A peer is NAME or NAME@SECONDS (its sampling interval; --interval when left out)
 gpulse-default-export (gpulse exporting every 10 s), floor (examples/bench_floor: only gpulse's
 NVML calls and /proc reads), nvitop-exporter, all-smi, openlit, gpustat-json-loop.
 
-CPU is whole-process: utime + stime + cutime + cstime of the process from /proc/<pid>/stat,
-plus utime + stime of its live descendants, taken at the start and at the end of the measured
+CPU is whole-process: the process's own CPU-time clock (all its threads, in nanoseconds), plus
+cutime + cstime of the process from /proc/<pid>/stat and utime + stime of its live descendants
+(in 10 ms ticks), taken at the start and at the end of the measured
 window (after a warm-up, so start-up is not counted). Peak RSS is the largest VmHWM
 (/proc/<pid>/status) of the process or of any descendant seen while it ran: for the gpustat
 loop that is one `gpustat --json` process, as each sample is a new one.
@@ -118,6 +119,27 @@ def tree_cpu_seconds(pid):
     return total / CLK_TCK
 
 
+def process_cpu_seconds(pid):
+    """The process's own CPU time (all its threads) in nanoseconds, from its CPU-time clock
+    (clock_getcpuclockid: Linux's (~pid << 3) | CPUCLOCK_SCHED), not from /proc's 10 ms ticks:
+    30 s of gpulse at 1 s is well under a tenth of a second, a handful of ticks."""
+    return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
+
+
+def precise_tree_cpu_seconds(pid):
+    """tree_cpu_seconds with the process itself read from its CPU-time clock: its waited-for
+    children (cutime, cstime) and its live descendants are still counted in ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[13]) + int(fields[14])
+    for d in descendants(pid):
+        try:
+            ticks += cpu_ticks(d, False)
+        except OSError:
+            pass
+    return process_cpu_seconds(pid) + ticks / CLK_TCK
+
+
 def hwm_kib(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -165,11 +187,13 @@ class Run:
             time.sleep(warmup)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited during warm-up: {self._tail(log)}")
-            cpu0, n0, t0 = tree_cpu_seconds(proc.pid), self.samples_fn(self), time.monotonic()
+            cpu0 = precise_tree_cpu_seconds(proc.pid)
+            n0, t0 = self.samples_fn(self), time.monotonic()
             time.sleep(duration)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited while measured: {self._tail(log)}")
-            cpu1, n1, t1 = tree_cpu_seconds(proc.pid), self.samples_fn(self), time.monotonic()
+            cpu1 = precise_tree_cpu_seconds(proc.pid)
+            n1, t1 = self.samples_fn(self), time.monotonic()
         finally:
             stop.set()
             try:

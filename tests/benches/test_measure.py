@@ -78,6 +78,25 @@ def test_descendants_of_a_real_process_tree():
         parent.wait(timeout=10)
 
 
+def test_a_process_cpu_is_read_from_its_cpu_clock_finer_than_a_tick():
+    """A spinning child's CPU, read from its CPU-time clock, grows, is not counted in whole
+    10 ms ticks, and agrees with /proc's ticks to within two of them."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        readings = []
+        for _ in range(5):
+            time.sleep(0.1)
+            readings.append(measure.process_cpu_seconds(spin.pid))
+        assert readings[-1] > readings[0], readings
+        assert any(round(v * 1e9) % (10**9 // measure.CLK_TCK) for v in readings), readings
+        ticks = measure.cpu_ticks(spin.pid, with_children=False) / measure.CLK_TCK
+        clock = measure.precise_tree_cpu_seconds(spin.pid)
+        assert abs(clock - ticks) <= 2 / measure.CLK_TCK, (clock, ticks)
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 # --- one run -------------------------------------------------------------------------------
 
 def test_a_measured_run_reports_its_cpu_per_sample_and_share_of_a_core():
