@@ -542,9 +542,13 @@ def main():
             for run in runs:
                 print(f"# run {n + 1}/{args.runs}: {run.name} ...", file=sys.stderr, flush=True)
                 run.reset()
+                load_before = os.getloadavg()[0]
                 r = run.measure(args.warmup, args.duration)
-                print(f"#   {r['name']}: {r['cpu_s']:.2f} s CPU, {r['samples']} samples, "
-                      f"peak RSS {r['peak_rss_mib']:.1f} MiB", file=sys.stderr, flush=True)
+                r["load_1m"] = (load_before, os.getloadavg()[0])
+                print(f"#   {r['name']}: {r['cpu_s']:.3f} s CPU, {r['samples']} samples, "
+                      f"peak RSS {r['peak_rss_mib']:.1f} MiB, load average (1 min) "
+                      f"{r['load_1m'][0]:.2f} before, {r['load_1m'][1]:.2f} after",
+                      file=sys.stderr, flush=True)
                 rows.append(r)
         summary = summarize(rows)
         table(summary, args.duration)
