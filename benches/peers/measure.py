@@ -15,8 +15,9 @@ A peer is NAME or NAME@SECONDS (its sampling interval; --interval when left out)
 gpulse-default-export (gpulse exporting every 10 s), floor (examples/bench_floor: only gpulse's
 NVML calls and /proc reads), nvitop-exporter, all-smi, openlit, gpustat-json-loop.
 
-CPU is whole-process: utime + stime + cutime + cstime of the process from /proc/<pid>/stat,
-plus utime + stime of its live descendants, taken at the start and at the end of the measured
+CPU is whole-process: the process's own CPU-time clock (all its threads, in nanoseconds), plus
+cutime + cstime of the process from /proc/<pid>/stat and utime + stime of its live descendants
+(in 10 ms ticks), taken at the start and at the end of the measured
 window (after a warm-up, so start-up is not counted). Peak RSS is the largest VmHWM
 (/proc/<pid>/status) of the process or of any descendant seen while it ran: for the gpustat
 loop that is one `gpustat --json` process, as each sample is a new one.
@@ -118,6 +119,27 @@ def tree_cpu_seconds(pid):
     return total / CLK_TCK
 
 
+def process_cpu_seconds(pid):
+    """The process's own CPU time (all its threads) in nanoseconds, from its CPU-time clock
+    (clock_getcpuclockid: Linux's (~pid << 3) | CPUCLOCK_SCHED), not from /proc's 10 ms ticks:
+    30 s of gpulse at 1 s is well under a tenth of a second, a handful of ticks."""
+    return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
+
+
+def precise_tree_cpu_seconds(pid):
+    """tree_cpu_seconds with the process itself read from its CPU-time clock: its waited-for
+    children (cutime, cstime) and its live descendants are still counted in ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[13]) + int(fields[14])
+    for d in descendants(pid):
+        try:
+            ticks += cpu_ticks(d, False)
+        except OSError:
+            pass
+    return process_cpu_seconds(pid) + ticks / CLK_TCK
+
+
 def hwm_kib(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -165,11 +187,13 @@ class Run:
             time.sleep(warmup)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited during warm-up: {self._tail(log)}")
-            cpu0, n0, t0 = tree_cpu_seconds(proc.pid), self.samples_fn(self), time.monotonic()
+            cpu0 = precise_tree_cpu_seconds(proc.pid)
+            n0, t0 = self.samples_fn(self), time.monotonic()
             time.sleep(duration)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited while measured: {self._tail(log)}")
-            cpu1, n1, t1 = tree_cpu_seconds(proc.pid), self.samples_fn(self), time.monotonic()
+            cpu1 = precise_tree_cpu_seconds(proc.pid)
+            n1, t1 = self.samples_fn(self), time.monotonic()
         finally:
             stop.set()
             try:
@@ -184,6 +208,8 @@ class Run:
         samples = n1 - n0
         if samples <= 0:
             raise RuntimeError(f"{self.name} took no samples: {self._tail(log)}")
+        if self.scrape:
+            self.check_scrape_rate(samples, t1 - t0)
         if self.check:
             self.check(self)
         cpu = cpu1 - cpu0
@@ -198,6 +224,17 @@ class Run:
             "peak_rss_mib": self.peak_kib / 1024,
         }
 
+    def check_scrape_rate(self, scrapes, seconds):
+        """A pulled exporter is compared only when it was scraped at its interval: no more than
+        one scrape short of one per interval (one can straddle each end of the window)."""
+        expected = seconds / self.interval
+        if scrapes < expected - 1.5:
+            raise RuntimeError(
+                f"{self.name} answered {scrapes} scrapes in {seconds:.1f} s, where one every "
+                f"{self.interval:g} s makes {expected:.0f}: its answers took longer than its "
+                f"interval, so it did not deliver every interval and its figure would flatter "
+                f"it. Measure on a less loaded machine or at a longer interval.")
+
     def _watch_rss(self, pid, stop):
         while not stop.is_set():
             for p in [pid] + descendants(pid):
@@ -205,7 +242,13 @@ class Run:
             stop.wait(0.05)
 
     def _scrape(self, stop):
-        # A Prometheus server scraping at the exporter's interval.
+        # A Prometheus server scraping at the exporter's interval, on a fixed schedule: each
+        # scrape is due one interval after the previous one was due, not after it answered, so
+        # a pulled exporter delivers once per interval as gpulse pushes once per export
+        # interval. (Waiting an interval after each answer scraped all-smi at 1 s about every
+        # 1.1–1.2 s, which let it deliver less often than gpulse.) A scrape that overruns its
+        # slot is not made up with a burst: the next one is due an interval after it ended.
+        due = time.monotonic()
         while not stop.is_set():
             try:
                 with urllib.request.urlopen(self.scrape, timeout=5) as r:
@@ -213,7 +256,9 @@ class Run:
                 self.scrapes += 1
             except OSError:
                 pass
-            stop.wait(self.interval)
+            now = time.monotonic()
+            due = max(due + self.interval, now)
+            stop.wait(due - now)
 
     @staticmethod
     def _tail(log):
@@ -497,9 +542,13 @@ def main():
             for run in runs:
                 print(f"# run {n + 1}/{args.runs}: {run.name} ...", file=sys.stderr, flush=True)
                 run.reset()
+                load_before = os.getloadavg()[0]
                 r = run.measure(args.warmup, args.duration)
-                print(f"#   {r['name']}: {r['cpu_s']:.2f} s CPU, {r['samples']} samples, "
-                      f"peak RSS {r['peak_rss_mib']:.1f} MiB", file=sys.stderr, flush=True)
+                r["load_1m"] = (load_before, os.getloadavg()[0])
+                print(f"#   {r['name']}: {r['cpu_s']:.3f} s CPU, {r['samples']} samples, "
+                      f"peak RSS {r['peak_rss_mib']:.1f} MiB, load average (1 min) "
+                      f"{r['load_1m'][0]:.2f} before, {r['load_1m'][1]:.2f} after",
+                      file=sys.stderr, flush=True)
                 rows.append(r)
         summary = summarize(rows)
         table(summary, args.duration)

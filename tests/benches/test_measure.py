@@ -78,6 +78,25 @@ def test_descendants_of_a_real_process_tree():
         parent.wait(timeout=10)
 
 
+def test_a_process_cpu_is_read_from_its_cpu_clock_finer_than_a_tick():
+    """A spinning child's CPU, read from its CPU-time clock, grows, is not counted in whole
+    10 ms ticks, and agrees with /proc's ticks to within two of them."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        readings = []
+        for _ in range(5):
+            time.sleep(0.1)
+            readings.append(measure.process_cpu_seconds(spin.pid))
+        assert readings[-1] > readings[0], readings
+        assert any(round(v * 1e9) % (10**9 // measure.CLK_TCK) for v in readings), readings
+        ticks = measure.cpu_ticks(spin.pid, with_children=False) / measure.CLK_TCK
+        clock = measure.precise_tree_cpu_seconds(spin.pid)
+        assert abs(clock - ticks) <= 2 / measure.CLK_TCK, (clock, ticks)
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 # --- one run -------------------------------------------------------------------------------
 
 def test_a_measured_run_reports_its_cpu_per_sample_and_share_of_a_core():
@@ -99,6 +118,46 @@ def test_a_measured_run_reports_its_cpu_per_sample_and_share_of_a_core():
     assert row["cpu_s_per_1000"] == pytest.approx(row["cpu_s"] / row["samples"] * 1000)
     assert row["core_percent"] == pytest.approx(row["cpu_s"] / row["seconds"] * 100)
     assert row["peak_rss_mib"] > 1, row  # a Python interpreter's VmHWM
+
+
+SLOW_EXPORTER = """
+import http.server, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(float(sys.argv[2]))
+        body = b"up 1\\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def slow_exporter_run(reply_seconds, interval):
+    port = measure.free_port()
+    argv = [sys.executable, "-c", SLOW_EXPORTER, str(port), str(reply_seconds)]
+    return measure.Run("slow@" + str(interval), argv, dict(os.environ), lambda r: r.scrapes,
+                       scrape=f"http://127.0.0.1:{port}/metrics", interval=interval)
+
+
+def test_a_pulled_exporter_is_scraped_once_per_interval_however_long_it_takes_to_answer():
+    """Scrapes are due on a fixed schedule, not an interval after each answer: an exporter
+    that takes 80 ms to answer, scraped every 200 ms for 3 s, answers ~15 scrapes (waiting an
+    interval after each answer would make it 3 / 0.28 ≈ 11)."""
+    run = slow_exporter_run(0.08, 0.2)
+    row = run.measure(warmup=0.6, duration=3.0)
+    expected = row["seconds"] / 0.2
+    assert expected - 1.5 <= row["samples"] <= expected + 1.5, row
+
+
+def test_a_pulled_exporter_slower_than_its_interval_is_an_error_not_a_figure():
+    run = slow_exporter_run(0.45, 0.2)
+    with pytest.raises(RuntimeError, match=r"slow@0.2 answered \d+ scrapes in .* took longer "
+                                           r"than its interval"):
+        run.measure(warmup=0.6, duration=2.0)
 
 
 def test_a_run_whose_process_dies_is_an_error_not_a_figure():

@@ -17,7 +17,9 @@ use tokio::time::Instant;
 use crate::config::otlp::ExporterKind;
 use crate::config::{ExportSettings, SignalSinks, Sink};
 use crate::export::logs::{findings_request, log_record_count};
-use crate::export::metrics::{metrics_batch_cached, Extremes, MetricsBatch, ProcessResources};
+use crate::export::metrics::{
+    metrics_batch_cached, EncodeCache, Extremes, MetricsBatch, ProcessResources,
+};
 use crate::export::queue::{
     BackoffPolicy, Count, DeliveryQueue, FlushReport, QueueHandle, QueueLimits, QueueStats,
 };
@@ -38,6 +40,8 @@ pub struct Exporter {
     receiver: Arc<ReceiverCounters>,
     /// The process resources of the last window, encoded: reused while a process stays.
     resources: ProcessResources,
+    /// The encoder's state between windows: unchanged attribute lists stay encoded.
+    encoder: EncodeCache,
     /// Whether gauges carry `.max`/`.min`: fixed by the sample and export intervals.
     extremes: Extremes,
     /// The metrics switched on and off (`[metrics]`).
@@ -120,6 +124,7 @@ impl Exporter {
             sender,
             telemetry,
             resources: ProcessResources::new(),
+            encoder: EncodeCache::new(),
             extremes,
             switches,
             sinks: settings.sinks,
@@ -185,7 +190,7 @@ impl Exporter {
             None => MetricsBatch::default(),
         };
         // One metrics request per export interval: gpulse's own health rides in it.
-        let (body, points) = self.telemetry.window_request(&batch);
+        let (body, points) = self.telemetry.window_request(&batch, &mut self.encoder);
         if points > 0 {
             // The queue itself logs (rate-limited) when its bound makes it drop.
             self.queue

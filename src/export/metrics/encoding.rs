@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, message, WireType};
 
+use super::encode_cache::{EncodeCache, Scratch};
 use crate::export::resource::{gpulse_scope, kv_str};
 use crate::schema::{Instrument, MetricId, METRICS, METRIC_COUNT};
 
@@ -225,37 +226,51 @@ impl MetricsBatch {
     /// adding them to the finished request would move all of it (about 480 KB at 8 GPUs × 64
     /// processes) at every export. Without a resource, `scopes` are left out.
     pub(crate) fn encode_with_first_resource_scopes(&self, scopes: &[u8]) -> Vec<u8> {
-        let sets: Vec<Vec<u8>> = self
-            .attribute_sets
-            .iter()
-            .map(|set| encode_attributes(set))
-            .collect();
-        let mut scope = Vec::new();
-        message::encode(1, &gpulse_scope(), &mut scope);
+        self.encode_cached(scopes, &mut EncodeCache::new())
+    }
 
+    /// [`MetricsBatch::encode_with_first_resource_scopes`], taking from `cache` what the last
+    /// window already encoded (its unchanged attribute lists) and its scratch vectors, and
+    /// leaving this window's there: what the exporter does every window. The bytes are the same
+    /// as without the cache.
+    pub(crate) fn encode_cached(&self, scopes: &[u8], cache: &mut EncodeCache) -> Vec<u8> {
+        cache.refresh(&self.attribute_sets);
+        let EncodeCache {
+            encoded: sets,
+            scratch,
+            scope,
+            ..
+        } = cache;
+        let sets = &sets[..];
+        if scope.is_empty() {
+            message::encode(1, &gpulse_scope(), scope);
+        }
+        let scope = &scope[..];
+        scratch.clear();
         // Pass 1: per resource its encoded `Resource` (field 1, into `resources`, unless it was
         // kept encoded from an earlier window), its body
         // length and its scope-metrics body length; for each metric its body and data lengths;
         // each point's length; all in the order pass 2 writes them.
-        let point_count = self.point_count();
-        let mut sizes: Vec<usize> = Vec::with_capacity(self.resources.len() * 24);
-        let mut point_lens: Vec<usize> = Vec::with_capacity(point_count);
-        let mut resources: Vec<u8> = Vec::new();
-        let mut resource_ends: Vec<usize> = Vec::with_capacity(self.resources.len());
+        let Scratch {
+            sizes,
+            point_lens,
+            resources,
+            resource_ends,
+        } = scratch;
         let mut total = 0;
         for (index, r) in self.resources.iter().enumerate() {
             let slot = sizes.len();
             sizes.extend([0, 0]);
             let mut scope_len = scope.len();
             for run in metric_runs(&r.points) {
-                let (metric_len, data_len) = metric_lens(run, &sets, &mut point_lens);
+                let (metric_len, data_len) = metric_lens(run, sets, point_lens);
                 sizes.extend([metric_len, data_len]);
                 scope_len += delimited_len(2, metric_len);
             }
             let resource_len = match &r.resource {
                 ResourceBody::Built(resource) => {
                     let resource_start = resources.len();
-                    message::encode(1, resource, &mut resources);
+                    message::encode(1, resource, resources);
                     resources.len() - resource_start
                 }
                 ResourceBody::Encoded(e) => e.bytes.len(),
@@ -270,15 +285,15 @@ impl MetricsBatch {
 
         // Pass 2.
         let mut out = Vec::with_capacity(total);
-        let mut sizes = sizes.into_iter();
+        let mut sizes = sizes.iter().copied();
         let mut next = || {
             sizes
                 .next()
                 .expect("pass 1 sized every message pass 2 writes")
         };
-        let mut point_lens = point_lens.into_iter();
+        let mut point_lens = point_lens.iter().copied();
         let mut resource_start = 0;
-        for (index, (r, resource_end)) in self.resources.iter().zip(resource_ends).enumerate() {
+        for (index, (r, &resource_end)) in self.resources.iter().zip(&*resource_ends).enumerate() {
             delimited_prefix(1, next(), &mut out);
             match &r.resource {
                 ResourceBody::Built(_) => {
@@ -288,7 +303,7 @@ impl MetricsBatch {
             }
             resource_start = resource_end;
             delimited_prefix(2, next(), &mut out);
-            out.extend_from_slice(&scope);
+            out.extend_from_slice(scope);
             for run in metric_runs(&r.points) {
                 let spec = &METRICS[run[0].metric as usize];
                 delimited_prefix(2, next(), &mut out);
@@ -306,7 +321,7 @@ impl MetricsBatch {
                     let len = point_lens
                         .next()
                         .expect("pass 1 sized every point pass 2 writes");
-                    write_point(p, len, &sets, &mut out);
+                    write_point(p, len, sets, &mut out);
                 }
                 if spec.instrument != Instrument::Gauge {
                     varint_field(2, AggregationTemporality::Cumulative as u64, &mut out);
@@ -484,13 +499,6 @@ fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
         put_key(tag, WireType::Varint, out);
         put_varint(v, out);
     }
-}
-
-/// Each attribute as a `NumberDataPoint.attributes` (field 7) entry, ready to copy.
-fn encode_attributes(set: &[KeyValue]) -> Vec<u8> {
-    let mut out = Vec::new();
-    message::encode_repeated(7, set, &mut out);
-    out
 }
 
 /// Body length of the `KeyValue{key, AnyValue{string_value}}` that an extra attribute is.

@@ -25,7 +25,7 @@ use opentelemetry_sdk::metrics::{
 use opentelemetry_sdk::Resource;
 use prost::Message as _;
 
-use crate::export::metrics::{data_point_count, MetricsBatch};
+use crate::export::metrics::{data_point_count, EncodeCache, MetricsBatch};
 use crate::export::resource::{NodeIdentity, GPULSE_VERSION, SCOPE_NAME};
 use crate::schema::attributes::AttributeId;
 use crate::schema::attributes::AttributeId as A;
@@ -148,12 +148,12 @@ impl SelfTelemetry {
     /// points (0: nothing to send). The health's scope metrics end the window's first resource,
     /// the node's (the window builder always writes it first), so a backend sees one node entity
     /// and one request per window; a window without points sends the health alone on the node
-    /// resource.
-    pub fn window_request(&self, window: &MetricsBatch) -> (Vec<u8>, u64) {
+    /// resource. `cache` is the encoder's state kept between windows (the exporter's).
+    pub fn window_request(&self, window: &MetricsBatch, cache: &mut EncodeCache) -> (Vec<u8>, u64) {
         let points = window.point_count() as u64;
         let Some((health, health_points)) = self.collect() else {
             return if points > 0 {
-                (window.encode(), points)
+                (window.encode_cached(&[], cache), points)
             } else {
                 (Vec::new(), 0)
             };
@@ -169,10 +169,7 @@ impl SelfTelemetry {
         {
             prost::encoding::message::encode(SCOPE_METRICS_FIELD, scope, &mut scopes);
         }
-        (
-            window.encode_with_first_resource_scopes(&scopes),
-            points + health_points,
-        )
+        (window.encode_cached(&scopes, cache), points + health_points)
     }
 
     /// Stops the provider. The last window (`window_request` at shutdown) already carried the
@@ -619,7 +616,7 @@ mod tests {
             opentelemetry_proto::tonic::resource::v1::Resource::default(),
             vec![point(MetricId::ProcessGpuMemoryUsage)],
         );
-        let (body, points_sent) = telemetry.window_request(&window);
+        let (body, points_sent) = telemetry.window_request(&window, &mut EncodeCache::new());
         let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
         let expected = window.clone().into_request();
         assert_eq!(points_sent, point_count(&sent));
@@ -638,7 +635,8 @@ mod tests {
             .any(|m| m.name == "gpulse.sample.stalled"));
 
         // A window without points: the health alone, on the node resource.
-        let (body, points_sent) = telemetry.window_request(&MetricsBatch::default());
+        let (body, points_sent) =
+            telemetry.window_request(&MetricsBatch::default(), &mut EncodeCache::new());
         let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
         assert!(points_sent > 0);
         assert_eq!(sent.resource_metrics.len(), 1);

@@ -13,7 +13,9 @@ use bytes::{BufMut as _, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{
+    BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder,
+};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -155,7 +157,8 @@ impl GrpcTransport {
                 detail: error_chain(&e),
             })?;
             let path = http::uri::PathAndQuery::from_static(signal.grpc_path());
-            grpc.unary(call, path, PassThroughCodec::<R>::default())
+            let codec = PassThroughCodec::<R>::for_body(request.body().len());
+            grpc.unary(call, path, codec)
                 .await
                 .map_err(|status| self.status_error(signal, status))
         };
@@ -241,12 +244,26 @@ fn client_tls_config(
     Ok(config)
 }
 
-/// Writes the pre-encoded request as the gRPC message and decodes the response as `R`.
-struct PassThroughCodec<R>(PhantomData<fn() -> R>);
+/// A gRPC message's header: the compression flag and the 4-byte length.
+const GRPC_MESSAGE_HEADER: usize = 5;
+/// tonic's own message buffer size (`BufferSettings::default`).
+const TONIC_DEFAULT_BUFFER: usize = 8 * 1024;
 
-impl<R> Default for PassThroughCodec<R> {
-    fn default() -> Self {
-        Self(PhantomData)
+/// Writes the pre-encoded request as the gRPC message and decodes the response as `R`.
+struct PassThroughCodec<R> {
+    /// The request's length: tonic's message buffer is allocated at that size once, instead of
+    /// at its 8 KiB default and then grown (and, with compression, grown 8 KiB at a time while
+    /// the compressed bytes are written).
+    body_len: usize,
+    response: PhantomData<fn() -> R>,
+}
+
+impl<R> PassThroughCodec<R> {
+    fn for_body(body_len: usize) -> Self {
+        Self {
+            body_len,
+            response: PhantomData,
+        }
     }
 }
 
@@ -257,7 +274,9 @@ impl<R: ExportResponse> Codec for PassThroughCodec<R> {
     type Decoder = ProstDecoder<R>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        BytesEncoder
+        BytesEncoder {
+            body_len: self.body_len,
+        }
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -265,7 +284,9 @@ impl<R: ExportResponse> Codec for PassThroughCodec<R> {
     }
 }
 
-struct BytesEncoder;
+struct BytesEncoder {
+    body_len: usize,
+}
 
 impl Encoder for BytesEncoder {
     type Item = Bytes;
@@ -274,6 +295,14 @@ impl Encoder for BytesEncoder {
     fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
         dst.put_slice(&item);
         Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        // The message and its gRPC header (a flag and a 4-byte length), never under tonic's
+        // default. One message per call: the buffer is handed over whole once it is written,
+        // whatever the yield threshold.
+        let size = (self.body_len + GRPC_MESSAGE_HEADER).max(TONIC_DEFAULT_BUFFER);
+        BufferSettings::new(size, size)
     }
 }
 

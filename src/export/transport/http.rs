@@ -4,7 +4,7 @@
 //! (partial success), or an error status with a `google.rpc.Status` body and, for 429/503, maybe
 //! a `Retry-After`.
 
-use std::io::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 
+use super::gzip::Gzip;
 use super::{
     error_chain, log_partial_success, parse_retry_after, redact_url, rpc_status_message, tls,
     EncodedRequest, ExportResponse, PartialSuccess, SendError, SendOutcome, Signal, Transport,
@@ -43,7 +44,8 @@ pub struct HttpTransport {
     endpoint: String,
     headers: HeaderMap,
     timeout: Duration,
-    gzip: bool,
+    /// With `Content-Encoding: gzip`: the compressor, kept between requests.
+    gzip: Option<Arc<Gzip>>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -54,7 +56,7 @@ impl std::fmt::Debug for HttpTransport {
             .field("endpoint", &self.endpoint)
             .field("headers", &names)
             .field("timeout", &self.timeout)
-            .field("gzip", &self.gzip)
+            .field("gzip", &self.gzip.is_some())
             .finish()
     }
 }
@@ -111,8 +113,8 @@ impl HttpTransport {
             USER_AGENT,
             HeaderValue::from_static(concat!("gpulse/", env!("CARGO_PKG_VERSION"))),
         );
-        let gzip = settings.compression == Compression::Gzip;
-        if gzip {
+        let gzip = (settings.compression == Compression::Gzip).then(|| Arc::new(Gzip::new()));
+        if gzip.is_some() {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
 
@@ -143,12 +145,12 @@ impl HttpTransport {
         signal: Signal,
         request: &EncodedRequest,
     ) -> Result<SendOutcome, SendError> {
-        let body = if self.gzip {
-            Bytes::from(
-                gzip(request.body()).map_err(|source| SendError::Compress { signal, source })?,
-            )
-        } else {
-            request.body().clone()
+        let body = match &self.gzip {
+            Some(gzip) => Bytes::from(
+                gzip.compress(request.body())
+                    .map_err(|source| SendError::Compress { signal, source })?,
+            ),
+            None => request.body().clone(),
         };
         let mut post = http::Request::new(Full::new(body));
         *post.method_mut() = http::Method::POST;
@@ -271,15 +273,6 @@ impl Transport for HttpTransport {
     }
 }
 
-fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = flate2::write::GzEncoder::new(
-        Vec::with_capacity(body.len() / 4 + 64),
-        flate2::Compression::default(),
-    );
-    encoder.write_all(body)?;
-    encoder.finish()
-}
-
 /// What the server said about an error: the `google.rpc.Status` message the specification asks
 /// for, else the start of whatever text came back.
 fn error_message(headers: &HeaderMap, body: &[u8]) -> String {
@@ -321,17 +314,6 @@ mod tests {
             tls: TlsFiles::default(),
             insecure: false,
         }
-    }
-
-    #[test]
-    fn gzip_round_trips() {
-        let data = b"metrics metrics metrics metrics".repeat(50);
-        let packed = gzip(&data).unwrap();
-        assert!(packed.len() < data.len());
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&packed[..]), &mut out)
-            .unwrap();
-        assert_eq!(out, data);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod classify;
 pub mod grpc;
+mod gzip;
 pub mod http;
 pub mod stdout;
 mod tls;
