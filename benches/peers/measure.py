@@ -99,24 +99,12 @@ def descendants(pid):
     return out
 
 
-def cpu_ticks(pid, with_children):
+def cpu_ticks(pid, own=True, children=False):
+    """utime + stime (``own``) and cutime + cstime (``children``) from /proc/<pid>/stat, in ticks."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # After the ')' field 3 is index 0: utime=14, stime=15, cutime=16, cstime=17.
-    ticks = int(fields[11]) + int(fields[12])
-    if with_children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks
-
-
-def tree_cpu_seconds(pid):
-    total = cpu_ticks(pid, True)
-    for d in descendants(pid):
-        try:
-            total += cpu_ticks(d, False)
-        except OSError:
-            pass
-    return total / CLK_TCK
+    return (int(fields[11]) + int(fields[12])) * own + (int(fields[13]) + int(fields[14])) * children
 
 
 def process_cpu_seconds(pid):
@@ -126,15 +114,13 @@ def process_cpu_seconds(pid):
     return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
 
 
-def precise_tree_cpu_seconds(pid):
-    """tree_cpu_seconds with the process itself read from its CPU-time clock: its waited-for
-    children (cutime, cstime) and its live descendants are still counted in ticks."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = int(fields[13]) + int(fields[14])
+def tree_cpu_seconds(pid):
+    """The process from its CPU-time clock; its waited-for children (cutime, cstime) and its
+    live descendants in /proc's ticks."""
+    ticks = cpu_ticks(pid, own=False, children=True)
     for d in descendants(pid):
         try:
-            ticks += cpu_ticks(d, False)
+            ticks += cpu_ticks(d)
         except OSError:
             pass
     return process_cpu_seconds(pid) + ticks / CLK_TCK
@@ -187,12 +173,12 @@ class Run:
             time.sleep(warmup)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited during warm-up: {self._tail(log)}")
-            cpu0 = precise_tree_cpu_seconds(proc.pid)
+            cpu0 = tree_cpu_seconds(proc.pid)
             n0, t0 = self.samples_fn(self), time.monotonic()
             time.sleep(duration)
             if proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited while measured: {self._tail(log)}")
-            cpu1 = precise_tree_cpu_seconds(proc.pid)
+            cpu1 = tree_cpu_seconds(proc.pid)
             n1, t1 = self.samples_fn(self), time.monotonic()
         finally:
             stop.set()

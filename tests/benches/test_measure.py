@@ -43,8 +43,9 @@ def stat_line(pid, comm, utime, stime, cutime, cstime):
 def test_cpu_ticks_reads_utime_stime_and_the_reaped_children(monkeypatch):
     # A command name with spaces and parentheses: the fields are counted after the last ')'.
     fake_proc(monkeypatch, {"/proc/42/stat": stat_line(42, "py (x) y", 7, 5, 300, 11)})
-    assert measure.cpu_ticks(42, with_children=False) == 12
-    assert measure.cpu_ticks(42, with_children=True) == 12 + 311
+    assert measure.cpu_ticks(42) == 12
+    assert measure.cpu_ticks(42, own=False, children=True) == 311
+    assert measure.cpu_ticks(42, children=True) == 12 + 311
 
 
 def test_tree_cpu_seconds_adds_live_descendants_own_time_once(monkeypatch):
@@ -53,7 +54,9 @@ def test_tree_cpu_seconds_adds_live_descendants_own_time_once(monkeypatch):
         "/proc/11/stat": stat_line(11, "worker", 30, 10, 999, 999),  # its children: not counted
     })
     monkeypatch.setattr(measure, "descendants", lambda pid: [11, 12])  # 12 exited meanwhile
-    assert measure.tree_cpu_seconds(10) == pytest.approx((2 + 100 + 40) / measure.CLK_TCK)
+    # The process itself from its CPU-time clock (not its 2 ticks of utime + stime).
+    monkeypatch.setattr(measure, "process_cpu_seconds", lambda pid: 0.123456789)
+    assert measure.tree_cpu_seconds(10) == pytest.approx(0.123456789 + (100 + 40) / measure.CLK_TCK)
 
 
 def test_hwm_kib_is_the_vmhwm_line_and_0_for_a_gone_process(monkeypatch):
@@ -89,8 +92,8 @@ def test_a_process_cpu_is_read_from_its_cpu_clock_finer_than_a_tick():
             readings.append(measure.process_cpu_seconds(spin.pid))
         assert readings[-1] > readings[0], readings
         assert any(round(v * 1e9) % (10**9 // measure.CLK_TCK) for v in readings), readings
-        ticks = measure.cpu_ticks(spin.pid, with_children=False) / measure.CLK_TCK
-        clock = measure.precise_tree_cpu_seconds(spin.pid)
+        ticks = measure.cpu_ticks(spin.pid) / measure.CLK_TCK
+        clock = measure.tree_cpu_seconds(spin.pid)
         assert abs(clock - ticks) <= 2 / measure.CLK_TCK, (clock, ticks)
     finally:
         spin.kill()
