@@ -22,6 +22,8 @@
 //! framework evidence, and the sample history is the loop's `WindowObserver`.)
 //!
 //! - [`values`]: value syntaxes (durations, sizes, `key=value` lists) and `SecretString`; a leaf.
+//! - `fast_map`: `FastMap`/`FastSet`, std's map with foldhash's seeded hasher, for the per-window
+//!   hot paths; a leaf.
 //! - [`schema`]: the tables every stage names things by: each metric, device and GPM field,
 //!   attribute key and value, the health metrics, the Weaver registry. Depends on nothing.
 //! - [`cli`]: the command line (clap), checked for syntax only.
@@ -58,6 +60,7 @@ pub mod config;
 pub mod diagnosis;
 pub mod enrich;
 pub mod export;
+pub(crate) mod fast_map;
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "otel-sdk")]

@@ -35,6 +35,7 @@ use serde::Serialize;
 pub use super::energy_share::ActivitySource;
 use super::energy_share::{energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim};
 use super::workload::Workload;
+use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 use crate::schema::{DeviceField, GpmField};
 pub use crate::values::Prices;
@@ -187,11 +188,11 @@ struct EnergyMark {
 pub struct GpuAccountant {
     prices: Prices,
     last_end: Option<SystemTime>,
-    energy_marks: HashMap<String, EnergyMark>,
+    energy_marks: FastMap<String, EnergyMark>,
     devices: BTreeMap<String, DeviceAccount>,
     /// By (pid, device UUID); a process is forgotten with its first window without it.
-    processes: HashMap<(u32, String), ProcessAccount>,
-    groups: HashMap<(GroupKind, String), Rollup>,
+    processes: FastMap<(u32, String), ProcessAccount>,
+    groups: FastMap<(GroupKind, String), Rollup>,
     windows: u64,
 }
 
@@ -247,7 +248,7 @@ impl GpuAccountant {
                 devices.push(account.clone());
             }
         }
-        let seen: std::collections::HashSet<(u32, String)> = processes
+        let seen: FastSet<(u32, String)> = processes
             .iter()
             .map(|p| (p.pid, p.device_uuid.clone()))
             .collect();
@@ -350,7 +351,7 @@ impl GpuAccountant {
     }
 
     fn roll_up(&mut self, processes: &[ProcessAccount], workloads: &HashMap<u32, Workload>) {
-        let mut members: HashMap<(GroupKind, String), usize> = HashMap::new();
+        let mut members: FastMap<(GroupKind, String), usize> = FastMap::default();
         for account in processes {
             let Some(workload) = workloads.get(&account.pid) else {
                 continue;

@@ -35,6 +35,7 @@ use super::procfiles::ProcFiles;
 use super::settings::AttributionSettings;
 use super::usage::{ProcessTable, UsageTracker};
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
+use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::window::Window;
 
 /// One GPU process on one device, as NVML listed it.
@@ -51,9 +52,9 @@ pub struct GpuProcessRef<'a> {
 #[derive(Debug)]
 pub struct Attributor {
     settings: AttributionSettings,
-    cache: HashMap<u32, CacheEntry>,
+    cache: FastMap<u32, CacheEntry>,
     /// Local processes found by the device-file fallback, cached the same way.
-    local_cache: HashMap<u32, CacheEntry>,
+    local_cache: FastMap<u32, CacheEntry>,
     generation: u64,
     passwd: Passwd,
     root_unreadable: bool,
@@ -112,8 +113,8 @@ impl Attributor {
             holders_scan: None,
             warned_fd_denied: false,
             settings,
-            cache: HashMap::new(),
-            local_cache: HashMap::new(),
+            cache: FastMap::default(),
+            local_cache: FastMap::default(),
             generation: 0,
             passwd: Passwd::default(),
             root_unreadable: false,
@@ -187,7 +188,7 @@ impl Attributor {
         window: &Window,
         table: &ProcessTable,
     ) -> HashMap<u32, Workload> {
-        let minors: HashMap<&str, u32> = window
+        let minors: FastMap<&str, u32> = window
             .devices
             .iter()
             .filter_map(|d| Some((d.info.uuid.as_str(), d.info.minor_number?)))
@@ -216,8 +217,8 @@ impl Attributor {
         table: &ProcessTable,
     ) -> HashMap<u32, Workload> {
         self.generation += 1;
-        let mut devices_of: HashMap<u32, BTreeSet<&str>> = HashMap::new();
-        let mut minors_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
+        let mut devices_of: FastMap<u32, BTreeSet<&str>> = FastMap::default();
+        let mut minors_of: FastMap<u32, BTreeSet<u32>> = FastMap::default();
         for process in processes {
             devices_of
                 .entry(process.pid)
@@ -239,7 +240,7 @@ impl Attributor {
 
         let mut workloads = HashMap::with_capacity(devices_of.len());
         let mut invisible: Vec<u32> = Vec::new();
-        let mut cgroup_read: HashSet<u32> = HashSet::new();
+        let mut cgroup_read: FastSet<u32> = FastSet::default();
         let mut new_pids = false;
         for &pid in devices_of.keys() {
             let generation = self.generation;
@@ -323,9 +324,9 @@ impl Attributor {
     fn device_file_fallback(
         &mut self,
         invisible: &[u32],
-        minors_of: &HashMap<u32, BTreeSet<u32>>,
+        minors_of: &FastMap<u32, BTreeSet<u32>>,
         workloads: &mut HashMap<u32, Workload>,
-        cgroup_read: &mut HashSet<u32>,
+        cgroup_read: &mut FastSet<u32>,
     ) -> bool {
         let mut by_minor: HashMap<u32, BTreeSet<u32>> = HashMap::new();
         for pid in invisible {
@@ -394,8 +395,8 @@ impl Attributor {
 
     fn apply_pod_names(
         &self,
-        devices_of: &HashMap<u32, BTreeSet<&str>>,
-        cgroup_read: &HashSet<u32>,
+        devices_of: &FastMap<u32, BTreeSet<&str>>,
+        cgroup_read: &FastSet<u32>,
         workloads: &mut HashMap<u32, Workload>,
     ) {
         let Some(directory) = &self.pods else {

@@ -47,7 +47,7 @@
 //! device since the accountant's `since`, and per job, pod and container (in GPU-hours, kWh and
 //! cost, as the accountant's roll-ups), forgetting what the accountant forgets.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use serde::Serialize;
@@ -56,6 +56,7 @@ use super::accounting::{
     cost, groups_of, Accounts, GroupKind, Prices, ProcessAccount, ACTIVE_THRESHOLD,
 };
 use super::workload::Workload;
+use crate::fast_map::{FastMap, FastSet};
 
 /// Where a held second goes. See the module documentation for each definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -330,8 +331,8 @@ struct GroupBook {
 #[derive(Debug, Default)]
 pub struct CauseBook {
     prices: Prices,
-    processes: HashMap<(u32, String), ProcessBook>,
-    groups: HashMap<(GroupKind, String), GroupBook>,
+    processes: FastMap<(u32, String), ProcessBook>,
+    groups: FastMap<(GroupKind, String), GroupBook>,
 }
 
 impl CauseBook {
@@ -365,14 +366,14 @@ impl CauseBook {
                 self.add_groups(workload, account, &split);
             }
         }
-        let seen: HashSet<(u32, String)> = accounts
+        let seen: FastSet<(u32, String)> = accounts
             .processes
             .iter()
             .map(|p| (p.pid, p.device_uuid.clone()))
             .collect();
         self.processes.retain(|key, _| seen.contains(key));
         // The accountant bounds its groups: keep the same ones.
-        let groups: HashSet<(GroupKind, String)> = accounts
+        let groups: FastSet<(GroupKind, String)> = accounts
             .rollups
             .iter()
             .map(|r| (r.kind, r.id.clone()))

@@ -10,11 +10,12 @@
 //! legitimately looks like that.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::procfs::{ProcDir, Stat};
 use super::usage::ProcessTable;
+use crate::fast_map::{FastMap, FastSet, FastState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Parent {
@@ -27,14 +28,14 @@ struct Parent {
 pub struct ParentWatch {
     proc_root: PathBuf,
     /// Keyed by (pid, the process's own start time), so a reused PID starts afresh.
-    parents: HashMap<(u32, u64), Option<Parent>>,
+    parents: FastMap<(u32, u64), Option<Parent>>,
 }
 
 impl ParentWatch {
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
             proc_root: proc_root.into(),
-            parents: HashMap::new(),
+            parents: FastMap::default(),
         }
     }
 
@@ -48,7 +49,7 @@ impl ParentWatch {
     /// window's process table), read from procfs otherwise.
     pub fn parent_alive_in(&mut self, pids: &[u32], table: &ProcessTable) -> HashMap<u32, bool> {
         let mut alive = HashMap::with_capacity(pids.len());
-        let mut seen = HashSet::with_capacity(pids.len());
+        let mut seen = FastSet::with_capacity_and_hasher(pids.len(), FastState::default());
         for &pid in pids {
             let Some(stat) = read_stat(&self.proc_root, table, pid) else {
                 continue;

@@ -18,6 +18,7 @@ use super::procfs::{
 };
 use super::settings::AttributionSettings;
 use super::workload::{AttributionMethod, IdentitySource, Workload};
+use crate::fast_map::FastMap;
 
 /// How often the `passwd` database is re-read, at most (only when a new process needs it).
 const PASSWD_MAX_AGE: Duration = Duration::from_secs(60);
@@ -97,7 +98,7 @@ pub(super) fn workload_of(
 /// says whether it was read in full this time. `known` is its `stat` when the window's
 /// process table already read it.
 pub(super) fn lookup<'c>(
-    cache: &'c mut HashMap<u32, CacheEntry>,
+    cache: &'c mut FastMap<u32, CacheEntry>,
     passwd: &mut Passwd,
     settings: &AttributionSettings,
     generation: u64,
@@ -167,7 +168,7 @@ pub(super) fn lookup<'c>(
 
 /// A process that exited keeps its identity for the window that still reports it.
 fn keep_cached<'c>(
-    cache: &'c mut HashMap<u32, CacheEntry>,
+    cache: &'c mut FastMap<u32, CacheEntry>,
     generation: u64,
     pid: u32,
     otherwise: Lookup<'static>,

@@ -14,13 +14,13 @@
 //! processes of the last window, and by a share of the open-file limit
 //! ([`ProcFiles::for_root`]); past that, files are opened and closed per read as before.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::procfs::{parse_stat, Stat};
+use crate::fast_map::FastMap;
 
 /// Open files per process and their window of last use.
 #[derive(Debug, Default)]
@@ -34,7 +34,7 @@ struct Open {
 #[derive(Debug)]
 pub struct ProcFiles {
     root: PathBuf,
-    open: HashMap<u32, Open>,
+    open: FastMap<u32, Open>,
     /// How many processes may have files kept open (0: none, every read opens its file).
     max_processes: usize,
     window: u64,
@@ -69,7 +69,7 @@ impl ProcFiles {
     fn with_limit(proc_root: &Path, max_processes: usize) -> Self {
         Self {
             root: proc_root.to_path_buf(),
-            open: HashMap::new(),
+            open: FastMap::default(),
             max_processes,
             window: 0,
         }

@@ -8,13 +8,14 @@
 //! reaped, its time moves into its parent's `cutime`, so the tree total does not drop. A
 //! negative difference (an orphan reparented away) is clamped to zero.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::procfiles::ProcFiles;
 use super::procfs::{list_pids, read_to_string, ProcDir, Stat};
 use super::workload::ProcessUsage;
+use crate::fast_map::{FastMap, FastSet, FastState};
 
 /// One process's counters at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +32,8 @@ pub struct CpuReading {
 /// Every process's `stat` under a procfs root, read once so descendants can be found by `ppid`.
 #[derive(Debug, Default)]
 pub struct ProcessTable {
-    stats: HashMap<u32, Stat>,
-    children: HashMap<u32, Vec<u32>>,
+    stats: FastMap<u32, Stat>,
+    children: FastMap<u32, Vec<u32>>,
 }
 
 impl ProcessTable {
@@ -99,7 +100,7 @@ impl ProcessTable {
         let mut budget: Option<usize> = None;
         let mut reads = 0usize;
         let mut todo: Vec<u32> = self.stats.keys().copied().collect();
-        let mut seen: HashSet<u32> = todo.iter().copied().collect();
+        let mut seen: FastSet<u32> = todo.iter().copied().collect();
         while let Some(pid) = todo.pop() {
             let process = proc_root.join(pid.to_string());
             // One live thread and a live main thread: that thread is the main one, whose task ID
@@ -173,7 +174,7 @@ impl ProcessTable {
 
     /// The process and all its live descendants, the process first.
     pub fn tree(&self, pid: u32) -> Vec<u32> {
-        let mut seen = HashSet::from([pid]);
+        let mut seen: FastSet<u32> = [pid].into_iter().collect();
         let mut order = vec![pid];
         let mut next = 0;
         while let Some(&current) = order.get(next) {
@@ -241,7 +242,7 @@ pub struct UsageTracker {
     proc_root: PathBuf,
     ticks_per_second: f64,
     page_size: u64,
-    previous: HashMap<u32, (Instant, CpuReading)>,
+    previous: FastMap<u32, (Instant, CpuReading)>,
 }
 
 impl UsageTracker {
@@ -255,7 +256,7 @@ impl UsageTracker {
             // 100 is what Linux has exported to user space on every architecture.
             ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
             page_size: if page > 0 { page as u64 } else { 4096 },
-            previous: HashMap::new(),
+            previous: FastMap::default(),
         }
     }
 
@@ -275,7 +276,7 @@ impl UsageTracker {
         now: Instant,
     ) -> HashMap<u32, ProcessUsage> {
         let mut usage = HashMap::with_capacity(pids.len());
-        let mut kept = HashMap::with_capacity(pids.len());
+        let mut kept = FastMap::with_capacity_and_hasher(pids.len(), FastState::default());
         for &pid in pids {
             if table.stat(pid).is_none() {
                 continue; // gone, or not visible from here

@@ -8,9 +8,10 @@
 //! must not inherit its trend). Size is bounded by `HistoryLimits`: at most `max_series` series
 //! of at most `max_windows` summaries each, none older than `max_age`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::SystemTime;
 
+use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::{DeviceWindow, Window};
 use crate::schema::{DeviceField, GpmField};
 
@@ -155,8 +156,8 @@ pub struct History {
     limits: HistoryLimits,
     /// By PID, then device UUID: a process nearly always holds one device, so a series is found
     /// by hashing the PID and comparing one UUID, with no `(pid, uuid)` key to build.
-    series: HashMap<u32, Vec<(String, Series)>>,
-    devices: HashMap<String, DeviceCounters>,
+    series: FastMap<u32, Vec<(String, Series)>>,
+    devices: FastMap<String, DeviceCounters>,
     last_recorded_end: Option<SystemTime>,
     /// Windows recorded so far.
     recordings: u64,
@@ -166,8 +167,8 @@ impl History {
     pub fn new(limits: HistoryLimits) -> Self {
         Self {
             limits,
-            series: HashMap::new(),
-            devices: HashMap::new(),
+            series: FastMap::default(),
+            devices: FastMap::default(),
             last_recorded_end: None,
             recordings: 0,
         }
@@ -193,7 +194,7 @@ impl History {
     /// Appends each listed process's summary of `window` to its series on its device, marking
     /// the series as listed in `recording`.
     fn append(&mut self, window: &Window, recording: u64) {
-        let figures: HashMap<&str, DeviceFigures> = window
+        let figures: FastMap<&str, DeviceFigures> = window
             .devices
             .iter()
             .map(|d| (d.info.uuid.as_str(), DeviceFigures::of(d)))
@@ -296,7 +297,7 @@ impl History {
     /// Moves each device's cumulative error counters on by one window, and forgets devices the
     /// window did not list.
     fn record_device_counters(&mut self, window: &Window) {
-        let mut seen_devices: HashSet<&str> = HashSet::new();
+        let mut seen_devices: FastSet<&str> = FastSet::default();
         for d in &window.devices {
             seen_devices.insert(d.info.uuid.as_str());
             let entry = self.devices.entry(d.info.uuid.clone()).or_default();

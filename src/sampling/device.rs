@@ -3,7 +3,7 @@
 //! read through a [`FieldReader`] that tells a field the device does not give from a lost GPU
 //! from an unexpected error, as the session module's documentation says.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,6 +21,7 @@ use super::gpm::GpmReader;
 use super::mig::{MigReader, MigReading};
 use super::model::{DeviceInfo, DeviceSample, DeviceStatus, ProcessKind, ProcessSample};
 use super::nvlink::NvLinkReader;
+use crate::fast_map::{FastMap, FastSet};
 use crate::schema::{
     field_calls, field_id_reads, DeviceField, FieldRead, GpmField, NvmlCall, NvmlFieldId,
 };
@@ -31,14 +32,14 @@ pub(super) struct DeviceReader {
     /// Static facts per NVML index, read the first time the device answered.
     devices: Vec<Option<Arc<DeviceInfo>>>,
     /// Fields a device said it does not give; not asked again in this session.
-    unsupported: HashSet<(u32, DeviceCall)>,
+    unsupported: FastSet<(u32, DeviceCall)>,
     /// Newest per-process utilisation timestamp seen per device (µs), so each call returns only
     /// newer samples.
-    process_util_seen: HashMap<u32, u64>,
+    process_util_seen: FastMap<u32, u64>,
     /// NVML errors by kind since the session opened, for gpulse's own health metrics.
     error_counts: BTreeMap<&'static str, u64>,
     /// Fields already warned about for unexpected errors, so the log says it once.
-    warned: HashSet<(u32, DeviceCall)>,
+    warned: FastSet<(u32, DeviceCall)>,
     /// GPM support, the previous GPM sample and the permission state of each device.
     gpm: GpmReader,
     /// Each device's NVLink link count, learnt once.
@@ -59,10 +60,10 @@ impl DeviceReader {
             nvlink: NvLinkReader::default(),
             nvml,
             devices: Vec::new(),
-            unsupported: HashSet::new(),
-            process_util_seen: HashMap::new(),
+            unsupported: FastSet::default(),
+            process_util_seen: FastMap::default(),
             error_counts: BTreeMap::new(),
-            warned: HashSet::new(),
+            warned: FastSet::default(),
             field_calls: field_calls(),
             field_ids: field_id_reads(),
         }

@@ -5,13 +5,12 @@
 //! (`crate::attribution::ledger`); this module only turns them into cumulative sums, each
 //! starting when its account started.
 
-use std::collections::HashMap;
-
 use super::{with, MetricsBuilder, Span, Value};
 use crate::attribution::ledger::{ProcessLedger, TimeState};
 use crate::attribution::{Cause, DeviceAccount, ProcessAccount};
 use crate::export::metrics::encoding::{AttributeSetId, ExtraValue, MetricsBatch, PointAttributes};
 use crate::export::resource::{kv_int, kv_str};
+use crate::fast_map::FastMap;
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::schema::MetricId;
 
@@ -93,7 +92,7 @@ pub(super) fn push_process_accounting(
 /// on that device (64 processes on a GPU: a handful of sets, not hundreds).
 #[derive(Default)]
 pub(super) struct CauseSets {
-    extended: HashMap<(AttributeSetId, Option<TimeState>, Option<u32>), AttributeSetId>,
+    extended: FastMap<(AttributeSetId, Option<TimeState>, Option<u32>), AttributeSetId>,
 }
 
 impl CauseSets {
