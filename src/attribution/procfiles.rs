@@ -38,6 +38,9 @@ pub struct ProcFiles {
     /// How many processes may have files kept open (0: none, every read opens its file).
     max_processes: usize,
     window: u64,
+    /// The bytes of the last file read (at its start), kept so a window's reads reuse one
+    /// buffer instead of allocating and growing one per file.
+    buffer: Vec<u8>,
 }
 
 /// The most processes whose files are kept open, whatever the open-file limit.
@@ -72,6 +75,7 @@ impl ProcFiles {
             open: FastMap::default(),
             max_processes,
             window: 0,
+            buffer: Vec::new(),
         }
     }
 
@@ -97,22 +101,30 @@ impl ProcFiles {
 
     /// `<root>/<pid>/stat`, parsed; `Ok(None)` when it read but did not parse.
     pub fn stat(&mut self, pid: u32) -> io::Result<Option<Stat>> {
-        let text = self.read(pid, Which::Stat)?;
-        Ok(parse_stat(&text))
+        Ok(parse_stat(self.read(pid, Which::Stat)?))
     }
 
-    /// `<root>/<pid>/task/<pid>/children`: the children of the process's main thread.
-    pub(crate) fn main_thread_children(&mut self, pid: u32) -> io::Result<String> {
-        self.read(pid, Which::Children)
+    /// `<root>/<pid>/task/<pid>/children`: the children of the process's main thread, written
+    /// into `children` (cleared first) as the PIDs the file lists.
+    pub(crate) fn main_thread_children(
+        &mut self,
+        pid: u32,
+        children: &mut Vec<u32>,
+    ) -> io::Result<()> {
+        let text = self.read(pid, Which::Children)?;
+        children.clear();
+        children.extend(parse_children(text));
+        Ok(())
     }
 
-    fn read(&mut self, pid: u32, which: Which) -> io::Result<String> {
+    /// The file's text, in the reader's buffer until the next read.
+    fn read(&mut self, pid: u32, which: Which) -> io::Result<&str> {
         let window = self.window;
         if let Some(open) = self.open.get_mut(&pid) {
             open.used_in = window;
             if let Some(file) = which.slot(open) {
-                match read_from_start(file) {
-                    Ok(text) => return Ok(text),
+                match read_from_start(file, &mut self.buffer) {
+                    Ok(len) => return as_text(&self.buffer[..len]),
                     // Gone (ESRCH), or anything else: open the path again, which says what
                     // the caller should see (the same error, or a new process).
                     Err(_) => *which.slot(open) = None,
@@ -120,15 +132,21 @@ impl ProcFiles {
             }
         }
         let file = File::open(which.path(&self.root, pid))?;
-        let text = read_from_start(&file)?;
+        let len = read_from_start(&file, &mut self.buffer)?;
         let keep = self.open.contains_key(&pid) || self.open.len() < self.max_processes;
         if keep {
             let open = self.open.entry(pid).or_default();
             open.used_in = window;
             *which.slot(open) = Some(file);
         }
-        Ok(text)
+        as_text(&self.buffer[..len])
     }
+}
+
+/// The PIDs a `children` file lists (space-separated); anything else in it is skipped.
+pub(crate) fn parse_children(text: &str) -> impl Iterator<Item = u32> + '_ {
+    text.split_ascii_whitespace()
+        .filter_map(|child| child.parse::<u32>().ok())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -154,24 +172,35 @@ impl Which {
     }
 }
 
-/// The whole file, read with `pread` from offset 0 (which makes a procfs `seq_file` render its
-/// content afresh). A read shorter than asked is the end: a `seq_file` read fills the buffer
-/// until its content ends, and a regular file (a copied procfs tree in tests) is read the same.
-fn read_from_start(file: &File) -> io::Result<String> {
-    let mut content = Vec::new();
-    let mut chunk = [0u8; 4096];
+/// How much one `pread` asks for.
+const CHUNK: usize = 4096;
+
+/// The whole file into `buffer`, read with `pread` from offset 0 (which makes a procfs
+/// `seq_file` render its content afresh); returns its length. A read shorter than asked is the
+/// end: a `seq_file` read fills the buffer until its content ends, and a regular file (a copied
+/// procfs tree in tests) is read the same. The buffer only grows, so it is zeroed once, not
+/// per read.
+fn read_from_start(file: &File, buffer: &mut Vec<u8>) -> io::Result<usize> {
+    let mut len = 0;
     loop {
-        let n = match file.read_at(&mut chunk, content.len() as u64) {
+        if buffer.len() < len + CHUNK {
+            buffer.resize(len + CHUNK, 0);
+        }
+        let n = match file.read_at(&mut buffer[len..len + CHUNK], len as u64) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        content.extend_from_slice(&chunk[..n]);
-        if n < chunk.len() {
-            break;
+        len += n;
+        if n < CHUNK {
+            return Ok(len);
         }
     }
-    String::from_utf8(content).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The bytes read as UTF-8, as `std::fs::read_to_string` would (`InvalidData` otherwise).
+fn as_text(content: &[u8]) -> io::Result<&str> {
+    std::str::from_utf8(content).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
@@ -226,9 +255,14 @@ mod tests {
         let mut files = ProcFiles::with_limit(Path::new("/proc"), 1);
         files.begin_window();
         assert!(files.stat(own).expect("own stat").is_some());
-        assert!(files
-            .main_thread_children(own)
-            .is_ok_and(|text| text.is_empty() || text.ends_with(' ')));
+        let mut children = vec![u32::MAX];
+        files
+            .main_thread_children(own, &mut children)
+            .expect("own children file");
+        assert!(
+            !children.contains(&u32::MAX),
+            "the list is replaced, not added to"
+        );
         assert!(files.stat(1).is_ok_and(|s| s.is_some()), "init, read");
         assert_eq!(files.open_processes(), 1, "one process at most");
         files.end_window();

@@ -44,9 +44,17 @@ pub(crate) fn parse_stat(content: &str) -> Option<Stat> {
         return None;
     }
     let comm = content[open + 1..close].to_string();
-    let rest: Vec<&str> = content[close + 1..].split_ascii_whitespace().collect();
-    // `rest[0]` is field 3; field N is `rest[N - 3]`.
-    let field = |n: usize| rest.get(n - 3).copied();
+    // Fields 3 to 24, the last one read; `rest[0]` is field 3, field N is `rest[N - 3]`. An
+    // array, not a Vec: this runs for every process every window. A field the line lacks stays
+    // empty, which reads as absent (whitespace splitting never yields an empty field).
+    let mut rest = [""; 22];
+    for (slot, value) in rest
+        .iter_mut()
+        .zip(content[close + 1..].split_ascii_whitespace())
+    {
+        *slot = value;
+    }
+    let field = |n: usize| rest.get(n - 3).copied().filter(|f| !f.is_empty());
     let number = |n: usize| field(n).and_then(|f| f.parse::<u64>().ok());
     Some(Stat {
         comm,

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::procfiles::ProcFiles;
+use super::procfiles::{parse_children, ProcFiles};
 use super::procfs::{list_pids, read_to_string, ProcDir, Stat};
 use super::workload::ProcessUsage;
 use crate::fast_map::{FastMap, FastSet, FastState};
@@ -101,26 +101,43 @@ impl ProcessTable {
         let mut reads = 0usize;
         let mut todo: Vec<u32> = self.stats.keys().copied().collect();
         let mut seen: FastSet<u32> = todo.iter().copied().collect();
+        // The children of the thread being read, reused from one thread to the next.
+        let mut children: Vec<u32> = Vec::new();
         while let Some(pid) = todo.pop() {
-            let process = proc_root.join(pid.to_string());
             // One live thread and a live main thread: that thread is the main one, whose task ID
-            // is the PID, so `task/` need not be listed. (A main thread that exited before the
-            // others leaves the process's state `Z` while they run.)
+            // is the PID, so `task/` need not be listed, and no path is built unless a read
+            // fails. (A main thread that exited before the others leaves the process's state
+            // `Z` while they run.)
             let single_threaded = self
                 .stats
                 .get(&pid)
                 .is_some_and(|s| s.num_threads == 1 && s.state != 'Z');
-            let main_thread = process.join("task").join(pid.to_string());
-            let tasks: Vec<PathBuf> = if single_threaded {
-                vec![main_thread.clone()]
-            } else {
-                match std::fs::read_dir(process.join("task")) {
-                    Ok(tasks) => tasks.flatten().map(|task| task.path()).collect(),
-                    // Exited meanwhile: no descendants to find through it.
-                    Err(_) if !process.exists() => continue,
-                    // No per-thread directories under this root.
+            if single_threaded {
+                reads += 1;
+                if reads > WALK_READS_BEFORE_COUNTING
+                    && reads > *budget.get_or_insert_with(|| count_pids(proc_root))
+                {
+                    return None;
+                }
+                match files.main_thread_children(pid, &mut children) {
+                    Ok(()) => {}
+                    // The process exited meanwhile.
+                    Err(_) if !process_dir(proc_root, pid).exists() => continue,
+                    // The kernel does not have the file, or the root has no per-thread
+                    // directories (a copied procfs tree).
                     Err(_) => return None,
                 }
+                self.add_children(files, &children, &mut seen, &mut todo, &mut reads);
+                continue;
+            }
+            let process = process_dir(proc_root, pid);
+            let main_thread = process.join("task").join(pid.to_string());
+            let tasks: Vec<PathBuf> = match std::fs::read_dir(process.join("task")) {
+                Ok(tasks) => tasks.flatten().map(|task| task.path()).collect(),
+                // Exited meanwhile: no descendants to find through it.
+                Err(_) if !process.exists() => continue,
+                // No per-thread directories under this root.
+                Err(_) => return None,
             };
             for task in tasks {
                 reads += 1;
@@ -130,35 +147,47 @@ impl ProcessTable {
                     return None;
                 }
                 let read = if task == main_thread {
-                    files.main_thread_children(pid)
+                    files.main_thread_children(pid, &mut children)
                 } else {
-                    read_to_string(&task.join("children"))
+                    read_to_string(&task.join("children")).map(|text| {
+                        children.clear();
+                        children.extend(parse_children(&text));
+                    })
                 };
-                let children = match read {
-                    Ok(text) => text,
+                match read {
+                    Ok(()) => {}
                     // The process exited meanwhile.
                     Err(_) if !process.exists() => continue,
                     // A listed thread exited meanwhile.
-                    Err(_) if !single_threaded && !task.exists() => continue,
+                    Err(_) if !task.exists() => continue,
                     // The kernel does not have the file, or the root has no per-thread
                     // directories (a copied procfs tree).
                     Err(_) => return None,
-                };
-                for child in children
-                    .split_ascii_whitespace()
-                    .filter_map(|c| c.parse::<u32>().ok())
-                {
-                    if seen.insert(child) {
-                        reads += 1;
-                        if let Ok(Some(stat)) = files.stat(child) {
-                            self.insert(child, stat);
-                            todo.push(child);
-                        }
-                    }
                 }
+                self.add_children(files, &children, &mut seen, &mut todo, &mut reads);
             }
         }
         Some(())
+    }
+
+    /// Reads the `stat` of each of `children` not seen yet and queues those alive for the walk.
+    fn add_children(
+        &mut self,
+        files: &mut ProcFiles,
+        children: &[u32],
+        seen: &mut FastSet<u32>,
+        todo: &mut Vec<u32>,
+        reads: &mut usize,
+    ) {
+        for &child in children {
+            if seen.insert(child) {
+                *reads += 1;
+                if let Ok(Some(stat)) = files.stat(child) {
+                    self.insert(child, stat);
+                    todo.push(child);
+                }
+            }
+        }
     }
 
     pub fn insert(&mut self, pid: u32, stat: Stat) {
@@ -192,17 +221,23 @@ impl ProcessTable {
     /// The reading for `pid`, with `rss_bytes` as given (from `status`, read by the caller).
     pub fn reading(&self, pid: u32, rss_bytes: Option<u64>) -> Option<CpuReading> {
         let stat = self.stat(pid)?;
-        let tree_ticks = self
-            .tree(pid)
-            .into_iter()
-            .filter_map(|member| self.stat(member))
-            .map(|s| {
-                s.utime_ticks
-                    .saturating_add(s.stime_ticks)
-                    .saturating_add(s.cutime_ticks)
-                    .saturating_add(s.cstime_ticks)
-            })
-            .fold(0u64, u64::saturating_add);
+        let ticks = |s: &Stat| {
+            s.utime_ticks
+                .saturating_add(s.stime_ticks)
+                .saturating_add(s.cutime_ticks)
+                .saturating_add(s.cstime_ticks)
+        };
+        // Most GPU processes have no live children: their tree is themselves, and walking it
+        // would allocate for nothing (this runs for every process every window).
+        let tree_ticks = if self.children.contains_key(&pid) {
+            self.tree(pid)
+                .into_iter()
+                .filter_map(|member| self.stat(member))
+                .map(ticks)
+                .fold(0u64, u64::saturating_add)
+        } else {
+            ticks(stat)
+        };
         Some(CpuReading {
             start_time_ticks: stat.start_time_ticks,
             own_ticks: stat.utime_ticks.saturating_add(stat.stime_ticks),
@@ -220,6 +255,11 @@ const WALK_READS_BEFORE_COUNTING: usize = 1024;
 /// back to a full scan, which then reports the error).
 fn count_pids(proc_root: &Path) -> usize {
     list_pids(proc_root).map_or(0, |pids| pids.len())
+}
+
+/// `<proc_root>/<pid>`.
+fn process_dir(proc_root: &Path, pid: u32) -> PathBuf {
+    proc_root.join(pid.to_string())
 }
 
 /// CPU used between two tick counts over `elapsed_secs`, as a ratio of one core.
