@@ -27,15 +27,17 @@
 //! Roll-ups keep their totals when a process exits, so a job's hours do not shrink as its ranks
 //! finish.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::by_process::ByProcess;
 pub use super::energy_share::ActivitySource;
 use super::energy_share::{energy_weights, mig_gpu_share, whole_gpu_activity, EnergyClaim};
 use super::workload::Workload;
-use crate::fast_map::{FastMap, FastSet};
+use crate::fast_map::FastMap;
 use crate::sampling::{DeviceWindow, ProcessWindow, Window};
 use crate::schema::{DeviceField, GpmField};
 pub use crate::values::Prices;
@@ -191,7 +193,7 @@ pub struct GpuAccountant {
     energy_marks: FastMap<String, EnergyMark>,
     devices: BTreeMap<String, DeviceAccount>,
     /// By (pid, device UUID); a process is forgotten with its first window without it.
-    processes: FastMap<(u32, String), ProcessAccount>,
+    processes: ByProcess<ProcessAccount>,
     groups: FastMap<(GroupKind, String), Rollup>,
     windows: u64,
 }
@@ -207,6 +209,7 @@ impl GpuAccountant {
     /// Adds one window to the totals and returns the accounts after it.
     pub fn account(&mut self, window: &Window, workloads: &HashMap<u32, Workload>) -> Accounts {
         self.windows += 1;
+        self.processes.begin_window();
         let seconds = self.window_seconds(window);
         let mut processes = Vec::with_capacity(window.processes.len());
         let mut devices = Vec::with_capacity(window.devices.len());
@@ -248,11 +251,7 @@ impl GpuAccountant {
                 devices.push(account.clone());
             }
         }
-        let seen: FastSet<(u32, String)> = processes
-            .iter()
-            .map(|p| (p.pid, p.device_uuid.clone()))
-            .collect();
-        self.processes.retain(|key, _| seen.contains(key));
+        self.processes.end_window();
         self.roll_up(&processes, workloads);
         Accounts {
             processes,
@@ -306,8 +305,7 @@ impl GpuAccountant {
     ) -> ProcessAccount {
         let account = self
             .processes
-            .entry((p.pid, p.device_uuid.clone()))
-            .or_insert_with(|| ProcessAccount {
+            .touch(p.pid, &p.device_uuid, || ProcessAccount {
                 pid: p.pid,
                 device_uuid: p.device_uuid.clone(),
                 mig_uuid: None,
@@ -351,7 +349,11 @@ impl GpuAccountant {
     }
 
     fn roll_up(&mut self, processes: &[ProcessAccount], workloads: &HashMap<u32, Workload>) {
-        let mut members: FastMap<(GroupKind, String), usize> = FastMap::default();
+        // A group's members are counted afresh each window: those it had in the last one and
+        // none in this one have none now.
+        for group in self.groups.values_mut() {
+            group.processes = 0;
+        }
         for account in processes {
             let Some(workload) = workloads.get(&account.pid) else {
                 continue;
@@ -359,16 +361,15 @@ impl GpuAccountant {
             let share_hours =
                 account.window_held_seconds * account.gpu_share.unwrap_or(0.0) / 3600.0;
             let kwh = account.window_energy_joules.unwrap_or(0.0) / 3.6e6;
-            for (kind, id, name) in groups_of(workload) {
-                let key = (kind, id.clone());
-                *members.entry(key.clone()).or_insert(0) += 1;
+            for of in groups_of(workload) {
                 let group = self
                     .groups
-                    .entry(key)
-                    .or_insert_with(|| Rollup::empty(kind, id));
-                if name.is_some() {
-                    group.name = name;
+                    .entry((of.kind, of.id.to_owned()))
+                    .or_insert_with(|| Rollup::empty(of.kind, of.id.to_owned()));
+                if let Some(name) = of.name() {
+                    group.name = Some(name.into_owned());
                 }
+                group.processes += 1;
                 group.last_seen = self.windows;
                 group.gpu_hours += share_hours;
                 group.energy_kwh += kwh;
@@ -380,8 +381,7 @@ impl GpuAccountant {
                 }
             }
         }
-        for ((kind, id), group) in self.groups.iter_mut() {
-            group.processes = members.get(&(*kind, id.clone())).copied().unwrap_or(0);
+        for group in self.groups.values_mut() {
             group.idle_share =
                 (group.known_hours > 0.0).then(|| group.idle_hours / group.known_hours);
             group.cost = cost(&self.prices, group.gpu_hours, group.energy_kwh);
@@ -484,28 +484,41 @@ fn activities(
         .collect()
 }
 
-/// The groups a process counts in: its job, pod and container, where known.
-pub(crate) fn groups_of(workload: &Workload) -> Vec<(GroupKind, String, Option<String>)> {
-    let mut groups = Vec::with_capacity(3);
-    if let Some(job) = &workload.job_id {
-        groups.push((GroupKind::Job, job.clone(), None));
+/// One group a process counts in (see [`groups_of`]), borrowed from its workload.
+pub(crate) struct GroupOf<'w> {
+    pub(crate) kind: GroupKind,
+    pub(crate) id: &'w str,
+    workload: &'w Workload,
+}
+
+impl<'w> GroupOf<'w> {
+    /// The group's readable name: the container's, or the pod's as `namespace/pod` (its name
+    /// alone without a namespace); none for a job. Made only when asked for: the ledger never
+    /// needs it.
+    pub(crate) fn name(&self) -> Option<Cow<'w, str>> {
+        let workload = self.workload;
+        match self.kind {
+            GroupKind::Job => None,
+            GroupKind::Pod => match (&workload.namespace_name, &workload.pod_name) {
+                (Some(ns), Some(pod)) => Some(Cow::Owned(format!("{ns}/{pod}"))),
+                (None, Some(pod)) => Some(Cow::Borrowed(pod.as_str())),
+                _ => None,
+            },
+            GroupKind::Container => workload.container_name.as_deref().map(Cow::Borrowed),
+        }
     }
-    if let Some(uid) = &workload.pod_uid {
-        let name = match (&workload.namespace_name, &workload.pod_name) {
-            (Some(ns), Some(pod)) => Some(format!("{ns}/{pod}")),
-            (None, Some(pod)) => Some(pod.clone()),
-            _ => None,
-        };
-        groups.push((GroupKind::Pod, uid.clone(), name));
-    }
-    if let Some(id) = &workload.container_id {
-        groups.push((
-            GroupKind::Container,
-            id.clone(),
-            workload.container_name.clone(),
-        ));
-    }
-    groups
+}
+
+/// The groups a process counts in: its job, pod and container, where known, in that order.
+/// Borrowed, not collected: it runs for every process every window.
+pub(crate) fn groups_of(workload: &Workload) -> impl Iterator<Item = GroupOf<'_>> {
+    [
+        (GroupKind::Job, &workload.job_id),
+        (GroupKind::Pod, &workload.pod_uid),
+        (GroupKind::Container, &workload.container_id),
+    ]
+    .into_iter()
+    .filter_map(move |(kind, id)| id.as_deref().map(|id| GroupOf { kind, id, workload }))
 }
 
 #[cfg(test)]

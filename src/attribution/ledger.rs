@@ -55,6 +55,7 @@ use serde::Serialize;
 use super::accounting::{
     cost, groups_of, Accounts, GroupKind, Prices, ProcessAccount, ACTIVE_THRESHOLD,
 };
+use super::by_process::ByProcess;
 use super::workload::Workload;
 use crate::fast_map::{FastMap, FastSet};
 
@@ -331,7 +332,7 @@ struct GroupBook {
 #[derive(Debug, Default)]
 pub struct CauseBook {
     prices: Prices,
-    processes: FastMap<(u32, String), ProcessBook>,
+    processes: ByProcess<ProcessBook>,
     groups: FastMap<(GroupKind, String), GroupBook>,
 }
 
@@ -352,6 +353,8 @@ impl CauseBook {
         workloads: &HashMap<u32, Workload>,
     ) -> Ledger {
         let mut processes = Vec::with_capacity(accounts.processes.len());
+        // The accountant forgets a process with its first window without it: so does the book.
+        self.processes.begin_window();
         for account in &accounts.processes {
             let phases = phases.get(&account.pid);
             let split = split(
@@ -366,12 +369,7 @@ impl CauseBook {
                 self.add_groups(workload, account, &split);
             }
         }
-        let seen: FastSet<(u32, String)> = accounts
-            .processes
-            .iter()
-            .map(|p| (p.pid, p.device_uuid.clone()))
-            .collect();
-        self.processes.retain(|key, _| seen.contains(key));
+        self.processes.end_window();
         // The accountant bounds its groups: keep the same ones.
         let groups: FastSet<(GroupKind, String)> = accounts
             .rollups
@@ -393,8 +391,7 @@ impl CauseBook {
     ) -> ProcessLedger {
         let book = self
             .processes
-            .entry((account.pid, account.device_uuid.clone()))
-            .or_default();
+            .touch(account.pid, &account.device_uuid, ProcessBook::default);
         let state = TimeState::of(account.activity);
         let key = |cause: Cause| {
             (
@@ -460,8 +457,8 @@ impl CauseBook {
 
     fn add_groups(&mut self, workload: &Workload, account: &ProcessAccount, split: &WindowSplit) {
         let share = account.gpu_share.unwrap_or(0.0);
-        for (kind, id, _) in groups_of(workload) {
-            let group = self.groups.entry((kind, id)).or_default();
+        for of in groups_of(workload) {
+            let group = self.groups.entry((of.kind, of.id.to_owned())).or_default();
             for (cause, seconds) in &split.seconds {
                 *group.hours.entry(*cause).or_insert(0.0) += seconds * share / 3600.0;
             }
