@@ -35,7 +35,7 @@ use super::procfiles::ProcFiles;
 use super::settings::AttributionSettings;
 use super::usage::{ProcessTable, UsageTracker};
 use super::workload::{AttributionMethod, ProcessUsage, Workload};
-use crate::fast_map::{FastMap, FastSet};
+use crate::fast_map::{FastMap, FastSet, FastState};
 use crate::sampling::window::Window;
 
 /// One GPU process on one device, as NVML listed it.
@@ -217,16 +217,14 @@ impl Attributor {
         table: &ProcessTable,
     ) -> HashMap<u32, Workload> {
         self.generation += 1;
-        let mut devices_of: FastMap<u32, BTreeSet<&str>> = FastMap::default();
-        let mut minors_of: FastMap<u32, BTreeSet<u32>> = FastMap::default();
+        // Sized for the window at once: it is built anew every window.
+        let mut devices_of: FastMap<u32, BTreeSet<&str>> =
+            FastMap::with_capacity_and_hasher(processes.len(), FastState::default());
         for process in processes {
             devices_of
                 .entry(process.pid)
                 .or_default()
                 .insert(process.device_uuid);
-            if let Some(minor) = process.device_minor {
-                minors_of.entry(process.pid).or_default().insert(minor);
-            }
         }
 
         if !self.root_readable() {
@@ -240,7 +238,8 @@ impl Attributor {
 
         let mut workloads = HashMap::with_capacity(devices_of.len());
         let mut invisible: Vec<u32> = Vec::new();
-        let mut cgroup_read: FastSet<u32> = FastSet::default();
+        let mut cgroup_read: FastSet<u32> =
+            FastSet::with_capacity_and_hasher(devices_of.len(), FastState::default());
         let mut new_pids = false;
         for &pid in devices_of.keys() {
             let generation = self.generation;
@@ -271,7 +270,7 @@ impl Attributor {
 
         if !invisible.is_empty() {
             new_pids |=
-                self.device_file_fallback(&invisible, &minors_of, &mut workloads, &mut cgroup_read);
+                self.device_file_fallback(&invisible, processes, &mut workloads, &mut cgroup_read);
         }
 
         self.apply_pod_names(&devices_of, &cgroup_read, &mut workloads);
@@ -319,25 +318,28 @@ impl Attributor {
         readable
     }
 
-    /// Attributes invisible NVML PIDs to local device-file holders. Returns whether a local
-    /// process was read for the first time.
+    /// Attributes invisible NVML PIDs to local device-file holders, by the minor numbers of
+    /// the devices `processes` lists them on. Returns whether a local process was read for the
+    /// first time.
     fn device_file_fallback(
         &mut self,
         invisible: &[u32],
-        minors_of: &FastMap<u32, BTreeSet<u32>>,
+        processes: &[GpuProcessRef<'_>],
         workloads: &mut HashMap<u32, Workload>,
         cgroup_read: &mut FastSet<u32>,
     ) -> bool {
+        let invisible_set: BTreeSet<u32> = invisible.iter().copied().collect();
         let mut by_minor: HashMap<u32, BTreeSet<u32>> = HashMap::new();
-        for pid in invisible {
-            for &minor in minors_of.get(pid).into_iter().flatten() {
-                by_minor.entry(minor).or_default().insert(*pid);
+        for process in processes {
+            if let Some(minor) = process.device_minor {
+                if invisible_set.contains(&process.pid) {
+                    by_minor.entry(minor).or_default().insert(process.pid);
+                }
             }
         }
         if by_minor.is_empty() {
             return false;
         }
-        let invisible_set: BTreeSet<u32> = invisible.iter().copied().collect();
         let fresh = self.holders_scan.as_ref().is_some_and(|scan| {
             scan.invisible == invisible_set && scan.at.elapsed() < HOLDER_SCAN_MAX_AGE
         });

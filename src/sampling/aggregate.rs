@@ -517,7 +517,8 @@ impl WindowAggregator {
             })
             .collect();
         // Rows not seen in the closed window are forgotten, with their first_seen.
-        let mut processes: Vec<ProcessWindow> = Vec::new();
+        // At least one row per PID: sized once instead of grown push by push.
+        let mut processes: Vec<ProcessWindow> = Vec::with_capacity(self.processes.len());
         self.processes.retain(|&pid, rows| {
             rows.retain_mut(|row| {
                 let Some(acc) = row.acc.take() else {
@@ -540,7 +541,10 @@ impl WindowAggregator {
             });
             !rows.is_empty()
         });
-        processes.sort_by_key(|p| (p.device_index, p.pid));
+        // A PID has one row per device (by UUID) and an index names one device, so no two rows
+        // tie (and the rows come out of a hash map, in no order to keep): an unstable sort gives
+        // the same order without the stable sort's scratch buffer.
+        processes.sort_unstable_by_key(|p| (p.device_index, p.pid));
         Some(Window {
             start,
             end,
