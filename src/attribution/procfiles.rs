@@ -249,6 +249,38 @@ mod tests {
         files.end_window();
     }
 
+    /// The reader's one buffer: a file longer than a read chunk comes whole, and a shorter one
+    /// read after it carries nothing of it (a copied procfs tree: regular files).
+    #[test]
+    fn one_buffer_reads_long_and_short_files_whole_and_apart() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let stat_line = |pid: u32, comm: &str| {
+            let mut fields: Vec<String> = (4..=52).map(|n| n.to_string()).collect();
+            fields[0] = "1".into(); // ppid
+            format!("{pid} ({comm}) S {}\n", fields.join(" "))
+        };
+        let long_comm = "x".repeat(3 * CHUNK);
+        for (pid, comm) in [(10, long_comm.as_str()), (11, "short")] {
+            let dir = root.path().join(pid.to_string());
+            std::fs::create_dir_all(&dir).expect("pid dir");
+            std::fs::write(dir.join("stat"), stat_line(pid, comm)).expect("stat");
+        }
+        let mut files = ProcFiles::with_limit(root.path(), 8);
+        files.begin_window();
+        for _ in 0..2 {
+            let long = files.stat(10).expect("read").expect("parse");
+            assert_eq!(
+                long.comm, long_comm,
+                "the whole of a file over {CHUNK} bytes"
+            );
+            assert_eq!((long.ppid, long.utime_ticks), (1, 14));
+            let short = files.stat(11).expect("read").expect("parse");
+            assert_eq!(short.comm, "short");
+            assert_eq!((short.ppid, short.start_time_ticks), (1, 22));
+        }
+        files.end_window();
+    }
+
     #[test]
     fn files_not_read_in_a_window_are_closed_and_the_limit_holds() {
         let own = std::process::id();
