@@ -113,10 +113,7 @@ impl ProcessTable {
                 .get(&pid)
                 .is_some_and(|s| s.num_threads == 1 && s.state != 'Z');
             if single_threaded {
-                reads += 1;
-                if reads > WALK_READS_BEFORE_COUNTING
-                    && reads > *budget.get_or_insert_with(|| count_pids(proc_root))
-                {
+                if over_budget(&mut reads, &mut budget, proc_root) {
                     return None;
                 }
                 match files.main_thread_children(pid, &mut children) {
@@ -140,10 +137,7 @@ impl ProcessTable {
                 Err(_) => return None,
             };
             for task in tasks {
-                reads += 1;
-                if reads > WALK_READS_BEFORE_COUNTING
-                    && reads > *budget.get_or_insert_with(|| count_pids(proc_root))
-                {
+                if over_budget(&mut reads, &mut budget, proc_root) {
                     return None;
                 }
                 let read = if task == main_thread {
@@ -255,6 +249,15 @@ const WALK_READS_BEFORE_COUNTING: usize = 1024;
 /// back to a full scan, which then reports the error).
 fn count_pids(proc_root: &Path) -> usize {
     list_pids(proc_root).map_or(0, |pids| pids.len())
+}
+
+/// Counts one more file read by the descendant walk; true once the walk has read more files
+/// than there are processes under `proc_root` (counted once, and only past
+/// [`WALK_READS_BEFORE_COUNTING`]), when a full scan is the cheaper way.
+fn over_budget(reads: &mut usize, budget: &mut Option<usize>, proc_root: &Path) -> bool {
+    *reads += 1;
+    *reads > WALK_READS_BEFORE_COUNTING
+        && *reads > *budget.get_or_insert_with(|| count_pids(proc_root))
 }
 
 /// `<proc_root>/<pid>`.
