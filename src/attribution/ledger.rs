@@ -425,22 +425,28 @@ impl CauseBook {
                 }
             })
             .collect();
-        let mut by_cause: BTreeMap<CauseKey, f64> = BTreeMap::new();
+        // The totals by cause over the states, summed in the book's order (as a map would) into
+        // the few shares themselves rather than a map made for every process every window.
+        let mut total: Vec<CauseShare> = Vec::new();
         for ((_, cause, rank), seconds) in &book.time {
-            *by_cause.entry((*cause, *rank)).or_insert(0.0) += seconds;
+            match total
+                .iter_mut()
+                .find(|t| (t.cause, t.straggler_rank) == (*cause, *rank))
+            {
+                Some(share) => share.seconds += seconds,
+                None => total.push(CauseShare {
+                    cause: *cause,
+                    straggler_rank: *rank,
+                    // As the map's `0.0 += seconds` did: a -0.0 reads 0.0.
+                    seconds: 0.0 + seconds,
+                    joules: book
+                        .joules
+                        .as_ref()
+                        .map(|j| j.get(&(*cause, *rank)).copied().unwrap_or(0.0)),
+                }),
+            }
         }
-        let total = by_cause
-            .into_iter()
-            .map(|((cause, straggler_rank), seconds)| CauseShare {
-                cause,
-                straggler_rank,
-                seconds,
-                joules: book
-                    .joules
-                    .as_ref()
-                    .map(|j| j.get(&(cause, straggler_rank)).copied().unwrap_or(0.0)),
-            })
-            .collect();
+        total.sort_unstable_by_key(|t| (t.cause, t.straggler_rank));
         ProcessLedger {
             pid: account.pid,
             device_uuid: account.device_uuid.clone(),
