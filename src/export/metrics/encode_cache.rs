@@ -224,7 +224,7 @@ mod tests {
                 batch.encode(),
                 "window {n}: bytes differ from a fresh encoding"
             );
-            let decoded = ExportMetricsServiceRequest::decode(cached.as_slice())
+            let decoded = ExportMetricsServiceRequest::decode(&cached[..])
                 .unwrap_or_else(|e| panic!("window {n} does not decode: {e}"));
             assert_eq!(decoded, batch.clone().into_request(), "window {n}");
             assert_ne!(

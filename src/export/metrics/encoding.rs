@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -231,7 +232,7 @@ impl MetricsBatch {
     /// adding them to the finished request would move all of it (about 480 KB at 8 GPUs × 64
     /// processes) at every export. Without a resource, `scopes` are left out.
     pub(crate) fn encode_with_first_resource_scopes(&self, scopes: &[u8]) -> Vec<u8> {
-        self.encode_cached(scopes, &mut EncodeCache::new())
+        self.encode_cached(scopes, &mut EncodeCache::new()).into()
     }
 
     /// [`MetricsBatch::encode_with_first_resource_scopes`], taking from `cache` what the last
@@ -241,7 +242,7 @@ impl MetricsBatch {
     ///
     /// A window shaped as the last one (see [`super::request_patch`]) is the last request with
     /// its timestamps and values written in place; any other is encoded in full and kept.
-    pub(crate) fn encode_cached(&self, scopes: &[u8], cache: &mut EncodeCache) -> Vec<u8> {
+    pub(crate) fn encode_cached(&self, scopes: &[u8], cache: &mut EncodeCache) -> Bytes {
         let sets_changed = cache.refresh(&self.attribute_sets);
         if let Some(patched) = cache.last.patched(self, scopes, sets_changed) {
             #[cfg(debug_assertions)]
@@ -361,6 +362,7 @@ impl MetricsBatch {
             }
         }
         debug_assert_eq!(out.len(), total, "sizing and writing passes disagree");
+        let out = Bytes::from(out);
         if !self.resources.is_empty() {
             last.record(self, &out, (scopes_at, scopes.len()));
         }

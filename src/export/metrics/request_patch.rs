@@ -12,11 +12,17 @@
 //! copied in when its length is the last window's. Debug builds check every patched request
 //! against a fresh encoding.
 //!
+//! The last request is kept as the [`Bytes`] handed to the export queue, not as a copy: while
+//! the queue holds it, it costs no memory of its own, and once delivered (the queue dropped
+//! it) the next window writes into that buffer in place. A request still queued (a backend
+//! down, a retry pending) is never written to: the window then patches a copy.
+//!
 //! Owned by [`EncodeCache`](super::EncodeCache); used by
 //! [`MetricsBatch::encode_cached`](super::MetricsBatch::encode_cached).
 
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
 use super::encoding::{BatchPoint, MetricsBatch, PointAttributes, ResourceBody};
@@ -69,7 +75,7 @@ fn same_resource(kept: &ResourceBody, now: &ResourceBody) -> bool {
 #[derive(Debug, Default)]
 pub(super) struct LastRequest {
     /// Empty until a window was recorded (and after a window with no resource).
-    bytes: Vec<u8>,
+    bytes: Bytes,
     resources: Vec<ResourceBody>,
     /// How many points each of `resources` had.
     point_counts: Vec<usize>,
@@ -89,11 +95,11 @@ impl LastRequest {
     /// caller encodes it afresh and records it). `sets_changed`: whether any shared attribute
     /// list changed since the last window (their bytes are inside the points).
     pub(super) fn patched(
-        &self,
+        &mut self,
         batch: &MetricsBatch,
         scopes: &[u8],
         sets_changed: bool,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         let resources = batch.resources();
         if sets_changed
             || self.bytes.is_empty()
@@ -102,7 +108,13 @@ impl LastRequest {
         {
             return None;
         }
-        let mut out = self.bytes.clone();
+        // The last request's buffer itself when nothing else holds it; else a copy. From here
+        // on, a window that turns out to be shaped otherwise is encoded afresh, so the
+        // half-written buffer is simply dropped.
+        let mut out = match std::mem::take(&mut self.bytes).try_into_mut() {
+            Ok(own) => own,
+            Err(queued) => BytesMut::from(&queued[..]),
+        };
         let mut shapes = self.shapes.iter();
         let mut fields_at = self.fields_at.iter();
         for ((resource, kept), &count) in resources
@@ -121,13 +133,15 @@ impl LastRequest {
             }
         }
         out[self.scopes_at..self.scopes_at + scopes.len()].copy_from_slice(scopes);
+        let out = out.freeze();
+        self.bytes = out.clone();
         Some(out)
     }
 
     /// Forgets the last window and readies `fields_at` for the one about to be encoded afresh.
     pub(super) fn start_recording(&mut self) {
         self.fresh += 1;
-        self.bytes.clear();
+        self.bytes = Bytes::new();
         self.fields_at.clear();
     }
 
@@ -136,7 +150,7 @@ impl LastRequest {
     pub(super) fn record(
         &mut self,
         batch: &MetricsBatch,
-        bytes: &[u8],
+        bytes: &Bytes,
         (scopes_at, scopes_len): (usize, usize),
     ) {
         let resources = batch.resources();
@@ -150,7 +164,7 @@ impl LastRequest {
         self.shapes
             .extend(resources.iter().flat_map(|r| &r.points).map(PointShape::of));
         debug_assert_eq!(self.fields_at.len(), self.shapes.len());
-        self.bytes.extend_from_slice(bytes);
+        self.bytes = bytes.clone();
         self.scopes_at = scopes_at;
         self.scopes_len = scopes_len;
     }
@@ -314,7 +328,7 @@ mod tests {
             "{what}: bytes differ from a fresh encoding"
         );
         if scopes.is_empty() {
-            let decoded = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
+            let decoded = ExportMetricsServiceRequest::decode(&bytes[..]).unwrap();
             assert_eq!(decoded, batch.clone().into_request(), "{what}");
         }
         cache.last.fresh_encodings() > before
@@ -438,5 +452,29 @@ mod tests {
                 "{what}: the next window patched"
             );
         }
+    }
+
+    /// A delivered request's buffer (nothing else holds it) is written in place by the next
+    /// window; one still held by the queue is left as it was, and the window patches a copy.
+    #[test]
+    fn a_queued_request_is_never_written_to() {
+        let mut cache = EncodeCache::new();
+        let s = shape();
+        let first = window(&s, 1).encode_cached(&[], &mut cache);
+        let first_at = first.as_ptr();
+        drop(first);
+        let second = window(&s, 2).encode_cached(&[], &mut cache);
+        assert_eq!(second.as_ptr(), first_at, "the delivered buffer is reused");
+
+        let held = second.clone();
+        let third = window(&s, 3).encode_cached(&[], &mut cache);
+        assert_ne!(third.as_ptr(), held.as_ptr(), "a queued buffer is copied");
+        assert_eq!(
+            held,
+            window(&s, 2).encode(),
+            "the queued request is unchanged"
+        );
+        assert_eq!(third, window(&s, 3).encode());
+        assert_eq!(cache.last.fresh_encodings(), 1);
     }
 }
