@@ -1,7 +1,9 @@
 //! What the request encoder keeps from one export window to the next, so that encoding a window
-//! costs about what changed in it: each shared attribute list's encoded bytes (a device's nine
-//! hardware attributes, a process's on one device), the `gpulse` scope's bytes, and the sizing
-//! pass's scratch vectors, which keep their capacity instead of growing afresh every window.
+//! costs about what changed in it: the last request, for a window of the same shape to be
+//! patched from (see [`super::request_patch`]); each shared attribute list's encoded bytes (a
+//! device's nine hardware attributes, a process's on one device), the `gpulse` scope's bytes,
+//! and the sizing pass's scratch vectors, which keep their capacity instead of growing afresh
+//! every window.
 //!
 //! Owned by whoever encodes one request per window (the exporter) and passed to
 //! [`MetricsBatch::encode_cached`](super::MetricsBatch::encode_cached). The bytes it hands out are
@@ -12,6 +14,8 @@
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prost::encoding::message;
+
+use super::request_patch::LastRequest;
 
 /// `NumberDataPoint.attributes`.
 const POINT_ATTRIBUTES_FIELD: u32 = 7;
@@ -27,6 +31,8 @@ pub struct EncodeCache {
     /// The `gpulse` scope as `ScopeMetrics.scope`, written at the first window.
     pub(super) scope: Vec<u8>,
     pub(super) scratch: Scratch,
+    /// The last window's request, for a window of the same shape to be patched from.
+    pub(super) last: LastRequest,
 }
 
 /// The sizing pass's vectors, cleared (capacity kept) at each window.
@@ -60,14 +66,17 @@ impl EncodeCache {
     /// Makes the encoding of each of `lists` (this window's attribute lists, in registration
     /// order) available to [`EncodeCache::encoded`], reusing the last window's bytes for every
     /// list that is unchanged. Equality is checked on the attributes themselves, so a changed
-    /// value (a driver update, a renamed pod) is never sent with stale bytes.
-    pub(super) fn refresh(&mut self, lists: &[Vec<KeyValue>]) {
+    /// value (a driver update, a renamed pod) is never sent with stale bytes. Returns whether
+    /// any list changed, came or went.
+    pub(super) fn refresh(&mut self, lists: &[Vec<KeyValue>]) -> bool {
+        let mut changed = self.lists.len() != lists.len();
         self.lists.truncate(lists.len());
         self.encoded.truncate(lists.len());
         for (index, list) in lists.iter().enumerate() {
             if self.lists.get(index) == Some(list) {
                 continue;
             }
+            changed = true;
             let mut bytes = Vec::new();
             encode_attributes_into(list, &mut bytes);
             if index < self.lists.len() {
@@ -78,6 +87,7 @@ impl EncodeCache {
                 self.encoded.push(bytes);
             }
         }
+        changed
     }
 }
 
@@ -214,7 +224,7 @@ mod tests {
                 batch.encode(),
                 "window {n}: bytes differ from a fresh encoding"
             );
-            let decoded = ExportMetricsServiceRequest::decode(cached.as_slice())
+            let decoded = ExportMetricsServiceRequest::decode(&cached[..])
                 .unwrap_or_else(|e| panic!("window {n} does not decode: {e}"));
             assert_eq!(decoded, batch.clone().into_request(), "window {n}");
             assert_ne!(

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -105,7 +106,7 @@ impl EncodedResource {
 
 /// A resource of the batch: built for this window, or kept encoded from an earlier one.
 #[derive(Debug, Clone, PartialEq)]
-enum ResourceBody {
+pub(super) enum ResourceBody {
     Built(Resource),
     Encoded(Arc<EncodedResource>),
 }
@@ -120,10 +121,10 @@ impl ResourceBody {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-struct BatchResource {
-    resource: ResourceBody,
+pub(super) struct BatchResource {
+    pub(super) resource: ResourceBody,
     /// Grouped by metric, in [`METRICS`] order; within a metric, in the order pushed.
-    points: Vec<BatchPoint>,
+    pub(super) points: Vec<BatchPoint>,
 }
 
 /// The metrics of one export window: resources in request order, each with its data points.
@@ -183,6 +184,11 @@ impl MetricsBatch {
         });
     }
 
+    /// The resources in request order.
+    pub(super) fn resources(&self) -> &[BatchResource] {
+        &self.resources
+    }
+
     /// Whether the batch has no resource yet.
     pub fn is_empty(&self) -> bool {
         self.resources.is_empty()
@@ -226,19 +232,33 @@ impl MetricsBatch {
     /// adding them to the finished request would move all of it (about 480 KB at 8 GPUs × 64
     /// processes) at every export. Without a resource, `scopes` are left out.
     pub(crate) fn encode_with_first_resource_scopes(&self, scopes: &[u8]) -> Vec<u8> {
-        self.encode_cached(scopes, &mut EncodeCache::new())
+        self.encode_cached(scopes, &mut EncodeCache::new()).into()
     }
 
     /// [`MetricsBatch::encode_with_first_resource_scopes`], taking from `cache` what the last
     /// window already encoded (its unchanged attribute lists) and its scratch vectors, and
     /// leaving this window's there: what the exporter does every window. The bytes are the same
     /// as without the cache.
-    pub(crate) fn encode_cached(&self, scopes: &[u8], cache: &mut EncodeCache) -> Vec<u8> {
-        cache.refresh(&self.attribute_sets);
+    ///
+    /// A window shaped as the last one (see [`super::request_patch`]) is the last request with
+    /// its timestamps and values written in place; any other is encoded in full and kept.
+    pub(crate) fn encode_cached(&self, scopes: &[u8], cache: &mut EncodeCache) -> Bytes {
+        let sets_changed = cache.refresh(&self.attribute_sets);
+        if let Some(patched) = cache.last.patched(self, scopes, sets_changed) {
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                patched,
+                self.encode_with_first_resource_scopes(scopes),
+                "a patched request differs from a fresh encoding"
+            );
+            return patched;
+        }
+        cache.last.start_recording();
         let EncodeCache {
             encoded: sets,
             scratch,
             scope,
+            last,
             ..
         } = cache;
         let sets = &sets[..];
@@ -293,6 +313,7 @@ impl MetricsBatch {
         };
         let mut point_lens = point_lens.iter().copied();
         let mut resource_start = 0;
+        let mut scopes_at = 0;
         for (index, (r, &resource_end)) in self.resources.iter().zip(&*resource_ends).enumerate() {
             delimited_prefix(1, next(), &mut out);
             match &r.resource {
@@ -321,6 +342,9 @@ impl MetricsBatch {
                     let len = point_lens
                         .next()
                         .expect("pass 1 sized every point pass 2 writes");
+                    // The point's key, its length, then its fixed-width fields.
+                    last.fields_at
+                        .push(out.len() + 1 + encoded_len_varint(len as u64));
                     write_point(p, len, sets, &mut out);
                 }
                 if spec.instrument != Instrument::Gauge {
@@ -333,10 +357,15 @@ impl MetricsBatch {
                 }
             }
             if index == 0 {
+                scopes_at = out.len();
                 out.extend_from_slice(scopes);
             }
         }
         debug_assert_eq!(out.len(), total, "sizing and writing passes disagree");
+        let out = Bytes::from(out);
+        if !self.resources.is_empty() {
+            last.record(self, &out, (scopes_at, scopes.len()));
+        }
         out
     }
 }

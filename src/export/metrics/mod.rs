@@ -8,6 +8,7 @@
 pub mod builder;
 pub mod encode_cache;
 pub mod encoding;
+mod request_patch;
 
 pub use builder::{
     metrics_batch, metrics_batch_cached, metrics_batch_with_training, metrics_request,

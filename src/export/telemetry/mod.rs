@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -149,17 +150,17 @@ impl SelfTelemetry {
     /// the node's (the window builder always writes it first), so a backend sees one node entity
     /// and one request per window; a window without points sends the health alone on the node
     /// resource. `cache` is the encoder's state kept between windows (the exporter's).
-    pub fn window_request(&self, window: &MetricsBatch, cache: &mut EncodeCache) -> (Vec<u8>, u64) {
+    pub fn window_request(&self, window: &MetricsBatch, cache: &mut EncodeCache) -> (Bytes, u64) {
         let points = window.point_count() as u64;
         let Some((health, health_points)) = self.collect() else {
             return if points > 0 {
                 (window.encode_cached(&[], cache), points)
             } else {
-                (Vec::new(), 0)
+                (Bytes::new(), 0)
             };
         };
         if points == 0 {
-            return (health.encode_to_vec(), health_points);
+            return (health.encode_to_vec().into(), health_points);
         }
         let mut scopes = Vec::new();
         for scope in health
@@ -617,7 +618,7 @@ mod tests {
             vec![point(MetricId::ProcessGpuMemoryUsage)],
         );
         let (body, points_sent) = telemetry.window_request(&window, &mut EncodeCache::new());
-        let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
+        let sent = ExportMetricsServiceRequest::decode(&body[..]).expect("valid");
         let expected = window.clone().into_request();
         assert_eq!(points_sent, point_count(&sent));
         assert_eq!(sent.resource_metrics.len(), 2, "no resource of its own");
@@ -637,7 +638,7 @@ mod tests {
         // A window without points: the health alone, on the node resource.
         let (body, points_sent) =
             telemetry.window_request(&MetricsBatch::default(), &mut EncodeCache::new());
-        let sent = ExportMetricsServiceRequest::decode(body.as_slice()).expect("valid");
+        let sent = ExportMetricsServiceRequest::decode(&body[..]).expect("valid");
         assert!(points_sent > 0);
         assert_eq!(sent.resource_metrics.len(), 1);
         assert_eq!(points(metric(&sent, "gpulse.sample.stalled"))[0].0, 7.0);

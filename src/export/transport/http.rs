@@ -38,7 +38,7 @@ const PROTOBUF: &str = "application/x-protobuf";
 /// An OTLP/HTTP carrier for one signal's URL. Cloning shares the connection pool.
 #[derive(Clone)]
 pub struct HttpTransport {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Pool,
     url: Uri,
     /// For messages: the URL without credentials.
     endpoint: String,
@@ -46,6 +46,28 @@ pub struct HttpTransport {
     timeout: Duration,
     /// With `Content-Encoding: gzip`: the compressor, kept between requests.
     gzip: Option<Arc<Gzip>>,
+}
+
+/// The connection pool: plain TCP for an `http` URL, rustls for `https`. The TLS configuration
+/// is built only for `https` (as OTLP/gRPC does, TLS files with an `http` URL are warned about
+/// and not used): building it reads the ~150 webpki roots and pages in rustls and ring, memory
+/// a sidecar sending to a plain-HTTP node Collector has no use for.
+#[derive(Clone)]
+enum Pool {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl Pool {
+    async fn request(
+        &self,
+        post: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        match self {
+            Pool::Plain(client) => client.request(post).await,
+            Pool::Tls(client) => client.request(post).await,
+        }
+    }
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -118,17 +140,30 @@ impl HttpTransport {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
 
-        let tls = tls::rustls_client_config(signal, &settings.tls)?;
         let mut connector = HttpConnector::new();
-        connector.enforce_http(false);
         connector.set_connect_timeout(Some(settings.timeout));
         connector.set_nodelay(true);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let https = url.scheme_str() == Some("https");
+        if !https && settings.tls != Default::default() {
+            tracing::warn!(
+                %signal,
+                endpoint = %redact_url(&settings.url),
+                "TLS files are configured but the OTLP endpoint is plain http://, so they are \
+                 not used; write https:// to use TLS"
+            );
+        }
+        let client = if https {
+            let tls = tls::rustls_client_config(signal, &settings.tls)?;
+            connector.enforce_http(false);
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(connector);
+            Pool::Tls(Client::builder(TokioExecutor::new()).build(connector))
+        } else {
+            Pool::Plain(Client::builder(TokioExecutor::new()).build(connector))
+        };
 
         Ok(Self {
             client,
@@ -314,6 +349,28 @@ mod tests {
             tls: TlsFiles::default(),
             insecure: false,
         }
+    }
+
+    /// TLS is set up for `https` only: there a missing CA file is an error at start; with an
+    /// `http` URL the files are not read (a warning says they are unused) and the pool is plain.
+    #[test]
+    fn tls_is_built_for_https_urls_only() {
+        let mut with_files = settings("https://collector.example:4318/v1/metrics");
+        with_files.tls.ca_certificate = Some("/nonexistent/gpulse-ca.pem".into());
+        let err = HttpTransport::new(Signal::Metrics, &with_files)
+            .expect_err("an https URL reads its CA file");
+        assert!(err.to_string().contains("gpulse-ca.pem"), "{err}");
+
+        with_files.url = "http://collector.example:4318/v1/metrics".into();
+        let plain = HttpTransport::new(Signal::Metrics, &with_files)
+            .expect("an http URL does not read TLS files");
+        assert!(matches!(plain.client, Pool::Plain(_)));
+        let tls = HttpTransport::new(
+            Signal::Metrics,
+            &settings("https://collector.example:4318/v1/metrics"),
+        )
+        .expect("https with the webpki roots");
+        assert!(matches!(tls.client, Pool::Tls(_)));
     }
 
     #[test]
