@@ -72,6 +72,7 @@ impl Diagnoser {
             usage: &attributed.usage,
             parent_alive: &attributed.parent_alive,
             history: &self.history,
+            by_pid: rules::sorted_by_pid(window),
             framework,
         };
         let findings = evaluate_all(&inputs, &self.thresholds);

@@ -64,7 +64,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
         }
         // The busiest of its GPUs decides: one busy GPU means the pipeline keeps up somewhere.
         let mut busiest: Option<(f64, &'static str)> = None;
-        for p in &procs {
+        for p in procs {
             let util = match p.sm_utilization {
                 Some(g) => Some((g.mean, "process_sm")),
                 // GPM SM activity (how much of the GPU works) over GPU-Util (whether any
@@ -93,7 +93,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
                 .filter(|s| s.steps >= t.min_steps)
                 .map(|steps| (steps, f))
         });
-        let device = match procs.as_slice() {
+        let device = match procs {
             [only] => Some(process_device_ref(only)),
             _ => None,
         };

@@ -34,7 +34,7 @@ use super::history::{History, Series, WindowSummary};
 use crate::config::thresholds::Thresholds;
 
 /// Everything the rules read for one window. Build it after `History::record(window)`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Inputs<'a> {
     pub window: &'a Window,
     /// Attributed identity by host PID; a PID missing here is reported as unresolved.
@@ -47,6 +47,9 @@ pub(crate) struct Inputs<'a> {
     /// a subreaper after its parent died). A PID missing here is unknown.
     pub parent_alive: &'a HashMap<u32, bool>,
     pub history: &'a History,
+    /// The window's processes sorted by host PID, then device index ([`sorted_by_pid`]): sorted
+    /// once per window for every rule that groups processes by PID.
+    pub by_pid: Vec<&'a ProcessWindow>,
     /// What the framework (PyTorch through the companion) reported about each process, by host
     /// PID; empty when nothing was received.
     pub framework: &'a FrameworkEvidence,
@@ -81,19 +84,19 @@ impl<'a> Inputs<'a> {
     }
 
     /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
-    pub(crate) fn processes_by_pid(&self) -> Vec<(u32, Vec<&'a ProcessWindow>)> {
-        let mut map: std::collections::BTreeMap<u32, Vec<&'a ProcessWindow>> =
-            std::collections::BTreeMap::new();
-        for p in &self.window.processes {
-            map.entry(p.pid).or_default().push(p);
-        }
-        map.into_iter()
-            .map(|(pid, mut v)| {
-                v.sort_by_key(|p| p.device_index);
-                (pid, v)
-            })
-            .collect()
+    pub(crate) fn processes_by_pid(&self) -> impl Iterator<Item = (u32, &[&'a ProcessWindow])> {
+        self.by_pid
+            .chunk_by(|a, b| a.pid == b.pid)
+            .map(|same_pid| (same_pid[0].pid, same_pid))
     }
+}
+
+/// The window's processes sorted by host PID, then device index (a stable sort: the window's
+/// order among equals), what [`Inputs::by_pid`] holds.
+pub(crate) fn sorted_by_pid(window: &Window) -> Vec<&ProcessWindow> {
+    let mut sorted: Vec<&ProcessWindow> = window.processes.iter().collect();
+    sorted.sort_by_key(|p| (p.pid, p.device_index));
+    sorted
 }
 
 pub(crate) fn device_ref(d: &DeviceWindow) -> DeviceRef {
@@ -492,6 +495,7 @@ pub(crate) mod testkit {
 
         pub(crate) fn inputs(&self) -> super::Inputs<'_> {
             super::Inputs {
+                by_pid: super::sorted_by_pid(&self.window),
                 window: &self.window,
                 workloads: &self.workloads,
                 departed: &self.departed,
