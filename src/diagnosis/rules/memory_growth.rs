@@ -67,19 +67,21 @@ pub(crate) struct Trend {
 pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
-        let only_device = inputs
-            .window
-            .processes
-            .iter()
-            .filter(|q| q.pid == p.pid)
-            .count()
-            == 1;
         // The allocator's view decides only once it covers as long as a trend needs; before
         // that (the job just started sending) NVML's history is all there is.
         let allocator = inputs
             .framework
             .process(p.pid)
-            .and_then(|f| f.allocator_on(&p.device_uuid, only_device))
+            .and_then(|f| {
+                let only_device = inputs
+                    .window
+                    .processes
+                    .iter()
+                    .filter(|q| q.pid == p.pid)
+                    .count()
+                    == 1;
+                f.allocator_on(&p.device_uuid, only_device)
+            })
             .filter(|points| long_enough(points, t));
         if let Some(points) = allocator {
             out.extend(with_allocator(inputs, p, points, t));
