@@ -50,6 +50,8 @@ pub(crate) struct Inputs<'a> {
     /// The window's processes sorted by host PID, then device index ([`sorted_by_pid`]): sorted
     /// once per window for every rule that groups processes by PID.
     pub by_pid: Vec<&'a ProcessWindow>,
+    /// [`main_holders`], found on first use (two rules read it); build it empty.
+    pub main_holders: std::cell::OnceCell<Vec<&'a ProcessWindow>>,
     /// What the framework (PyTorch through the companion) reported about each process, by host
     /// PID; empty when nothing was received.
     pub framework: &'a FrameworkEvidence,
@@ -177,8 +179,15 @@ pub(crate) fn memory_room(inputs: &Inputs<'_>, p: &ProcessWindow) -> Option<Memo
 }
 
 /// For each device (each MIG instance, on a GPU in MIG mode), the process holding the most GPU
-/// memory on it in this window: the one a device-wide GPM condition is reported on.
-pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
+/// memory on it in this window: the one a device-wide GPM condition is reported on. Devices by
+/// UUID, then MIG instances by UUID.
+pub(crate) fn main_holders<'i, 'a>(inputs: &'i Inputs<'a>) -> &'i [&'a ProcessWindow] {
+    inputs
+        .main_holders
+        .get_or_init(|| find_main_holders(inputs))
+}
+
+fn find_main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
     let mut best: std::collections::BTreeMap<(&str, Option<&str>), &'a ProcessWindow> =
         Default::default();
     for p in &inputs.window.processes {
@@ -234,7 +243,8 @@ pub(crate) fn sustained_main_holders<'a>(
     holds: impl Fn(&WindowSummary) -> bool,
 ) -> Vec<SustainedHolder<'a>> {
     main_holders(inputs)
-        .into_iter()
+        .iter()
+        .copied()
         .filter_map(|process| {
             let series = inputs.history.series(process.pid, &process.device_uuid)?;
             let (since, seconds) = trailing_run(series, &holds)?;
@@ -496,6 +506,7 @@ pub(crate) mod testkit {
         pub(crate) fn inputs(&self) -> super::Inputs<'_> {
             super::Inputs {
                 by_pid: super::sorted_by_pid(&self.window),
+                main_holders: Default::default(),
                 window: &self.window,
                 workloads: &self.workloads,
                 departed: &self.departed,
