@@ -72,16 +72,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         let allocator = inputs
             .framework
             .process(p.pid)
-            .and_then(|f| {
-                let only_device = inputs
-                    .window
-                    .processes
-                    .iter()
-                    .filter(|q| q.pid == p.pid)
-                    .count()
-                    == 1;
-                f.allocator_on(&p.device_uuid, only_device)
-            })
+            .and_then(|f| f.allocator_on(&p.device_uuid, inputs.on_one_device(p.pid)))
             .filter(|points| long_enough(points, t));
         if let Some(points) = allocator {
             out.extend(with_allocator(inputs, p, points, t));

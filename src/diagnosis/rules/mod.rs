@@ -85,6 +85,16 @@ impl<'a> Inputs<'a> {
         }
     }
 
+    /// Whether process `pid` is listed on one GPU only in this window.
+    pub(crate) fn on_one_device(&self, pid: u32) -> bool {
+        let start = self.by_pid.partition_point(|p| p.pid < pid);
+        self.by_pid[start..]
+            .iter()
+            .take_while(|p| p.pid == pid)
+            .count()
+            == 1
+    }
+
     /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
     pub(crate) fn processes_by_pid(&self) -> impl Iterator<Item = (u32, &[&'a ProcessWindow])> {
         self.by_pid
@@ -516,5 +526,45 @@ pub(crate) mod testkit {
                 framework: &self.framework,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::*;
+
+    #[test]
+    fn processes_by_pid_groups_pids_ascending_with_their_devices_by_index() {
+        let processes = vec![
+            process(7, 1, GIB, None),
+            process(3, 2, GIB, None),
+            process(7, 0, GIB, None),
+            process(3, 0, GIB, None),
+            process(5, 4, GIB, None),
+        ];
+        let f = Fixture::new(vec![window(60, vec![], processes)]);
+        let inputs = f.inputs();
+        let grouped: Vec<(u32, Vec<u32>)> = inputs
+            .processes_by_pid()
+            .map(|(pid, on)| (pid, on.iter().map(|p| p.device_index).collect()))
+            .collect();
+        assert_eq!(
+            grouped,
+            vec![(3, vec![0, 2]), (5, vec![4]), (7, vec![0, 1])]
+        );
+        assert!(inputs.on_one_device(5));
+        assert!(!inputs.on_one_device(3), "pid 3 is on GPUs 0 and 2");
+        assert!(!inputs.on_one_device(4), "pid 4 is not listed");
+    }
+
+    #[test]
+    fn main_holders_are_found_once_per_window() {
+        let processes = vec![process(7, 1, 2 * GIB, None), process(3, 1, GIB, None)];
+        let f = Fixture::new(vec![window(60, vec![], processes)]);
+        let inputs = f.inputs();
+        let first = super::main_holders(&inputs);
+        assert_eq!(first.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![7]);
+        // The second call reads what the first found.
+        assert!(std::ptr::eq(first, super::main_holders(&inputs)));
     }
 }
