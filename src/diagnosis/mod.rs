@@ -72,6 +72,8 @@ impl Diagnoser {
             usage: &attributed.usage,
             parent_alive: &attributed.parent_alive,
             history: &self.history,
+            by_pid: rules::sorted_by_pid(window),
+            main_holders: Default::default(),
             framework,
         };
         let findings = evaluate_all(&inputs, &self.thresholds);

@@ -48,7 +48,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &CollectivesUnseen) -> Vec<Findin
         } else {
             ("they carry no collective figures", UNTIMED_ADVICE)
         };
-        let device = match processes.as_slice() {
+        let device = match processes {
             [only] => Some(process_device_ref(only)),
             _ => None,
         };

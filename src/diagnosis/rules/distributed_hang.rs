@@ -108,7 +108,7 @@ fn jobs<'a>(inputs: &Inputs<'a>) -> BTreeMap<&'a str, Vec<LocalRank<'a>>> {
             pid,
             identity,
             evidence,
-            processes,
+            processes: processes.to_vec(),
         });
     }
     for ranks in jobs.values_mut() {

@@ -49,6 +49,18 @@ impl Bound {
     }
 }
 
+/// Why a process is input-bound.
+enum Verdict<'a> {
+    /// Its step spans show the wait on the DataLoader.
+    Spans {
+        steps: StepEvidence,
+        framework: &'a ProcessEvidence,
+        bound: Bound,
+    },
+    /// Without spans: its process tree keeps `cpu` cores busy while the GPU idles.
+    Inferred { cpu: f64 },
+}
+
 /// One finding per input-bound process; see the module documentation.
 pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -64,7 +76,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
         }
         // The busiest of its GPUs decides: one busy GPU means the pipeline keeps up somewhere.
         let mut busiest: Option<(f64, &'static str)> = None;
-        for p in &procs {
+        for p in procs {
             let util = match p.sm_utilization {
                 Some(g) => Some((g.mean, "process_sm")),
                 // GPM SM activity (how much of the GPU works) over GPU-Util (whether any
@@ -93,7 +105,37 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
                 .filter(|s| s.steps >= t.min_steps)
                 .map(|steps| (steps, f))
         });
-        let device = match procs.as_slice() {
+        // Decided before the finding is built: most processes are not input-bound, and the
+        // rule runs for every one of them every window.
+        let verdict = match steps {
+            Some((steps, framework)) => {
+                if steps.data_wait_ratio < t.data_wait_ratio_at_least
+                    || gpu_util >= t.spans_gpu_utilization_below
+                {
+                    continue;
+                }
+                let bound = match tree_cpu {
+                    Some(cpu) if cpu >= t.tree_cpu_cores_at_least => Bound::Cpu,
+                    Some(_) => Bound::Io,
+                    None => Bound::Unknown,
+                };
+                Verdict::Spans {
+                    steps,
+                    framework,
+                    bound,
+                }
+            }
+            None => {
+                let Some(cpu) = tree_cpu else {
+                    continue;
+                };
+                if cpu < t.tree_cpu_cores_at_least || gpu_util >= t.gpu_utilization_below {
+                    continue;
+                }
+                Verdict::Inferred { cpu }
+            }
+        };
+        let device = match procs {
             [only] => Some(process_device_ref(only)),
             _ => None,
         };
@@ -109,18 +151,12 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
         if let Some(own) = usage.and_then(|u| u.cpu_utilization) {
             values.push(("process_cpu_cores".to_string(), Value::from(own)));
         }
-        let (summary, advice, evidence) = match steps {
-            Some((steps, framework)) => {
-                if steps.data_wait_ratio < t.data_wait_ratio_at_least
-                    || gpu_util >= t.spans_gpu_utilization_below
-                {
-                    continue;
-                }
-                let bound = match tree_cpu {
-                    Some(cpu) if cpu >= t.tree_cpu_cores_at_least => Bound::Cpu,
-                    Some(_) => Bound::Io,
-                    None => Bound::Unknown,
-                };
+        let (summary, advice, evidence) = match verdict {
+            Verdict::Spans {
+                steps,
+                framework,
+                bound,
+            } => {
                 with_spans(&mut values, steps, bound, framework);
                 let how = match bound {
                     Bound::Cpu => format!(
@@ -145,13 +181,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InputBound) -> Vec<Finding> {
                 }
                 (summary, loader_advice(bound, framework), evidence)
             }
-            None => {
-                let Some(cpu) = tree_cpu else {
-                    continue;
-                };
-                if cpu < t.tree_cpu_cores_at_least || gpu_util >= t.gpu_utilization_below {
-                    continue;
-                }
+            Verdict::Inferred { cpu } => {
                 let summary = format!(
                     "{subject} is input-bound: GPU {} busy while its process tree uses {cpu:.1} CPU cores ({} GPU memory held)",
                     pct(gpu_util),

@@ -51,6 +51,13 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InterconnectBound) -> Vec<Findin
     }
     let mut out = Vec::new();
     for (key, procs) in jobs {
+        // A job on one GPU (most processes) has no interconnect traffic of its own to judge.
+        if procs
+            .iter()
+            .all(|p| p.device_index == procs[0].device_index)
+        {
+            continue;
+        }
         // One process per GPU reads the GPU's history: the lowest PID on it.
         let mut by_device: BTreeMap<u32, &ProcessWindow> = BTreeMap::new();
         for p in &procs {

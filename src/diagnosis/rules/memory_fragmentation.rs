@@ -25,17 +25,10 @@ phases only hides it.";
 pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryFragmentation) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
-        let only_device = inputs
-            .window
-            .processes
-            .iter()
-            .filter(|q| q.pid == p.pid)
-            .count()
-            == 1;
         let Some(points) = inputs
             .framework
             .process(p.pid)
-            .and_then(|f| f.allocator_on(&p.device_uuid, only_device))
+            .and_then(|f| f.allocator_on(&p.device_uuid, inputs.on_one_device(p.pid)))
         else {
             continue;
         };

@@ -67,19 +67,12 @@ pub(crate) struct Trend {
 pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inputs.window.processes {
-        let only_device = inputs
-            .window
-            .processes
-            .iter()
-            .filter(|q| q.pid == p.pid)
-            .count()
-            == 1;
         // The allocator's view decides only once it covers as long as a trend needs; before
         // that (the job just started sending) NVML's history is all there is.
         let allocator = inputs
             .framework
             .process(p.pid)
-            .and_then(|f| f.allocator_on(&p.device_uuid, only_device))
+            .and_then(|f| f.allocator_on(&p.device_uuid, inputs.on_one_device(p.pid)))
             .filter(|points| long_enough(points, t));
         if let Some(points) = allocator {
             out.extend(with_allocator(inputs, p, points, t));
@@ -146,10 +139,11 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 
 /// The trend of a series' last-value memory points, or `None` when its shape already rules
 /// growth out: fewer than three (or `min_windows`) points, shorter than `min_duration`, fewer
-/// than two rising quarter transitions, or not ending at its maximum. Those checks are linear
-/// and read the series in place; the points are copied out, and the slope (quadratic in them)
-/// fitted, only for the series that pass, which on a node of long, flat training jobs is almost
-/// none. Every process is checked every export window, so this is on the window's hot path.
+/// than two rising quarter transitions, or not ending at its maximum. Those checks read the
+/// series in place, the span from its ends and the rest in one pass; the points are copied
+/// out, and the slope (quadratic in them) fitted, only for the series that pass, which on a
+/// node of long, flat training jobs is almost none. Every process is checked every export
+/// window, over up to `history.max_windows` summaries, so this is on the window's hot path.
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
     let origin = first.end;
@@ -161,30 +155,22 @@ pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     fit_points(points, first.start, t)
 }
 
-/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first. The points are
-/// walked for the shape checks and collected only when those pass.
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first. The span is
+/// judged from the ends, so a series too young for a trend is not walked; the others are
+/// walked once for the count and the quarters, and collected only when those pass.
 pub(crate) fn fit_points(
-    points: impl Iterator<Item = (f64, f64)> + Clone,
+    points: impl DoubleEndedIterator<Item = (f64, f64)> + Clone,
     first_start: SystemTime,
     t: &MemoryGrowth,
 ) -> Option<Trend> {
-    let (count, first, last) = points
-        .clone()
-        .fold((0usize, None, None), |(n, first, _), (t, _)| {
-            (n + 1, first.or(Some(t)), Some(t))
-        });
-    let (Some(first), Some(last)) = (first, last) else {
-        return None;
-    };
-    if count < t.min_windows.max(3) {
-        return None;
-    }
+    let (first, _) = points.clone().next()?;
+    let (last, _) = points.clone().next_back()?;
     let span = last - first;
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (rising_quarters, ends_at_max) = quarters(points.clone(), first, span);
-    if rising_quarters < 2 || !ends_at_max {
+    let (count, rising_quarters, ends_at_max) = quarters(points.clone(), first, span);
+    if count < t.min_windows.max(3) || rising_quarters < 2 || !ends_at_max {
         return None;
     }
     let points: Vec<(f64, f64)> = points.collect();
@@ -413,13 +399,16 @@ fn subsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Over the four quarters of `span` from `t0`, each one's highest point: how many times a
-/// quarter with points is higher than the one before, and whether the last is the highest.
-fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (u32, bool) {
+/// Over the four quarters of `span` from `t0`, each one's highest point: the number of points,
+/// how many times a quarter with points is higher than the one before, and whether the last
+/// is the highest.
+fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (usize, u32, bool) {
     let mut max = [f64::NEG_INFINITY; 4];
+    let mut count = 0;
     for (t, m) in points {
         let q = (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize;
         max[q] = max[q].max(m);
+        count += 1;
     }
     let (mut rising, mut overall, mut previous) = (0, f64::NEG_INFINITY, None);
     for m in max.into_iter().filter(|m| m.is_finite()) {
@@ -430,7 +419,7 @@ fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (u3
         previous = Some(m);
     }
     let ends_at_max = previous.is_some_and(|last| last >= overall);
-    (rising, ends_at_max)
+    (count, rising, ends_at_max)
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use super::history::{History, Series, WindowSummary};
 use crate::config::thresholds::Thresholds;
 
 /// Everything the rules read for one window. Build it after `History::record(window)`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Inputs<'a> {
     pub window: &'a Window,
     /// Attributed identity by host PID; a PID missing here is reported as unresolved.
@@ -47,6 +47,11 @@ pub(crate) struct Inputs<'a> {
     /// a subreaper after its parent died). A PID missing here is unknown.
     pub parent_alive: &'a HashMap<u32, bool>,
     pub history: &'a History,
+    /// The window's processes sorted by host PID, then device index ([`sorted_by_pid`]): sorted
+    /// once per window for every rule that groups processes by PID.
+    pub by_pid: Vec<&'a ProcessWindow>,
+    /// [`main_holders`], found on first use (two rules read it); build it empty.
+    pub main_holders: std::cell::OnceCell<Vec<&'a ProcessWindow>>,
     /// What the framework (PyTorch through the companion) reported about each process, by host
     /// PID; empty when nothing was received.
     pub framework: &'a FrameworkEvidence,
@@ -80,20 +85,30 @@ impl<'a> Inputs<'a> {
         }
     }
 
-    /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
-    pub(crate) fn processes_by_pid(&self) -> Vec<(u32, Vec<&'a ProcessWindow>)> {
-        let mut map: std::collections::BTreeMap<u32, Vec<&'a ProcessWindow>> =
-            std::collections::BTreeMap::new();
-        for p in &self.window.processes {
-            map.entry(p.pid).or_default().push(p);
-        }
-        map.into_iter()
-            .map(|(pid, mut v)| {
-                v.sort_by_key(|p| p.device_index);
-                (pid, v)
-            })
-            .collect()
+    /// Whether process `pid` is listed on one GPU only in this window.
+    pub(crate) fn on_one_device(&self, pid: u32) -> bool {
+        let start = self.by_pid.partition_point(|p| p.pid < pid);
+        self.by_pid[start..]
+            .iter()
+            .take_while(|p| p.pid == pid)
+            .count()
+            == 1
     }
+
+    /// Processes of the window grouped by host PID, PIDs ascending, devices by index.
+    pub(crate) fn processes_by_pid(&self) -> impl Iterator<Item = (u32, &[&'a ProcessWindow])> {
+        self.by_pid
+            .chunk_by(|a, b| a.pid == b.pid)
+            .map(|same_pid| (same_pid[0].pid, same_pid))
+    }
+}
+
+/// The window's processes sorted by host PID, then device index (a stable sort: the window's
+/// order among equals), what [`Inputs::by_pid`] holds.
+pub(crate) fn sorted_by_pid(window: &Window) -> Vec<&ProcessWindow> {
+    let mut sorted: Vec<&ProcessWindow> = window.processes.iter().collect();
+    sorted.sort_by_key(|p| (p.pid, p.device_index));
+    sorted
 }
 
 pub(crate) fn device_ref(d: &DeviceWindow) -> DeviceRef {
@@ -174,8 +189,15 @@ pub(crate) fn memory_room(inputs: &Inputs<'_>, p: &ProcessWindow) -> Option<Memo
 }
 
 /// For each device (each MIG instance, on a GPU in MIG mode), the process holding the most GPU
-/// memory on it in this window: the one a device-wide GPM condition is reported on.
-pub(crate) fn main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
+/// memory on it in this window: the one a device-wide GPM condition is reported on. Devices by
+/// UUID, then MIG instances by UUID.
+pub(crate) fn main_holders<'i, 'a>(inputs: &'i Inputs<'a>) -> &'i [&'a ProcessWindow] {
+    inputs
+        .main_holders
+        .get_or_init(|| find_main_holders(inputs))
+}
+
+fn find_main_holders<'a>(inputs: &Inputs<'a>) -> Vec<&'a ProcessWindow> {
     let mut best: std::collections::BTreeMap<(&str, Option<&str>), &'a ProcessWindow> =
         Default::default();
     for p in &inputs.window.processes {
@@ -231,7 +253,8 @@ pub(crate) fn sustained_main_holders<'a>(
     holds: impl Fn(&WindowSummary) -> bool,
 ) -> Vec<SustainedHolder<'a>> {
     main_holders(inputs)
-        .into_iter()
+        .iter()
+        .copied()
         .filter_map(|process| {
             let series = inputs.history.series(process.pid, &process.device_uuid)?;
             let (since, seconds) = trailing_run(series, &holds)?;
@@ -492,6 +515,8 @@ pub(crate) mod testkit {
 
         pub(crate) fn inputs(&self) -> super::Inputs<'_> {
             super::Inputs {
+                by_pid: super::sorted_by_pid(&self.window),
+                main_holders: Default::default(),
                 window: &self.window,
                 workloads: &self.workloads,
                 departed: &self.departed,
@@ -501,5 +526,45 @@ pub(crate) mod testkit {
                 framework: &self.framework,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::*;
+
+    #[test]
+    fn processes_by_pid_groups_pids_ascending_with_their_devices_by_index() {
+        let processes = vec![
+            process(7, 1, GIB, None),
+            process(3, 2, GIB, None),
+            process(7, 0, GIB, None),
+            process(3, 0, GIB, None),
+            process(5, 4, GIB, None),
+        ];
+        let f = Fixture::new(vec![window(60, vec![], processes)]);
+        let inputs = f.inputs();
+        let grouped: Vec<(u32, Vec<u32>)> = inputs
+            .processes_by_pid()
+            .map(|(pid, on)| (pid, on.iter().map(|p| p.device_index).collect()))
+            .collect();
+        assert_eq!(
+            grouped,
+            vec![(3, vec![0, 2]), (5, vec![4]), (7, vec![0, 1])]
+        );
+        assert!(inputs.on_one_device(5));
+        assert!(!inputs.on_one_device(3), "pid 3 is on GPUs 0 and 2");
+        assert!(!inputs.on_one_device(4), "pid 4 is not listed");
+    }
+
+    #[test]
+    fn main_holders_are_found_once_per_window() {
+        let processes = vec![process(7, 1, 2 * GIB, None), process(3, 1, GIB, None)];
+        let f = Fixture::new(vec![window(60, vec![], processes)]);
+        let inputs = f.inputs();
+        let first = super::main_holders(&inputs);
+        assert_eq!(first.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![7]);
+        // The second call reads what the first found.
+        assert!(std::ptr::eq(first, super::main_holders(&inputs)));
     }
 }

@@ -79,7 +79,7 @@ pub(crate) fn jobs<'a>(
             steps,
             busy,
             wait,
-            processes,
+            processes: processes.to_vec(),
         });
     }
     for ranks in jobs.values_mut() {

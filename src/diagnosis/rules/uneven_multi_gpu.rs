@@ -41,6 +41,13 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> 
     }
     let mut out = Vec::new();
     for (key, procs) in jobs {
+        // A job on one GPU (most processes) cannot be uneven across GPUs.
+        if procs
+            .iter()
+            .all(|p| p.device_index == procs[0].device_index)
+        {
+            continue;
+        }
         let mut by_device: BTreeMap<u32, (String, Vec<&ProcessWindow>)> = BTreeMap::new();
         for p in &procs {
             by_device
