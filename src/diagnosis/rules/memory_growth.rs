@@ -22,7 +22,7 @@ use crate::diagnosis::findings::{
     human_bytes, human_duration, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::framework::AllocatorPoint;
-use crate::diagnosis::history::Series;
+use crate::diagnosis::history::{Series, WindowSummary};
 use crate::sampling::ProcessWindow;
 
 use super::{memory_room, process_device_ref_in, Inputs};
@@ -139,25 +139,81 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 
 /// The trend of a series' last-value memory points, or `None` when its shape already rules
 /// growth out: fewer than three (or `min_windows`) points, shorter than `min_duration`, fewer
-/// than two rising quarter transitions, or not ending at its maximum. Those checks read the
-/// series in place, the span from its ends and the rest in one pass; the points are copied
-/// out, and the slope (quadratic in them) fitted, only for the series that pass, which on a
-/// node of long, flat training jobs is almost none. Every process is checked every export
-/// window, over up to `history.max_windows` summaries, so this is on the window's hot path.
+/// than two rising quarter transitions, or not ending at its maximum. Every process is checked
+/// every export window, over up to `history.max_windows` summaries, so this is on the window's
+/// hot path: while the series is in time order (the wall clock never stepped back within it),
+/// [`fit_in_order`] rules it out in O(log n) instead of walking it.
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
-    let origin = first.end;
-    let points = series.summaries().filter_map(move |s| {
+    if series.ends_in_order() {
+        fit_in_order(series, first, t)
+    } else {
+        // A quarter of the time is no longer a run of positions.
+        fit_points(memory_points(series, first.end), first.start, t)
+    }
+}
+
+/// A series' last-value memory points as `(seconds since origin, bytes)`, oldest first; a
+/// point ending before `origin` is left out.
+fn memory_points(
+    series: &Series,
+    origin: SystemTime,
+) -> impl DoubleEndedIterator<Item = (f64, f64)> + Clone + '_ {
+    series.summaries().filter_map(move |s| {
         let m = s.gpu_memory_last_bytes?;
         let t = s.end.duration_since(origin).ok()?.as_secs_f64();
         Some((t, m as f64))
-    });
-    fit_points(points, first.start, t)
+    })
 }
 
-/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first. The span is
-/// judged from the ends, so a series too young for a trend is not walked; the others are
-/// walked once for the count and the quarters, and collected only when those pass.
+/// [`fit`] of a series in time order, `first` its oldest summary: the span is read from the
+/// ends, the count kept by the series, and each quarter's highest point taken from the
+/// series' [`MaxQueue`](crate::diagnosis::max_queue::MaxQueue) between positions found by
+/// binary search. The points are copied out, and the slope (quadratic in them) fitted, only
+/// for a series that passes, which on a node of long, flat training jobs is almost none.
+fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Option<Trend> {
+    // In order, no summary ends before the first, so `duration_since` cannot fail.
+    let seconds = |s: &WindowSummary| {
+        s.end
+            .duration_since(first.end)
+            .map_or(0.0, |since| since.as_secs_f64())
+    };
+    let has_point = |s: &WindowSummary| s.gpu_memory_last_bytes.is_some();
+    let first_point = series.summaries().position(has_point)?;
+    let last_point = series.summaries().rposition(has_point)?;
+    let t0 = seconds(series.get(first_point)?);
+    let span = seconds(series.get(last_point)?) - t0;
+    if span <= 0.0 || span < t.min_duration.as_secs_f64() {
+        return None;
+    }
+    let count = series.memory_points();
+    if count < t.min_windows.max(3) {
+        return None;
+    }
+    // Quarter `k` is the positions from the first in it to the first in the next: the quarter
+    // of a time never falls as time goes on, so each boundary is a binary search.
+    let mut bounds = [first_point, 0, 0, 0, last_point + 1];
+    for (k, bound) in bounds.iter_mut().enumerate().take(4).skip(1) {
+        *bound = series.partition_point(|s| quarter_of(seconds(s), t0, span) < k);
+    }
+    let highest = std::array::from_fn(|k| {
+        series
+            .memory_last_max(bounds[k]..bounds[k + 1])
+            .map_or(f64::NEG_INFINITY, |m| m as f64)
+    });
+    let shape = rising_quarters(highest);
+    trend_of(
+        memory_points(series, first.end),
+        span,
+        count,
+        shape,
+        first.start,
+    )
+}
+
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first, walking them:
+/// the span is judged from the ends, so a series too young for a trend is not walked; the
+/// others are walked once for the count and the quarters, and collected only when those pass.
 pub(crate) fn fit_points(
     points: impl DoubleEndedIterator<Item = (f64, f64)> + Clone,
     first_start: SystemTime,
@@ -169,15 +225,30 @@ pub(crate) fn fit_points(
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (count, rising_quarters, ends_at_max) = quarters(points.clone(), first, span);
-    if count < t.min_windows.max(3) || rising_quarters < 2 || !ends_at_max {
+    let (count, rising, ends_at_max) = quarters(points.clone(), first, span);
+    if count < t.min_windows.max(3) {
+        return None;
+    }
+    trend_of(points, span, count, (rising, ends_at_max), first_start)
+}
+
+/// The trend of points long and many enough, `None` when their quarters rule growth out
+/// (fewer than two rising transitions, or not ending at the maximum): otherwise the Theil–Sen
+/// slope over an evenly spaced subset of them.
+fn trend_of(
+    points: impl Iterator<Item = (f64, f64)>,
+    span_seconds: f64,
+    count: usize,
+    (rising_quarters, ends_at_max): (u32, bool),
+    first_start: SystemTime,
+) -> Option<Trend> {
+    if rising_quarters < 2 || !ends_at_max {
         return None;
     }
     let points: Vec<(f64, f64)> = points.collect();
-    let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
     Some(Trend {
-        slope,
-        span_seconds: span,
+        slope: theil_sen(&subsample(&points, MAX_FIT_POINTS))?,
+        span_seconds,
         points: count,
         rising_quarters,
         ends_at_max,
@@ -399,19 +470,32 @@ fn subsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Which of the four quarters of `span` from `t0` the time `t` falls in (0–3; the end of the
+/// span is in the last).
+fn quarter_of(t: f64, t0: f64, span: f64) -> usize {
+    (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize
+}
+
 /// Over the four quarters of `span` from `t0`, each one's highest point: the number of points,
 /// how many times a quarter with points is higher than the one before, and whether the last
 /// is the highest.
 fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (usize, u32, bool) {
-    let mut max = [f64::NEG_INFINITY; 4];
+    let mut highest = [f64::NEG_INFINITY; 4];
     let mut count = 0;
     for (t, m) in points {
-        let q = (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize;
-        max[q] = max[q].max(m);
+        let q = quarter_of(t, t0, span);
+        highest[q] = highest[q].max(m);
         count += 1;
     }
+    let (rising, ends_at_max) = rising_quarters(highest);
+    (count, rising, ends_at_max)
+}
+
+/// From each quarter's highest point (`-inf` for a quarter without points): how many times a
+/// quarter with points is higher than the one before, and whether the last is the highest.
+fn rising_quarters(highest: [f64; 4]) -> (u32, bool) {
     let (mut rising, mut overall, mut previous) = (0, f64::NEG_INFINITY, None);
-    for m in max.into_iter().filter(|m| m.is_finite()) {
+    for m in highest.into_iter().filter(|m| m.is_finite()) {
         if previous.is_some_and(|p| m > p) {
             rising += 1;
         }
@@ -419,7 +503,7 @@ fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (us
         previous = Some(m);
     }
     let ends_at_max = previous.is_some_and(|last| last >= overall);
-    (count, rising, ends_at_max)
+    (rising, ends_at_max)
 }
 
 #[cfg(test)]
@@ -625,6 +709,79 @@ mod tests {
             }),
         );
         assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
+    }
+
+    /// The fit as it was before the series kept its maxima: a walk over every point.
+    fn walked_fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
+        let first = series.summaries().next()?;
+        fit_points(memory_points(series, first.end), first.start, t)
+    }
+
+    #[test]
+    fn fit_from_kept_maxima_equals_a_walk_over_a_long_random_series() {
+        use crate::config::thresholds::HistoryLimits;
+        use crate::diagnosis::history::History;
+        use std::time::Duration;
+
+        // 3000 windows 1–20 s apart through a history of at most 150 summaries and 1 h, so
+        // summaries leave it by count and by age; memory grows, stays flat (with steps) and
+        // shrinks in turns of 400 windows, with noise, some windows without a memory reading
+        // and a few wall-clock steps back.
+        let mut history = History::new(HistoryLimits {
+            max_windows: 150,
+            ..HistoryLimits::default()
+        });
+        let thresholds = MemoryGrowth {
+            min_duration: Duration::from_secs(120),
+            ..MemoryGrowth::default()
+        };
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut at, mut memory) = (1_000_u64, 20 * GIB);
+        let (mut trends, mut ruled_out, mut out_of_order) = (0, 0, 0);
+        for i in 0..3000_u64 {
+            let seconds = 1 + next() % 20;
+            at = if next() % 200 == 0 {
+                at - 30
+            } else {
+                at + seconds
+            };
+            let noise = next() % (4 << 20);
+            memory = match (i / 400) % 3 {
+                0 => memory + seconds * (1 << 20),
+                1 if next() % 50 == 0 => memory + (next() % 4) * GIB,
+                1 => memory,
+                _ => memory.saturating_sub(seconds * (1 << 20)).max(GIB),
+            };
+            let mut p = process(9, 0, memory + noise, Some(0.5));
+            if next() % 13 == 0 {
+                p.gpu_memory_bytes = None;
+            }
+            history.record(&window(at, vec![device(0, 0.9, GIB)], vec![p]));
+            let series = history
+                .series(9, "GPU-00000000")
+                .expect("the process's series");
+            let kept = fit(series, &thresholds);
+            assert_eq!(kept, walked_fit(series, &thresholds), "window {i}");
+            match kept {
+                Some(_) => trends += 1,
+                None if series.len() >= 150 => ruled_out += 1,
+                None => {}
+            }
+            out_of_order += usize::from(!series.ends_in_order());
+        }
+        // Both answers, the fallback for times out of order, and a history that was full.
+        assert!(trends > 300, "{trends} trends");
+        assert!(ruled_out > 300, "{ruled_out} ruled out with a full history");
+        assert!(
+            out_of_order > 100,
+            "{out_of_order} windows with times out of order"
+        );
     }
 
     #[test]
