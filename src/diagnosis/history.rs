@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
+use crate::diagnosis::max_queue::MaxQueue;
 use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::{DeviceWindow, Window};
 use crate::schema::{DeviceField, GpmField};
@@ -115,6 +116,14 @@ impl DeviceFigures {
 pub struct Series {
     pub device_index: u32,
     summaries: VecDeque<WindowSummary>,
+    /// Each summary's `gpu_memory_last_bytes`, by position: `memory_growth` takes the maximum
+    /// of a stretch of a long history from it without walking the stretch.
+    memory_last: MaxQueue,
+    /// Summaries with a `gpu_memory_last_bytes`.
+    memory_points: usize,
+    /// Neighbouring summaries of which the newer ends before the older (the wall clock stepped
+    /// back): while there is one, positions are not in time order.
+    ends_out_of_order: usize,
     /// The last recording (`History::recordings`) whose window listed this process on this
     /// device.
     listed_in: u64,
@@ -137,6 +146,61 @@ impl Series {
 
     pub(crate) fn latest(&self) -> Option<&WindowSummary> {
         self.summaries.back()
+    }
+
+    /// The summary at `position`, 0 the oldest.
+    pub(crate) fn get(&self, position: usize) -> Option<&WindowSummary> {
+        self.summaries.get(position)
+    }
+
+    /// The first position whose summary `before` says no to, by binary search: `before` must
+    /// say yes to a prefix of the summaries and no to the rest.
+    pub(crate) fn partition_point(&self, before: impl FnMut(&WindowSummary) -> bool) -> usize {
+        self.summaries.partition_point(before)
+    }
+
+    /// The largest `gpu_memory_last_bytes` among the summaries at `positions`, in O(log n).
+    pub(crate) fn memory_last_max(&self, positions: std::ops::Range<usize>) -> Option<u64> {
+        self.memory_last.max(positions)
+    }
+
+    /// How many summaries carry `gpu_memory_last_bytes`.
+    pub(crate) fn memory_points(&self) -> usize {
+        self.memory_points
+    }
+
+    /// Whether each summary ends no earlier than the one before it, so that a run of times is a
+    /// run of positions.
+    pub(crate) fn ends_in_order(&self) -> bool {
+        self.ends_out_of_order == 0
+    }
+
+    fn push_back(&mut self, summary: WindowSummary) {
+        if self
+            .summaries
+            .back()
+            .is_some_and(|last| summary.end < last.end)
+        {
+            self.ends_out_of_order += 1;
+        }
+        self.memory_points += usize::from(summary.gpu_memory_last_bytes.is_some());
+        self.memory_last.push_back(summary.gpu_memory_last_bytes);
+        self.summaries.push_back(summary);
+    }
+
+    fn pop_front(&mut self) {
+        let Some(oldest) = self.summaries.pop_front() else {
+            return;
+        };
+        if self
+            .summaries
+            .front()
+            .is_some_and(|next| next.end < oldest.end)
+        {
+            self.ends_out_of_order -= 1;
+        }
+        self.memory_points -= usize::from(oldest.gpu_memory_last_bytes.is_some());
+        self.memory_last.pop_front();
     }
 }
 
@@ -235,6 +299,9 @@ impl History {
                         Series {
                             device_index: p.device_index,
                             summaries: VecDeque::new(),
+                            memory_last: MaxQueue::default(),
+                            memory_points: 0,
+                            ends_out_of_order: 0,
                             listed_in: recording,
                         },
                     ));
@@ -244,7 +311,7 @@ impl History {
             let series = &mut rows[at].1;
             series.device_index = p.device_index;
             series.listed_in = recording;
-            series.summaries.push_back(summary);
+            series.push_back(summary);
         }
     }
 
@@ -254,11 +321,11 @@ impl History {
         let oldest_kept = end.checked_sub(self.limits.max_age);
         for series in self.series.values_mut().flatten().map(|(_, series)| series) {
             while series.summaries.len() > self.limits.max_windows {
-                series.summaries.pop_front();
+                series.pop_front();
             }
             if let Some(oldest) = oldest_kept {
                 while series.summaries.front().is_some_and(|s| s.end < oldest) {
-                    series.summaries.pop_front();
+                    series.pop_front();
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod history;
 pub(crate) mod ledger_phases;
 pub mod live;
 pub mod log_records;
+pub(crate) mod max_queue;
 pub(crate) mod rules;
 pub(crate) mod tracker;
 pub mod training;

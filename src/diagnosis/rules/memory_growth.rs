@@ -22,7 +22,7 @@ use crate::diagnosis::findings::{
     human_bytes, human_duration, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::framework::AllocatorPoint;
-use crate::diagnosis::history::Series;
+use crate::diagnosis::history::{Series, WindowSummary};
 use crate::sampling::ProcessWindow;
 
 use super::{memory_room, process_device_ref_in, Inputs};
@@ -137,27 +137,95 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
     out
 }
 
-/// The trend of a series' last-value memory points, or `None` when its shape already rules
-/// growth out: fewer than three (or `min_windows`) points, shorter than `min_duration`, fewer
-/// than two rising quarter transitions, or not ending at its maximum. Those checks read the
-/// series in place, the span from its ends and the rest in one pass; the points are copied
-/// out, and the slope (quadratic in them) fitted, only for the series that pass, which on a
-/// node of long, flat training jobs is almost none. Every process is checked every export
-/// window, over up to `history.max_windows` summaries, so this is on the window's hot path.
+/// The trend of a series' last-value memory points, or `None` when it is not growth: fewer
+/// than three (or `min_windows`) points, shorter than `min_duration`, fewer than two rising
+/// quarter transitions, not ending at its maximum, or slower than
+/// `min_rate_bytes_per_second` (which every caller would drop). Every process is checked
+/// every export window, over up to `history.max_windows` summaries, so this is on the window's
+/// hot path: while the series is in time order (the wall clock never stepped back within it),
+/// [`fit_in_order`] rules it out in O(log n) instead of walking it.
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
-    let origin = first.end;
-    let points = series.summaries().filter_map(move |s| {
+    if series.ends_in_order() {
+        fit_in_order(series, first, t)
+    } else {
+        // A quarter of the time is no longer a run of positions.
+        fit_points(memory_points(series, first.end), first.start, t)
+    }
+}
+
+/// A series' last-value memory points as `(seconds since origin, bytes)`, oldest first; a
+/// point ending before `origin` is left out.
+fn memory_points(
+    series: &Series,
+    origin: SystemTime,
+) -> impl DoubleEndedIterator<Item = (f64, f64)> + Clone + '_ {
+    series.summaries().filter_map(move |s| {
         let m = s.gpu_memory_last_bytes?;
         let t = s.end.duration_since(origin).ok()?.as_secs_f64();
         Some((t, m as f64))
-    });
-    fit_points(points, first.start, t)
+    })
 }
 
-/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first. The span is
-/// judged from the ends, so a series too young for a trend is not walked; the others are
-/// walked once for the count and the quarters, and collected only when those pass.
+/// [`fit`] of a series in time order, `first` its oldest summary: the span is read from the
+/// ends, the count kept by the series, and each quarter's highest point taken from the
+/// series' [`MaxQueue`](crate::diagnosis::max_queue::MaxQueue) between positions found by
+/// binary search. The slope (quadratic in the points) is fitted only for a series that passes,
+/// which on a node of long, flat training jobs is almost none, over an evenly spaced subset
+/// taken by position when every summary has a point.
+fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Option<Trend> {
+    // In order, no summary ends before the first, so `duration_since` cannot fail.
+    let seconds = |s: &WindowSummary| {
+        s.end
+            .duration_since(first.end)
+            .map_or(0.0, |since| since.as_secs_f64())
+    };
+    let has_point = |s: &WindowSummary| s.gpu_memory_last_bytes.is_some();
+    let first_point = series.summaries().position(has_point)?;
+    let last_point = series.summaries().rposition(has_point)?;
+    let t0 = seconds(series.get(first_point)?);
+    let span = seconds(series.get(last_point)?) - t0;
+    if span <= 0.0 || span < t.min_duration.as_secs_f64() {
+        return None;
+    }
+    let count = series.memory_points();
+    if count < t.min_windows.max(3) {
+        return None;
+    }
+    // Quarter `k` is the positions from the first in it to the first in the next: the quarter
+    // of a time never falls as time goes on, so each boundary is a binary search.
+    let mut bounds = [first_point, 0, 0, 0, last_point + 1];
+    for (k, bound) in bounds.iter_mut().enumerate().take(4).skip(1) {
+        *bound = series.partition_point(|s| quarter_of(seconds(s), t0, span) < k);
+    }
+    let highest = std::array::from_fn(|k| {
+        series
+            .memory_last_max(bounds[k]..bounds[k + 1])
+            .map_or(f64::NEG_INFINITY, |m| m as f64)
+    });
+    let (rising, ends_at_max) = rising_quarters(highest);
+    if rising < 2 || !ends_at_max {
+        return None;
+    }
+    let sample = if count == series.len() {
+        // The subset `subsample` would take from all the points, without copying them all.
+        let kept = count.min(MAX_FIT_POINTS);
+        (0..kept)
+            .filter_map(|i| {
+                let s = series.get(i * (count - 1) / (kept - 1).max(1))?;
+                Some((seconds(s), s.gpu_memory_last_bytes? as f64))
+            })
+            .collect()
+    } else {
+        let points: Vec<(f64, f64)> = memory_points(series, first.end).collect();
+        subsample(&points, MAX_FIT_POINTS)
+    };
+    trend_of(&sample, span, count, (rising, ends_at_max), first.start, t)
+}
+
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first, walking them:
+/// the span is judged from the ends, so a series too young for a trend is not walked; the
+/// others are walked once for the count and the quarters, and collected only when those pass.
 pub(crate) fn fit_points(
     points: impl DoubleEndedIterator<Item = (f64, f64)> + Clone,
     first_start: SystemTime,
@@ -169,20 +237,56 @@ pub(crate) fn fit_points(
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (count, rising_quarters, ends_at_max) = quarters(points.clone(), first, span);
-    if count < t.min_windows.max(3) || rising_quarters < 2 || !ends_at_max {
+    let (count, rising, ends_at_max) = quarters(points.clone(), first, span);
+    if count < t.min_windows.max(3) || rising < 2 || !ends_at_max {
         return None;
     }
     let points: Vec<(f64, f64)> = points.collect();
-    let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
-    Some(Trend {
+    let sample = subsample(&points, MAX_FIT_POINTS);
+    trend_of(&sample, span, count, (rising, ends_at_max), first_start, t)
+}
+
+/// The trend over `sample`, the evenly spaced subset of points whose span, count and quarters
+/// passed, `None` when its Theil–Sen slope is below `min_rate_bytes_per_second`. The median of
+/// the pairwise slopes reaches the rate only if their upper middle one does (with an even count
+/// the median is its mean with a lower one), so the slopes are first counted against the rate,
+/// which needs no storing nor selecting; a flat series stops there.
+fn trend_of(
+    sample: &[(f64, f64)],
+    span_seconds: f64,
+    count: usize,
+    (rising_quarters, ends_at_max): (u32, bool),
+    first_start: SystemTime,
+    t: &MemoryGrowth,
+) -> Option<Trend> {
+    if !upper_middle_slope_reaches(sample, t.min_rate_bytes_per_second) {
+        return None;
+    }
+    let slope = theil_sen(sample)?;
+    (slope >= t.min_rate_bytes_per_second).then_some(Trend {
         slope,
-        span_seconds: span,
+        span_seconds,
         points: count,
         rising_quarters,
         ends_at_max,
         first_start,
     })
+}
+
+/// Whether at least half of the slopes [`theil_sen`] takes the median of (the pairs with
+/// distinct times) reach `rate`, that is the upper middle one of them when sorted.
+fn upper_middle_slope_reaches(points: &[(f64, f64)], rate: f64) -> bool {
+    let (mut slopes, mut reaching) = (0_usize, 0_usize);
+    for (i, a) in points.iter().enumerate() {
+        for b in &points[i + 1..] {
+            let dt = b.0 - a.0;
+            if dt > 0.0 {
+                slopes += 1;
+                reaching += usize::from((b.1 - a.1) / dt >= rate);
+            }
+        }
+    }
+    slopes > 0 && reaching >= slopes - slopes / 2
 }
 
 /// Whether allocator readings cover `min_duration` with `min_windows` readings of `allocated`.
@@ -399,19 +503,32 @@ fn subsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Which of the four quarters of `span` from `t0` the time `t` falls in (0–3; the end of the
+/// span is in the last).
+fn quarter_of(t: f64, t0: f64, span: f64) -> usize {
+    (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize
+}
+
 /// Over the four quarters of `span` from `t0`, each one's highest point: the number of points,
 /// how many times a quarter with points is higher than the one before, and whether the last
 /// is the highest.
 fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (usize, u32, bool) {
-    let mut max = [f64::NEG_INFINITY; 4];
+    let mut highest = [f64::NEG_INFINITY; 4];
     let mut count = 0;
     for (t, m) in points {
-        let q = (((t - t0) / span) * 4.0).floor().clamp(0.0, 3.0) as usize;
-        max[q] = max[q].max(m);
+        let q = quarter_of(t, t0, span);
+        highest[q] = highest[q].max(m);
         count += 1;
     }
+    let (rising, ends_at_max) = rising_quarters(highest);
+    (count, rising, ends_at_max)
+}
+
+/// From each quarter's highest point (`-inf` for a quarter without points): how many times a
+/// quarter with points is higher than the one before, and whether the last is the highest.
+fn rising_quarters(highest: [f64; 4]) -> (u32, bool) {
     let (mut rising, mut overall, mut previous) = (0, f64::NEG_INFINITY, None);
-    for m in max.into_iter().filter(|m| m.is_finite()) {
+    for m in highest.into_iter().filter(|m| m.is_finite()) {
         if previous.is_some_and(|p| m > p) {
             rising += 1;
         }
@@ -419,7 +536,7 @@ fn quarters(points: impl Iterator<Item = (f64, f64)>, t0: f64, span: f64) -> (us
         previous = Some(m);
     }
     let ends_at_max = previous.is_some_and(|last| last >= overall);
-    (count, rising, ends_at_max)
+    (rising, ends_at_max)
 }
 
 #[cfg(test)]
@@ -625,6 +742,141 @@ mod tests {
             }),
         );
         assert!(evaluate(&f.inputs(), &MemoryGrowth::default()).is_empty());
+    }
+
+    /// A small xorshift generator: a random test is the same on every run.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
+    /// The fit as it was before the series kept its maxima and the slopes were counted against
+    /// the rate: a walk over every point, the median of all the subset's slopes, then the rate.
+    fn walked_fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
+        let first = series.summaries().next()?;
+        let points: Vec<(f64, f64)> = memory_points(series, first.end).collect();
+        let (t0, last) = (points.first()?.0, points.last()?.0);
+        let span = last - t0;
+        if span <= 0.0 || span < t.min_duration.as_secs_f64() {
+            return None;
+        }
+        let (count, rising_quarters, ends_at_max) = quarters(points.iter().copied(), t0, span);
+        if count < t.min_windows.max(3) || rising_quarters < 2 || !ends_at_max {
+            return None;
+        }
+        let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
+        (slope >= t.min_rate_bytes_per_second).then_some(Trend {
+            slope,
+            span_seconds: span,
+            points: count,
+            rising_quarters,
+            ends_at_max,
+            first_start: first.start,
+        })
+    }
+
+    #[test]
+    fn fit_from_kept_maxima_equals_a_walk_over_a_long_random_series() {
+        use crate::config::thresholds::HistoryLimits;
+        use crate::diagnosis::history::History;
+        use std::time::Duration;
+
+        // 3000 windows 1–20 s apart through a history of at most 150 summaries and 1 h, so
+        // summaries leave it by count and by age; memory grows, stays flat (with steps) and
+        // shrinks in turns of 400 windows, with noise, some windows without a memory reading
+        // and a few wall-clock steps back. The reference is the whole walk without the counting
+        // of slopes against the rate.
+        let mut history = History::new(HistoryLimits {
+            max_windows: 150,
+            ..HistoryLimits::default()
+        });
+        let thresholds = MemoryGrowth {
+            min_duration: Duration::from_secs(120),
+            ..MemoryGrowth::default()
+        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d_u64);
+        let (mut at, mut memory) = (1_000_u64, 20 * GIB);
+        let (mut trends, mut ruled_out, mut out_of_order) = (0, 0, 0);
+        for i in 0..3000_u64 {
+            let seconds = 1 + next() % 20;
+            at = if next() % 200 == 0 {
+                at - 30
+            } else {
+                at + seconds
+            };
+            let noise = next() % (4 << 20);
+            memory = match (i / 400) % 3 {
+                0 => memory + seconds * (1 << 20),
+                1 if next() % 50 == 0 => memory + (next() % 4) * GIB,
+                1 => memory,
+                _ => memory.saturating_sub(seconds * (1 << 20)).max(GIB),
+            };
+            let mut p = process(9, 0, memory + noise, Some(0.5));
+            // Every other 700 windows, so a full history with a point in every summary (the
+            // subset taken by position) is tried too.
+            if (i / 700) % 2 == 1 && next() % 13 == 0 {
+                p.gpu_memory_bytes = None;
+            }
+            history.record(&window(at, vec![device(0, 0.9, GIB)], vec![p]));
+            let series = history
+                .series(9, "GPU-00000000")
+                .expect("the process's series");
+            let kept = fit(series, &thresholds);
+            assert_eq!(kept, walked_fit(series, &thresholds), "window {i}");
+            match kept {
+                Some(_) => trends += 1,
+                None if series.len() >= 150 => ruled_out += 1,
+                None => {}
+            }
+            out_of_order += usize::from(!series.ends_in_order());
+        }
+        // Both answers, the fallback for times out of order, and a history that was full.
+        assert!(trends > 300, "{trends} trends");
+        assert!(ruled_out > 300, "{ruled_out} ruled out with a full history");
+        assert!(
+            out_of_order > 100,
+            "{out_of_order} windows with times out of order"
+        );
+    }
+
+    #[test]
+    fn the_median_slope_reaches_a_rate_only_where_the_upper_middle_slope_does() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
+        let (mut reached, mut not_reached) = (0, 0);
+        for case in 0..2000 {
+            // 2 to 40 points, some at the same time, around a slope near the rate.
+            let n = 2 + (next() % 39) as usize;
+            let slope = (next() % 3) as f64;
+            let points: Vec<(f64, f64)> = (0..n)
+                .map(|i| {
+                    let t = (i as u64 - i as u64 % (1 + next() % 2)) as f64;
+                    (t, slope * t + (next() % 1000) as f64 / 100.0)
+                })
+                .collect();
+            let rate = 1.0 + (next() % 3) as f64 * 0.25;
+            let gate = upper_middle_slope_reaches(&points, rate);
+            let Some(median) = theil_sen(&points) else {
+                assert!(!gate, "case {case}: no slopes, yet the gate passed");
+                continue;
+            };
+            if median >= rate {
+                assert!(
+                    gate,
+                    "case {case}: median {median} ≥ {rate} but the gate said no"
+                );
+                reached += 1;
+            } else {
+                not_reached += 1;
+            }
+        }
+        assert!(
+            reached > 300 && not_reached > 300,
+            "{reached} / {not_reached}"
+        );
     }
 
     #[test]
