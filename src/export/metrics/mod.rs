@@ -5,14 +5,16 @@
 //! schema's ([`crate::schema::METRICS`]). Dependencies run one way: builder → encoding → schema.
 //! The OTLP/JSON form is `crate::export::json`'s.
 
+pub mod batch;
 pub mod builder;
 pub mod encode_cache;
 pub mod encoding;
 mod request_patch;
 
+pub use batch::MetricsBatch;
 pub use builder::{
     metrics_batch, metrics_batch_cached, metrics_batch_with_training, metrics_request,
     metrics_request_switched, metrics_request_with_training, Extremes, ProcessResources,
 };
 pub use encode_cache::EncodeCache;
-pub use encoding::{data_point_count, MetricsBatch};
+pub use encoding::data_point_count;

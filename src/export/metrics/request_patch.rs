@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
-use super::encoding::{BatchPoint, MetricsBatch, PointAttributes, ResourceBody};
+use super::batch::{BatchPoint, MetricsBatch, PointAttributes, ResourceBody};
 use crate::schema::MetricId;
 
 /// What a point's bytes depend on besides its timestamps' and value's eight-byte payloads.
@@ -205,7 +205,7 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::export::metrics::encoding::{EncodedResource, ExtraValue};
+    use crate::export::metrics::batch::{EncodedResource, ExtraValue};
     use crate::export::metrics::EncodeCache;
     use crate::export::resource::{kv_int, kv_str};
 
