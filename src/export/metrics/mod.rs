@@ -1,9 +1,12 @@
 //! The OTLP metrics of one export window, in the stages they pass through: the [`builder`] (a
 //! `Window` and its workloads turned into data points, one function per collector family, each
-//! metric named by its typed [`MetricId`](crate::schema::MetricId)) and the [`encoding`] (those
-//! points as a [`MetricsBatch`] and its protobuf bytes). Names, instruments and units are the
-//! schema's ([`crate::schema::METRICS`]). Dependencies run one way: builder → encoding → schema.
-//! The OTLP/JSON form is `crate::export::json`'s.
+//! metric named by its typed [`MetricId`](crate::schema::MetricId)), the [`batch`] (those points
+//! as a [`MetricsBatch`]: resources, points and the attribute lists they share) and the
+//! [`encoding`] (its protobuf bytes), with the [`EncodeCache`] the exporter keeps between windows
+//! (unchanged attribute lists, and the last request, which a window of the same shape patches in
+//! place). Names, instruments and units are the schema's ([`crate::schema::METRICS`]).
+//! Dependencies run one way: builder → encoding → encode_cache → request_patch → batch →
+//! schema. The OTLP/JSON form is `crate::export::json`'s.
 
 pub mod batch;
 pub mod builder;
