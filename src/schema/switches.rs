@@ -1,4 +1,4 @@
-//! Which metrics are exported: one switch per row of [`METRICS`](super::METRICS), as the
+//! Which metrics are exported: one switch per row of [`METRICS`], as the
 //! OpenTelemetry Collector's receivers have one per metric (mdatagen's `metrics: <name>:
 //! enabled`), and one for every `.max`/`.min` companion at once. Configuration turns the file's
 //! `[metrics]` table and the `GPULSE_METRICS_*` variables into a [`MetricSwitches`]; the metrics
