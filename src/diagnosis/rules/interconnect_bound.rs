@@ -15,13 +15,12 @@ use std::collections::BTreeMap;
 
 use crate::config::thresholds::InterconnectBound;
 use crate::diagnosis::findings::{
-    human_bytes, human_duration, pct, DeviceRef, Finding, JobKey, Layer, RuleId, Severity, Subject,
-    Value,
+    human_bytes, human_duration, pct, DeviceRef, Finding, Layer, RuleId, Severity, Subject, Value,
 };
 use crate::diagnosis::history::{Interconnect, WindowSummary};
 use crate::sampling::ProcessWindow;
 
-use super::uneven_multi_gpu::job_key;
+use super::uneven_multi_gpu::multi_gpu_jobs;
 use super::{process_device_ref, trailing_run, Inputs};
 
 const ADVICE: &str = "The GPUs spend the step moving data between each other while their SMs \
@@ -45,19 +44,8 @@ struct GpuState {
 
 /// One finding per job on two or more GPUs that is interconnect-bound on every one of them.
 pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &InterconnectBound) -> Vec<Finding> {
-    let mut jobs: BTreeMap<JobKey, Vec<&ProcessWindow>> = BTreeMap::new();
-    for p in &inputs.window.processes {
-        jobs.entry(job_key(inputs, p.pid)).or_default().push(p);
-    }
     let mut out = Vec::new();
-    for (key, procs) in jobs {
-        // A job on one GPU (most processes) has no interconnect traffic of its own to judge.
-        if procs
-            .iter()
-            .all(|p| p.device_index == procs[0].device_index)
-        {
-            continue;
-        }
+    for (key, procs) in multi_gpu_jobs(inputs) {
         // One process per GPU reads the GPU's history: the lowest PID on it.
         let mut by_device: BTreeMap<u32, &ProcessWindow> = BTreeMap::new();
         for p in &procs {
@@ -186,6 +174,7 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
 mod tests {
     use super::*;
     use crate::diagnosis::rules::testkit::*;
+    use crate::diagnosis::JobKey;
     use crate::sampling::{NvLinkSample, NvLinkWindow};
     use crate::schema::{DeviceField, GpmField};
 

@@ -33,21 +33,27 @@ pub(crate) fn job_key(inputs: &Inputs<'_>, pid: u32) -> JobKey {
     JobKey::Pid(pid)
 }
 
-/// One finding per job on two or more GPUs with uneven utilisation.
-pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
-    let mut jobs: BTreeMap<JobKey, Vec<&ProcessWindow>> = BTreeMap::new();
+/// The window's processes grouped by job ([`job_key`]), keeping only the jobs on two or more
+/// GPUs: what the rules that compare a job's GPUs (this one, interconnect_bound) look at. A job
+/// on one GPU (most processes) has nothing to compare.
+pub(super) fn multi_gpu_jobs<'a>(
+    inputs: &Inputs<'a>,
+) -> impl Iterator<Item = (JobKey, Vec<&'a ProcessWindow>)> {
+    let mut jobs: BTreeMap<JobKey, Vec<&'a ProcessWindow>> = BTreeMap::new();
     for p in &inputs.window.processes {
         jobs.entry(job_key(inputs, p.pid)).or_default().push(p);
     }
-    let mut out = Vec::new();
-    for (key, procs) in jobs {
-        // A job on one GPU (most processes) cannot be uneven across GPUs.
-        if procs
+    jobs.into_iter().filter(|(_, procs)| {
+        procs
             .iter()
-            .all(|p| p.device_index == procs[0].device_index)
-        {
-            continue;
-        }
+            .any(|p| p.device_index != procs[0].device_index)
+    })
+}
+
+/// One finding per job on two or more GPUs with uneven utilisation.
+pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &UnevenMultiGpu) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (key, procs) in multi_gpu_jobs(inputs) {
         let mut by_device: BTreeMap<u32, (String, Vec<&ProcessWindow>)> = BTreeMap::new();
         for p in &procs {
             by_device
