@@ -96,12 +96,21 @@ pub struct RecordArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// `gpulse report RECORDING -o FILE.html`.
+/// `gpulse report RECORDING... -o FILE.html`.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// OTLP/JSON lines, one request per line; `-` for standard input.
-    #[arg(value_name = "RECORDING")]
-    pub recording: PathBuf,
+    /// OTLP/JSON lines, one request per line; `-` for standard input. Several files (one per
+    /// node of a training job, say) make one job report.
+    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
+    pub recordings: Vec<PathBuf>,
+
+    /// The training job to report (`gpulse.job.id` / `pytorch.distributed.job.id`), when the
+    /// recordings hold several; with one file, asks for the job report instead of the node's.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
+
+    #[command(flatten)]
+    pub cost: CostArgs,
 
     /// The HTML file to write.
     #[arg(short = 'o', long = "output", value_name = "FILE.html")]

@@ -26,7 +26,8 @@ use crate::record::child::{CommandExit, RunningCommand};
 use crate::record::recorder::Recorder;
 use crate::record::recording::Recording;
 use crate::record::summary::{ExportSummary, Summary};
-use crate::record::{html, otlp_json_reader};
+use crate::record::{html, job, otlp_json_reader};
+use crate::values::{parse_price, Prices};
 
 /// Why a recording's outputs could not be written, or a report not made.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,14 @@ pub enum RecordError {
     },
     #[error(transparent)]
     Recording(#[from] otlp_json_reader::ReadError),
+    #[error(transparent)]
+    Job(#[from] job::JobError),
+    #[error("{flag} {text:?}: {reason}")]
+    Price {
+        flag: &'static str,
+        text: String,
+        reason: String,
+    },
     #[error("the stdout exporter (--exporter stdout/console, or console in OTEL_METRICS_EXPORTER or OTEL_LOGS_EXPORTER) would mix OTLP lines into the command's standard output, which `gpulse record` passes through untouched. Unset it for this command; the run is kept by --report and --json")]
     StdoutExporter,
     #[error(transparent)]
@@ -353,7 +362,13 @@ fn write_outputs(recording: &Recording, outputs: Outputs, exported: Option<&Expo
 /// # Errors
 /// The recording cannot be read or holds no OTLP metrics, or an output cannot be written.
 pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
-    let recording = otlp_json_reader::read_path(&args.recording)?;
+    let prices = report_prices(args)?;
+    let single = match args.recordings.as_slice() {
+        [one] if args.job.is_none() => one,
+        _ => return job_report(args, &prices),
+    };
+    let mut recording = otlp_json_reader::read_path(single)?;
+    recording.prices = prices;
     let mut file = create(&args.output, "the HTML report", "-o")?;
     file.write_all(html::render(&recording).as_bytes())
         .map_err(|source| RecordError::Output {
@@ -378,6 +393,57 @@ pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
     let mut text = summary.render_text();
     if let Some(report) = &summary.report {
         text.push_str(&format!("  report: {report}\n"));
+    }
+    Ok(text)
+}
+
+/// `--cost-per-gpu-hour` and `--cost-per-kwh` of `gpulse report` (flags only: a report is made
+/// where the recordings are, not where gpulse runs).
+fn report_prices(args: &ReportArgs) -> Result<Prices, RecordError> {
+    let parse = |flag: &'static str, raw: &Option<String>| {
+        raw.as_deref()
+            .map(|text| {
+                parse_price(text).map_err(|reason| RecordError::Price {
+                    flag,
+                    text: text.to_string(),
+                    reason,
+                })
+            })
+            .transpose()
+    };
+    Ok(Prices {
+        per_gpu_hour: parse("--cost-per-gpu-hour", &args.cost.cost_per_gpu_hour)?,
+        per_kwh: parse("--cost-per-kwh", &args.cost.cost_per_kwh)?,
+    })
+}
+
+/// `gpulse report FILE... [--job ID]`: one report for the job over every node's recording.
+fn job_report(args: &ReportArgs, prices: &Prices) -> Result<String, RecordError> {
+    let mut report = job::build(&args.recordings, args.job.as_deref(), prices)?;
+    let mut file = create(&args.output, "the HTML report", "-o")?;
+    report.report = Some(absolute(args.output.clone()).display().to_string());
+    file.write_all(job::page::render(&report).as_bytes())
+        .map_err(|source| RecordError::Output {
+            what: "the HTML report",
+            path: args.output.clone(),
+            flag: "-o",
+            source,
+        })?;
+    if let Some(path) = &args.json {
+        let mut json = create(path, "the JSON report", "--json")?;
+        serde_json::to_writer_pretty(&mut json, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| json.write_all(b"\n"))
+            .map_err(|source| RecordError::Output {
+                what: "the JSON report",
+                path: path.clone(),
+                flag: "--json",
+                source,
+            })?;
+    }
+    let mut text = report.render_text();
+    if let Some(path) = &report.report {
+        text.push_str(&format!("  report: {path}\n"));
     }
     Ok(text)
 }

@@ -18,7 +18,7 @@ use crate::diagnosis::findings::human_bytes;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 .gpulse-report { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222; max-width: 1000px; margin: 0 auto; padding: 12px; line-height: 1.4; background: #fff; }
 .gpulse-report h1 { font-size: 1.4em; margin: 0 0 4px; word-break: break-all; }
 .gpulse-report h2 { font-size: 1.15em; margin: 24px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }

@@ -10,6 +10,7 @@ pub(crate) mod causes;
 pub(crate) mod charts;
 pub(crate) mod child;
 pub(crate) mod html;
+pub(crate) mod job;
 pub mod otlp_json_reader;
 pub(crate) mod recorder;
 pub(crate) mod recording;

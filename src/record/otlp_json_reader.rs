@@ -124,7 +124,7 @@ fn attr_text(value: &Value) -> Option<String> {
         .map(|b| b.to_string())
 }
 
-fn attributes(holder: Option<&Value>) -> HashMap<String, String> {
+pub(crate) fn attributes(holder: Option<&Value>) -> HashMap<String, String> {
     holder
         .and_then(|h| h.get("attributes"))
         .and_then(Value::as_array)
@@ -137,17 +137,17 @@ fn attributes(holder: Option<&Value>) -> HashMap<String, String> {
 }
 
 /// A 64-bit integer written as a string (proto3 JSON) or a number.
-fn number(v: Option<&Value>) -> Option<f64> {
+pub(crate) fn number(v: Option<&Value>) -> Option<f64> {
     let v = v?;
     v.as_f64().or_else(|| v.as_str()?.parse().ok())
 }
 
-fn nanos(v: Option<&Value>) -> Option<u64> {
+pub(crate) fn nanos(v: Option<&Value>) -> Option<u64> {
     let v = v?;
     v.as_u64().or_else(|| v.as_str()?.parse().ok())
 }
 
-fn point_value(point: &Value) -> Option<f64> {
+pub(crate) fn point_value(point: &Value) -> Option<f64> {
     number(point.get("asDouble")).or_else(|| number(point.get("asInt")))
 }
 
