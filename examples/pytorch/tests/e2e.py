@@ -228,11 +228,14 @@ def start_gpulse_on_sim(
     extra_args: List[str] = (),
     scenario: Optional[str] = None,
     sample_interval: str = "200ms",
+    env: Optional[Dict[str, str]] = None,
 ) -> subprocess.Popen:
     """``gpulse run`` on nvml-sim (``scenario``, by default one GPU per PID of ``pids``; the PIDs
     are passed in the variables named), its OTLP/HTTP receiver on ``receiver_port``, exporting
     every second to the sink; returns once the sink has its first export. Its log is
-    ``{tmp_path}/{name}.log``."""
+    ``{tmp_path}/{name}.log``. ``env``: more variables for gpulse (``OTEL_RESOURCE_ATTRIBUTES``
+    with a ``host.name`` makes it stand in for a node of its own)."""
+    extra_env = env
     gpulse_bin, sim_lib = built_binaries(what)
     (tmp_path / f"{name}-scenario.toml").write_text(scenario or one_gpu_each(list(pids)))
     (tmp_path / f"{name}.toml").write_text(config)
@@ -244,6 +247,7 @@ def start_gpulse_on_sim(
         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
     )
     env.update({key: str(pid) for key, pid in pids.items()})
+    env.update(extra_env or {})
     with (tmp_path / f"{name}.log").open("w") as log:
         gpulse = subprocess.Popen(
             [
@@ -359,3 +363,19 @@ class MetricsWindow:
         ]
         assert counter, f"no hw.energy for {uuid}"
         return split, counter[0]
+
+
+def gpulse_report(what: str, files: List[Path], out_dir: Path, *args: str) -> Tuple[subprocess.CompletedProcess, Optional[dict]]:
+    """``gpulse report FILES... -o OUT_DIR/job.html --json OUT_DIR/job.json ARGS``: the finished
+    command (its summary on standard error) and the JSON, when it was written."""
+    gpulse_bin, _ = built_binaries(what)
+    html, js = out_dir / "job.html", out_dir / "job.json"
+    for stale in (html, js):
+        stale.unlink(missing_ok=True)
+    done = subprocess.run(
+        [str(gpulse_bin), "report", *map(str, files), "-o", str(html), "--json", str(js), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done, (json.loads(js.read_text()) if js.exists() else None)

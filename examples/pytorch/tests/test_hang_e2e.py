@@ -41,6 +41,7 @@ from e2e import (
     describe,
     findings,
     free_port,
+    gpulse_report,
     rank_pids,
     start_gpulse_on_sim,
     start_sink,
@@ -284,6 +285,7 @@ def test_two_nodes_the_culprits_names_it_and_the_other_says_it_is_elsewhere(tmp_
                     endpoints[node],
                     outs[node],
                     WHAT,
+                    env={"OTEL_RESOURCE_ATTRIBUTES": f"host.name=node-{node}"},
                 )
             )
         go.touch()
@@ -311,6 +313,15 @@ def test_two_nodes_the_culprits_names_it_and_the_other_says_it_is_elsewhere(tmp_
     assert finding["gpulse.diagnosis.cause"] == "remote", listing
     assert finding["gpulse.diagnosis.value.ranks_elsewhere"] == "2,3"
     assert finding["gpulse.diagnosis.value.waiting_ranks"] == "0,1"
+    # One report for the job from both nodes' files names the culprit once, with the node
+    # that hosts it, and lists the ranks waiting on each node.
+    done, report = gpulse_report(WHAT, outs, tmp_path, "--job", job)
+    assert done.returncode == 0, done.stderr
+    hang = report["hang"]
+    assert (hang["culprit_rank"], hang["culprit_node"], hang["cause"]) == (2, "node-1", "phase"), done.stderr
+    assert ["node-0", "0,1"] in hang["waiting"], hang
+    assert done.stderr.count("hang: rank 2 on node-1 holds the job") == 1, done.stderr
+    assert "remote" not in done.stderr.split("hang:")[1].split("where the job")[0], done.stderr
 
 
 def test_a_rank_killed_outright_is_named_as_exited(tmp_path):

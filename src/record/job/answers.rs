@@ -262,23 +262,17 @@ fn cause(
     thresholds: &RankStraggler,
     evidence: &mut Vec<String>,
 ) -> String {
-    let node = nodes.iter().find(|n| n.name == slow.node);
-    let findings = node
-        .and_then(|n| n.recording.as_ref())
-        .map(|r| r.findings.as_slice())
+    let raised = nodes
+        .iter()
+        .find(|n| n.name == slow.node)
+        .map(|n| n.raised.as_slice())
         .unwrap_or_default();
-    let value = |f: &crate::record::recording::FindingMark, key: &str| {
-        f.values
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
-    let own = findings.iter().find(|f| {
+    let own = raised.iter().find(|f| {
         f.rule == RuleId::RankStraggler.as_str()
-            && value(f, "job_id").as_deref() == Some(job)
-            && value(f, "rank") == Some(slow.rank.to_string())
+            && f.job_id.as_deref() == Some(job)
+            && f.rank == Some(slow.rank)
     });
-    if let Some(cause) = own.and_then(|f| value(f, "cause")) {
+    if let Some(cause) = own.and_then(|f| f.cause.clone()) {
         evidence.push(format!(
             "{}'s own rank_straggler finding names rank {} with cause {cause}",
             slow.node, slow.rank
@@ -317,10 +311,10 @@ fn cause(
         ));
         return "gpu_clocks".into();
     }
-    let xid = findings.iter().find(|f| {
+    let xid = raised.iter().find(|f| {
         f.rule == RuleId::HardwareErrors.as_str()
-            && f.device_index.is_some()
-            && f.device_index == slow.device_index
+            && f.gpu_index.is_some()
+            && f.gpu_index == slow.device_index
     });
     if let Some(f) = xid {
         evidence.push(format!("its GPU reported: {}", f.summary));
@@ -388,7 +382,8 @@ pub(crate) fn ledger(
         if node_total.gpu_hours > 0.0 || !node_total.ranks.is_empty() {
             node_total.ranks.sort_unstable();
             node_total.ranks.dedup();
-            node_total.cost = crate::attribution::accounting::cost(prices, node_total.gpu_hours, node_total.kwh);
+            node_total.cost =
+                crate::attribution::accounting::cost(prices, node_total.gpu_hours, node_total.kwh);
             by_node.push(node_total);
         }
     }
@@ -402,7 +397,11 @@ pub(crate) fn ledger(
                 straggler_rank: rank,
                 gpu_hours: seconds / 3600.0,
                 kwh: joules / 3.6e6,
-                cost: crate::attribution::accounting::cost(prices, seconds / 3600.0, joules / 3.6e6),
+                cost: crate::attribution::accounting::cost(
+                    prices,
+                    seconds / 3600.0,
+                    joules / 3.6e6,
+                ),
             })
             .collect(),
         by_node,
@@ -461,36 +460,22 @@ pub(crate) fn hang(nodes: &[Node], job: &str) -> Option<Hang> {
     let mut waiting = Vec::new();
     let mut remote_cause = None;
     for node in nodes {
-        let Some(recording) = &node.recording else {
-            continue;
-        };
-        for f in recording
-            .findings
-            .iter()
-            .filter(|f| f.rule == RuleId::DistributedHang.as_str())
-        {
-            let value = |key: &str| {
-                f.values
-                    .iter()
-                    .find(|(k, _)| k == key)
-                    .map(|(_, v)| v.clone())
-            };
-            if value("job_id").as_deref() != Some(job) {
-                continue;
-            }
-            let cause = value("cause").unwrap_or_default();
-            if let Some(ranks) = value("waiting_ranks").filter(|r| !r.is_empty()) {
-                waiting.push((node.name.clone(), ranks));
+        for f in node.raised.iter().filter(|f| {
+            f.rule == RuleId::DistributedHang.as_str() && f.job_id.as_deref() == Some(job)
+        }) {
+            let cause = f.cause.clone().unwrap_or_default();
+            if let Some(ranks) = f.values.get("waiting_ranks").filter(|r| !r.is_empty()) {
+                waiting.push((node.name.clone(), ranks.clone()));
             }
             if matches!(cause.as_str(), "remote" | "all_waiting") {
                 remote_cause.get_or_insert(cause);
             } else if culprit.is_none() {
                 culprit = Some(Hang {
-                    culprit_rank: value("rank").and_then(|r| r.parse().ok()),
+                    culprit_rank: f.rank,
                     culprit_node: Some(node.name.clone()),
                     cause,
                     summary: f.summary.clone(),
-                    stack: value("stack"),
+                    stack: f.values.get("stack").cloned(),
                     waiting: Vec::new(),
                 });
             }
@@ -528,6 +513,7 @@ mod tests {
             files: Vec::new(),
             processes: Vec::new(),
             steps: BTreeMap::new(),
+            raised: Vec::new(),
             recording: None,
         };
         for &(rank, busy, wait, data_wait, held, collective) in ranks {
@@ -590,7 +576,10 @@ mod tests {
         let ranks = ranks(&nodes, "j");
         assert_eq!(ranks.len(), 4);
         let s = straggler(&nodes, "j", &ranks, &RankStraggler::default()).expect("a straggler");
-        assert_eq!((s.rank, s.node.as_str(), s.cause.as_str()), (3, "b", "data_wait"));
+        assert_eq!(
+            (s.rank, s.node.as_str(), s.cause.as_str()),
+            (3, "b", "data_wait")
+        );
         assert!((s.excess_seconds - 0.25).abs() < 1e-9, "{s:?}");
     }
 
@@ -609,7 +598,10 @@ mod tests {
             node("b", &[(1, 0.21, 0.04, 0.0, 10.0, 2.0)], 20),
         ];
         let ranks = ranks(&nodes, "j");
-        assert_eq!(straggler(&nodes, "j", &ranks, &RankStraggler::default()), None);
+        assert_eq!(
+            straggler(&nodes, "j", &ranks, &RankStraggler::default()),
+            None
+        );
         let ledger = ledger(&nodes, "j", None, &Prices::default());
         assert!(ledger.by_cause.iter().all(|c| c.cause != "straggler_wait"));
         assert_eq!(ledger.rebooked_gpu_hours, 0.0);
@@ -655,5 +647,43 @@ mod tests {
         // Steps of 0.5 s; at the median pace 0.2 s outside collectives + 0.05 s of collective.
         assert!((w.step_seconds_at_median_pace - 0.25).abs() < 1e-9, "{w:?}");
         assert!((w.saved_gpu_hours * 3600.0 - 0.25 * 20.0 * 4.0).abs() < 1e-9);
+    }
+
+    fn hang_finding(
+        cause: &str,
+        rank: u32,
+        waiting: &str,
+    ) -> crate::record::job::node::NodeFinding {
+        crate::record::job::node::NodeFinding {
+            rule: "distributed_hang".into(),
+            cause: Some(cause.into()),
+            job_id: Some("j".into()),
+            rank: Some(rank),
+            gpu_index: None,
+            summary: format!("hang, cause {cause}"),
+            values: [("waiting_ranks".to_string(), waiting.to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn a_hang_is_named_once_by_the_node_that_hosts_the_culprit() {
+        let mut nodes = two_nodes(0.0);
+        nodes[0].raised.push(hang_finding("remote", 0, "0,1"));
+        nodes[1].raised.push(hang_finding("phase", 3, "2"));
+        let h = hang(&nodes, "j").expect("a hang");
+        assert_eq!(
+            (h.culprit_rank, h.culprit_node.as_deref(), h.cause.as_str()),
+            (Some(3), Some("b"), "phase")
+        );
+        assert_eq!(
+            h.waiting,
+            vec![
+                ("a".to_string(), "0,1".to_string()),
+                ("b".to_string(), "2".to_string())
+            ]
+        );
+        // Without node b's recording, no culprit is invented.
+        let h = hang(&nodes[..1], "j").unwrap();
+        assert_eq!((h.culprit_rank, h.cause.as_str()), (None, "remote"));
     }
 }

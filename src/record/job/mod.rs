@@ -208,6 +208,7 @@ fn merge(known: &mut Node, later: Node) {
         list.sort_by(|a, b| a.start.total_cmp(&b.start));
         list.dedup_by(|a, b| a.start == b.start && a.end == b.end);
     }
+    known.raised.extend(later.raised);
     match (&mut known.recording, later.recording) {
         (Some(recording), Some(other)) => recording.findings.extend(other.findings),
         (slot @ None, other) => *slot = other,
@@ -355,5 +356,73 @@ impl JobReport {
             let _ = writeln!(out, "  problem: {p}");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node::tests::export_line;
+    use super::*;
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn files_of_two_jobs_without_job_name_both_and_with_it_one_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.jsonl",
+            &export_line("node-a", 1_000_000_000, &[(1, "train-1", 0, 5.0)]),
+        );
+        let b = write(
+            dir.path(),
+            "b.jsonl",
+            &export_line("node-b", 1_000_000_000, &[(2, "train-2", 0, 5.0)]),
+        );
+        let files = [a, b];
+        let err = build(&files, None, &Prices::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the recordings hold 2 jobs: train-1, train-2. Pick one with --job ID"
+        );
+        let report = build(&files, Some("train-2"), &Prices::default()).unwrap();
+        assert_eq!(report.ledger.by_node.len(), 1);
+        assert_eq!(report.ledger.by_node[0].node, "node-b");
+        let err = build(&files, Some("train-3"), &Prices::default()).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "job \"train-3\" is not in the recordings; they hold: train-1, train-2"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_file_is_a_problem_of_the_report_and_the_others_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.jsonl",
+            &export_line("node-a", 1_000_000_000, &[(1, "j", 0, 5.0)]),
+        );
+        let missing = dir.path().join("missing.jsonl");
+        let report = build(&[a, missing.clone()], None, &Prices::default()).unwrap();
+        assert_eq!(report.nodes, vec!["node-a".to_string()]);
+        assert_eq!(report.problems.len(), 1);
+        assert_eq!(report.problems[0].file, missing);
+        assert!(
+            report.render_text().contains("problem: "),
+            "{}",
+            report.render_text()
+        );
+        let err = build(&[missing], None, &Prices::default()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("no recording could be read:"),
+            "{err}"
+        );
     }
 }

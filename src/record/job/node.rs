@@ -65,6 +65,20 @@ pub(crate) struct NodeProcess {
     pub joules: BTreeMap<(Cause, Option<u32>), f64>,
 }
 
+/// A finding a node raised, with what the job report compares: the rule, its cause, and the
+/// job and rank of the process it is about (attributes of the log record, not values).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct NodeFinding {
+    pub rule: String,
+    pub cause: Option<String>,
+    pub job_id: Option<String>,
+    pub rank: Option<u32>,
+    pub gpu_index: Option<u32>,
+    pub summary: String,
+    /// `gpulse.diagnosis.value.*`, by the name after the prefix.
+    pub values: BTreeMap<String, String>,
+}
+
 /// One node: its processes, its ranks' steps and its single-node recording.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
@@ -74,6 +88,8 @@ pub(crate) struct Node {
     pub processes: Vec<NodeProcess>,
     /// Steps by (job id, rank), in time order.
     pub steps: BTreeMap<(String, u32), Vec<Step>>,
+    /// The findings it raised (`started`), once each by rule and subject.
+    pub raised: Vec<NodeFinding>,
     /// Devices, findings and the timeline, as `gpulse report` of this file alone shows them.
     pub recording: Option<Recording>,
 }
@@ -140,7 +156,10 @@ pub(crate) fn read(input: impl BufRead, path: &Path) -> Read {
         };
         let mut known = false;
         for (key, walk) in [
-            ("resourceMetrics", Builder::resource_metrics as fn(&mut Builder, &Value)),
+            (
+                "resourceMetrics",
+                Builder::resource_metrics as fn(&mut Builder, &Value),
+            ),
             ("resourceLogs", Builder::resource_logs),
             ("resourceSpans", Builder::resource_spans),
         ] {
@@ -189,8 +208,10 @@ pub(crate) fn read(input: impl BufRead, path: &Path) -> Read {
         };
     }
     let name = builder.host.clone().unwrap_or_else(|| {
-        path.file_stem()
-            .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into())
+        path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into(),
+        )
     });
     Read {
         node: Some(builder.finish(name, path, recording)),
@@ -206,6 +227,7 @@ struct Builder {
     steps: BTreeMap<(String, u32), Vec<(String, f64, f64, Option<f64>)>>,
     /// data_wait spans by (job, rank): (parent span id, seconds).
     data_waits: BTreeMap<(String, u32), Vec<(String, f64)>>,
+    raised: BTreeMap<(String, String), NodeFinding>,
     /// `process.gpu.time`'s last totals by (pid, device, cause, straggler rank, state): each
     /// state is a counter of its own, summed over the states at the end.
     time_by_state: BTreeMap<TimeKey, f64>,
@@ -320,8 +342,51 @@ impl Builder {
     }
 
     fn resource_logs(&mut self, rl: &Value) {
+        let resource = attributes(rl.get("resource"));
         if self.host.is_none() {
-            self.host = text(&attributes(rl.get("resource")), A::HostName.key());
+            self.host = text(&resource, A::HostName.key());
+        }
+        let scopes = rl.get("scopeLogs").and_then(Value::as_array);
+        for record in scopes.into_iter().flatten().flat_map(|s| {
+            s.get("logRecords")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        }) {
+            let attrs = attributes(Some(record));
+            let (Some(rule), Some("started")) = (
+                text(&attrs, A::DiagnosisRule.key()),
+                attrs.get(A::DiagnosisState.key()).map(String::as_str),
+            ) else {
+                continue;
+            };
+            // On the record, or on its resource (the process it is about).
+            let get = |key: &str| text(&attrs, key).or_else(|| text(&resource, key));
+            let subject = get(A::DiagnosisSubject.key()).unwrap_or_default();
+            self.raised
+                .entry((rule.clone(), subject))
+                .or_insert_with(|| NodeFinding {
+                    cause: get(A::DiagnosisCause.key()),
+                    job_id: get(A::PytorchJobId.key()).or_else(|| get(A::GpulseJobId.key())),
+                    rank: get(A::PytorchRank.key()).and_then(|r| r.parse().ok()),
+                    gpu_index: get(A::GpuIndex.key()).and_then(|i| i.parse().ok()),
+                    summary: record
+                        .get("body")
+                        .and_then(|b| b.get("stringValue"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    values: attrs
+                        .iter()
+                        .filter_map(|(k, v)| {
+                            Some((
+                                k.strip_prefix("gpulse.diagnosis.value.")?.to_string(),
+                                v.clone(),
+                            ))
+                        })
+                        .collect(),
+                    rule,
+                });
         }
     }
 
@@ -409,7 +474,94 @@ impl Builder {
             files: vec![path.to_path_buf()],
             processes: self.processes.into_values().collect(),
             steps,
+            raised: self.raised.into_values().collect(),
             recording,
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kv(key: &str, value: &str) -> Value {
+        json!({"key": key, "value": {"stringValue": value}})
+    }
+
+    /// One export of a node: GPU 0's utilisation and, for each (pid, job, rank, held seconds),
+    /// its `process.gpu.time` as compute.
+    pub(crate) fn export_line(
+        host: &str,
+        t_ns: u64,
+        processes: &[(u32, &str, u32, f64)],
+    ) -> String {
+        let point = |attrs: Vec<Value>, v: f64| json!({"timeUnixNano": t_ns.to_string(), "asDouble": v, "attributes": attrs});
+        let mut resources = vec![json!({
+            "resource": {"attributes": [kv("host.name", host)]},
+            "scopeMetrics": [{"metrics": [{"name": "hw.gpu.utilization", "gauge": {"dataPoints": [
+                point(vec![kv("hw.id", "GPU-0"), kv("hw.gpu.task", "general")], 0.5)
+            ]}}]}]
+        })];
+        for &(pid, job, rank, seconds) in processes {
+            resources.push(json!({
+                "resource": {"attributes": [
+                    kv("host.name", host), kv("process.pid", &pid.to_string()),
+                    kv("gpulse.job.id", job), kv("pytorch.distributed.rank", &rank.to_string()),
+                    kv("pytorch.distributed.world_size", "4"),
+                ]},
+                "scopeMetrics": [{"metrics": [{"name": "process.gpu.time", "sum": {"dataPoints": [
+                    point(vec![kv("hw.id", &format!("GPU-{rank}")), kv("gpulse.gpu.cause", "compute"),
+                               kv("gpulse.gpu.time.state", "active")], seconds),
+                    point(vec![kv("hw.id", &format!("GPU-{rank}")), kv("gpulse.gpu.cause", "compute"),
+                               kv("gpulse.gpu.time.state", "idle")], 1.0),
+                ]}}]}]
+            }));
+        }
+        json!({"resourceMetrics": resources}).to_string()
+    }
+
+    #[test]
+    fn a_truncated_line_is_a_problem_naming_its_line_and_the_rest_is_read() {
+        let good = export_line("node-b", 2_000_000_000, &[(7, "j", 3, 9.0)]);
+        let cut = &good[..good.len() / 2];
+        let later = export_line("node-b", 3_000_000_000, &[(7, "j", 3, 10.0)]);
+        let text = format!("{good}\n{cut}\n{later}\n");
+        let read = read(text.as_bytes(), Path::new("b.jsonl"));
+        assert_eq!(read.problems.len(), 1, "{:?}", read.problems);
+        assert_eq!(read.problems[0].line, Some(2));
+        assert!(read.problems[0]
+            .to_string()
+            .starts_with("b.jsonl line 2: not OTLP/JSON"));
+        let node = read.node.expect("the good lines make a node");
+        assert_eq!(node.name, "node-b");
+        let process = &node.processes[0];
+        assert_eq!(
+            (process.pid, process.rank, process.job_id.as_deref()),
+            (7, Some(3), Some("j"))
+        );
+        // The active and idle states' last totals, summed: 10 + 1.
+        assert_eq!(process.seconds.get(&(Cause::Compute, None)), Some(&11.0));
+    }
+
+    #[test]
+    fn a_file_of_another_format_is_one_problem_and_no_node() {
+        let read = read("pid,gpu,util\n1,0,50\n".as_bytes(), Path::new("smi.csv"));
+        assert!(read.node.is_none());
+        assert!(read.problems.iter().any(
+            |p| p.line.is_none() && p.to_string().contains("smi.csv: holds no OTLP/JSON line")
+        ));
+        assert!(
+            read.problems.iter().any(|p| p.line == Some(1)),
+            "{:?}",
+            read.problems
+        );
+    }
+
+    #[test]
+    fn without_host_name_the_node_is_named_by_its_file() {
+        let line = export_line("", 1_000_000_000, &[(7, "j", 0, 1.0)]);
+        let read = read(line.as_bytes(), Path::new("/tmp/node-a.jsonl"));
+        assert_eq!(read.node.unwrap().name, "node-a");
     }
 }

@@ -215,9 +215,9 @@ fn lanes(page: &mut String, report: &JobReport) {
     );
     let _ = writeln!(
         page,
-        "<p class=\"legend\"><span><span class=\"swatch band\" style=\"background:{STEP_COLOUR}\"></span>step</span>\
-         <span><span class=\"swatch band\" style=\"background:{DATA_WAIT_COLOUR}\"></span>waiting on the DataLoader</span>\
-         <span><span class=\"swatch band\" style=\"background:{COLLECTIVE_COLOUR}\"></span>in collectives (waiting for the others)</span></p>"
+        "<p class=\"legend\"><span><span class=\"swatch\" style=\"height:10px;background:{STEP_COLOUR}\"></span>step</span>\
+         <span><span class=\"swatch\" style=\"height:10px;background:{DATA_WAIT_COLOUR}\"></span>waiting on the DataLoader</span>\
+         <span><span class=\"swatch\" style=\"height:10px;background:{COLLECTIVE_COLOUR}\"></span>in collectives (waiting for the others)</span></p>"
     );
 }
 
@@ -268,7 +268,9 @@ fn ledger(page: &mut String, report: &JobReport) {
             String::new()
         }
     );
-    page.push_str("<table><tr><th>cause</th><th>GPU-h</th><th>share</th><th>kWh</th><th>cost</th></tr>\n");
+    page.push_str(
+        "<table><tr><th>cause</th><th>GPU-h</th><th>share</th><th>kWh</th><th>cost</th></tr>\n",
+    );
     for c in &l.by_cause {
         let share = if l.gpu_hours > 0.0 {
             c.gpu_hours / l.gpu_hours * 100.0
