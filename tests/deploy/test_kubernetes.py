@@ -41,6 +41,10 @@ def pod_spec(doc: dict) -> dict | None:
     return None
 
 
+def is_report(container: dict) -> bool:
+    return (container.get("args") or [None])[0] == "report"
+
+
 def gpulse_containers():
     out = []
     for path in MANIFESTS:
@@ -50,7 +54,8 @@ def gpulse_containers():
                 continue
             for field in ("initContainers", "containers"):
                 for c in spec.get(field, []):
-                    if str(c.get("image", "")).split(":")[0].endswith("gpulse"):
+                    # The agent's checks; `gpulse report` (job-report.yaml) is checked on its own.
+                    if str(c.get("image", "")).split(":")[0].endswith("gpulse") and not is_report(c):
                         out.append(pytest.param(path.name, doc, spec, field, c, id=f"{path.name}:{doc['kind']}:{c['name']}"))
     return out
 
@@ -338,3 +343,22 @@ def test_dcgm_exporter_replacement_serves_dcgm_names_and_connects_nowhere(tmp_pa
     except BlockingIOError:
         pass
     assert "OTLP" not in log.read_text(), log.read_text()
+
+
+def test_the_job_report_job_runs_gpulse_report_on_every_nodes_file_into_its_volume():
+    (doc,) = docs(next(p for p in MANIFESTS if p.name == "job-report.yaml"))
+    assert doc["kind"] == "Job" and doc["spec"]["backoffLimit"] == 0
+    spec = pod_spec(doc)
+    (c,) = spec["containers"]
+    assert c["command"] == ["/usr/local/bin/gpulse"], "the image's entrypoint is `gpulse run`"
+    args = c["args"]
+    assert args[0] == "report" and "--job=$(JOB_ID)" in args, args
+    files = [a for a in args[1:] if not a.startswith("-")]
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    outputs = [a.split("=", 1)[1] for a in args if a.startswith(("-o=", "--json="))]
+    assert len(files) >= 2 and len(outputs) == 2, args
+    # Inputs and outputs on the shared volume: the root filesystem is read-only.
+    assert all(any(p.startswith(m + "/") for m in mounts) for p in files + outputs), (args, mounts)
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert "JOB_ID" in {e["name"] for e in c["env"]}

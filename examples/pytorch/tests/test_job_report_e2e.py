@@ -24,6 +24,7 @@ them it is skipped with the reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -246,3 +247,32 @@ def test_bad_inputs_are_named_by_file_and_line_and_lose_nothing_else(two_nodes):
     done, report = gpulse_report(WHAT, [csv], tmp, "--job", "slow-job")
     assert done.returncode != 0 and report is None
     assert "no recording could be read" in done.stderr and str(csv) in done.stderr, done.stderr
+
+
+def test_the_slurm_epilog_writes_the_report_of_the_job_that_ended(two_nodes, tmp_path):
+    """examples/slurm/epilog.sh as slurmctld runs it: SLURM_JOB_ID and the node list set, each
+    node's file under the shared recordings folder, `scontrol show hostnames` expanding the list
+    (a stand-in on PATH, as on a machine without Slurm)."""
+    from e2e import built_binaries
+
+    gpulse_bin, _ = built_binaries(WHAT)
+    recordings, reports, bin_dir = tmp_path / "recordings", tmp_path / "reports", tmp_path / "bin"
+    day = time.strftime("%Y-%m-%d")
+    for node, out in zip(NODES, two_nodes["outs"]):
+        (recordings / node).mkdir(parents=True)
+        shutil.copy(out, recordings / node / f"{day}.jsonl")
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/sh\n[ \"$1 $2\" = 'show hostnames' ] && echo \"$3\" | tr ',' '\\n'\n")
+    scontrol.chmod(0o755)
+    epilog = Path(__file__).resolve().parents[2] / "slurm" / "epilog.sh"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "slow-job",
+           "SLURM_JOB_NODELIST": ",".join(NODES), "GPULSE_RECORDINGS": str(recordings),
+           "GPULSE_REPORT_DIR": str(reports), "GPULSE_BIN": str(gpulse_bin)}
+    done = subprocess.run(["bash", str(epilog)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    summary = (reports / "slow-job" / "summary.txt").read_text()
+    assert "straggler: rank 3 on node-b (cause data_wait)" in summary, summary
+    assert (reports / "slow-job" / "job.html").stat().st_size > 1000
+    report = json.loads((reports / "slow-job" / "job.json").read_text())
+    assert len(report["ranks"]) == 4

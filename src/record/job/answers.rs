@@ -48,7 +48,8 @@ pub(crate) struct RankFigures {
 pub(crate) struct Straggler {
     pub rank: u32,
     pub node: String,
-    /// `data_wait`, `gpu_clocks`, `xid`, `compute`, or the cause its own node's
+    /// `data_wait`, `gpu_clocks`, `xid`, `hang` (it is a hang's culprit), `compute`, or the
+    /// cause its own node's
     /// `rank_straggler` finding gave (which also sees the CPU quota and GPU sharing).
     pub cause: String,
     /// Its mean step time outside collectives, the median of the others', and the excess.

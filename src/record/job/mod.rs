@@ -134,12 +134,23 @@ pub(crate) fn build(
     };
     let thresholds = RankStraggler::default();
     let ranks = answers::ranks(&nodes, &job_id);
-    let straggler = answers::straggler(&nodes, &job_id, &ranks, &thresholds);
+    let hang = answers::hang(&nodes, &job_id);
+    let mut straggler = answers::straggler(&nodes, &job_id, &ranks, &thresholds);
+    // A rank that stopped the job for a while is also the slowest on average: the hang is why.
+    if let (Some(s), Some(h)) = (&mut straggler, &hang) {
+        if h.culprit_rank == Some(s.rank) && s.cause == "compute" {
+            s.cause = "hang".into();
+            s.evidence.pop();
+            s.evidence.push(format!(
+                "it hung the job (distributed_hang, cause {})",
+                h.cause
+            ));
+        }
+    }
     let ledger = answers::ledger(&nodes, &job_id, straggler.as_ref(), prices);
     let what_if = straggler
         .as_ref()
         .and_then(|s| answers::what_if(&ranks, s, &ledger, prices));
-    let hang = answers::hang(&nodes, &job_id);
     let steps: BTreeMap<u32, Vec<node::Step>> = nodes
         .iter()
         .flat_map(|n| &n.steps)

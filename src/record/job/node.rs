@@ -224,7 +224,7 @@ struct Builder {
     host: Option<String>,
     processes: BTreeMap<(u32, String), NodeProcess>,
     /// Step spans by (job, rank): (span id, start, end, wait).
-    steps: BTreeMap<(String, u32), Vec<(String, f64, f64, Option<f64>)>>,
+    steps: BTreeMap<(String, u32), Vec<StepSpan>>,
     /// data_wait spans by (job, rank): (parent span id, seconds).
     data_waits: BTreeMap<(String, u32), Vec<(String, f64)>>,
     raised: BTreeMap<(String, String), NodeFinding>,
@@ -232,6 +232,9 @@ struct Builder {
     /// state is a counter of its own, summed over the states at the end.
     time_by_state: BTreeMap<TimeKey, f64>,
 }
+
+/// A `step` span before its `data_wait` children are matched: (span id, start, end, wait).
+type StepSpan = (String, f64, f64, Option<f64>);
 
 type TimeKey = (u32, String, Cause, Option<u32>, Option<String>);
 
