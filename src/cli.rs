@@ -66,7 +66,8 @@ pub enum Command {
     /// write a self-contained HTML report; exits with the command's exit status.
     Record(Box<RecordArgs>),
     /// Write the HTML report of a past run from OTLP/JSON lines (what `--exporter stdout` or a
-    /// Collector's file exporter writes).
+    /// Collector's file exporter writes); with several files, or --job, one report for a
+    /// training job over every node's recording.
     Report(ReportArgs),
 }
 

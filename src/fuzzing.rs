@@ -295,12 +295,24 @@ pub fn pod_resources(data: &[u8]) {
     }
 }
 
-/// `gpulse report`'s reader of OTLP/JSON lines, then the HTML report it renders from what it
-/// read, or the error message it would print.
+/// `gpulse report`'s readers of OTLP/JSON lines (one node's, and the job report's), then the
+/// reports they render from what they read, or the error messages they would print.
 pub fn otlp_json(data: &[u8]) {
     match crate::record::otlp_json_reader::read(data, Path::new("fuzz.jsonl")) {
         Ok(recording) => {
             let _ = crate::record::html::render(&recording);
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+    // The job report's reader of the same lines, its answers, summary and page.
+    let read = crate::record::job::node::read(data, Path::new("fuzz.jsonl"));
+    let nodes = read.node.into_iter().collect();
+    match crate::record::job::report_of(nodes, read.problems, None, &Default::default()) {
+        Ok(report) => {
+            let _ = report.render_text();
+            let _ = crate::record::job::page::render(&report);
         }
         Err(e) => {
             let _ = e.to_string();

@@ -101,6 +101,19 @@ pub(crate) fn build(
             None => nodes.push(node),
         }
     }
+    report_of(nodes, problems, job, prices)
+}
+
+/// The report of `job` (or of the one job they hold) over `nodes`, already read.
+///
+/// # Errors
+/// No node, or the job to report is not known (see [`JobError`]).
+pub(crate) fn report_of(
+    nodes: Vec<Node>,
+    problems: Vec<Problem>,
+    job: Option<&str>,
+    prices: &Prices,
+) -> Result<JobReport, JobError> {
     if nodes.is_empty() {
         return Err(JobError::NothingRead(problems));
     }

@@ -464,7 +464,8 @@ impl Builder {
                         .flatten()
                         .filter(|(parent, _)| !id.is_empty() && *parent == id)
                         .map(|(_, s)| s)
-                        .sum(),
+                        // fold, not sum: an empty f64 sum is -0.0, printed "-0.000".
+                        .fold(0.0, |a, b| a + b),
                 })
                 .collect();
             list.sort_by(|a, b| a.start.total_cmp(&b.start));
