@@ -369,27 +369,14 @@ pub fn report(args: &ReportArgs) -> Result<String, RecordError> {
     };
     let mut recording = otlp_json_reader::read_path(single)?;
     recording.prices = prices;
-    let mut file = create(&args.output, "the HTML report", "-o")?;
-    file.write_all(html::render(&recording).as_bytes())
-        .map_err(|source| RecordError::Output {
-            what: "the HTML report",
-            path: args.output.clone(),
-            flag: "-o",
-            source,
-        })?;
     let mut summary = Summary::of(&recording);
     summary.report = Some(absolute(args.output.clone()).display().to_string());
-    if let Some(path) = &args.json {
-        let mut json = create(path, "the JSON summary", "--json")?;
-        serde_json::to_writer_pretty(&mut json, &summary)
-            .map_err(std::io::Error::from)
-            .map_err(|source| RecordError::Output {
-                what: "the JSON summary",
-                path: path.clone(),
-                flag: "--json",
-                source,
-            })?;
-    }
+    write_report(
+        args,
+        &html::render(&recording),
+        &summary,
+        "the JSON summary",
+    )?;
     let mut text = summary.render_text();
     if let Some(report) = &summary.report {
         text.push_str(&format!("  report: {report}\n"));
@@ -420,9 +407,30 @@ fn report_prices(args: &ReportArgs) -> Result<Prices, RecordError> {
 /// `gpulse report FILE... [--job ID]`: one report for the job over every node's recording.
 fn job_report(args: &ReportArgs, prices: &Prices) -> Result<String, RecordError> {
     let mut report = job::build(&args.recordings, args.job.as_deref(), prices)?;
-    let mut file = create(&args.output, "the HTML report", "-o")?;
     report.report = Some(absolute(args.output.clone()).display().to_string());
-    file.write_all(job::page::render(&report).as_bytes())
+    write_report(
+        args,
+        &job::page::render(&report),
+        &report,
+        "the JSON report",
+    )?;
+    let mut text = report.render_text();
+    if let Some(path) = &report.report {
+        text.push_str(&format!("  report: {path}\n"));
+    }
+    Ok(text)
+}
+
+/// `gpulse report`'s outputs: the page to `-o`, and `json` (`what`, as errors name it) to
+/// `--json` when asked for.
+fn write_report(
+    args: &ReportArgs,
+    page: &str,
+    json: &impl serde::Serialize,
+    what: &'static str,
+) -> Result<(), RecordError> {
+    let mut file = create(&args.output, "the HTML report", "-o")?;
+    file.write_all(page.as_bytes())
         .map_err(|source| RecordError::Output {
             what: "the HTML report",
             path: args.output.clone(),
@@ -430,20 +438,16 @@ fn job_report(args: &ReportArgs, prices: &Prices) -> Result<String, RecordError>
             source,
         })?;
     if let Some(path) = &args.json {
-        let mut json = create(path, "the JSON report", "--json")?;
-        serde_json::to_writer_pretty(&mut json, &report)
+        let mut out = create(path, what, "--json")?;
+        serde_json::to_writer_pretty(&mut out, json)
             .map_err(std::io::Error::from)
-            .and_then(|()| json.write_all(b"\n"))
+            .and_then(|()| out.write_all(b"\n"))
             .map_err(|source| RecordError::Output {
-                what: "the JSON report",
+                what,
                 path: path.clone(),
                 flag: "--json",
                 source,
             })?;
     }
-    let mut text = report.render_text();
-    if let Some(path) = &report.report {
-        text.push_str(&format!("  report: {path}\n"));
-    }
-    Ok(text)
+    Ok(())
 }

@@ -136,6 +136,21 @@ pub(crate) fn attributes(holder: Option<&Value>) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The items of every scope of a resource entry: `scoped(rm, "scopeMetrics", "metrics")`,
+/// `("scopeLogs", "logRecords")`, `("scopeSpans", "spans")`.
+pub(crate) fn scoped<'a>(
+    resource_entry: &'a Value,
+    scopes: &'a str,
+    items: &'a str,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    resource_entry
+        .get(scopes)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(move |s| s.get(items).and_then(Value::as_array).into_iter().flatten())
+}
+
 /// A 64-bit integer written as a string (proto3 JSON) or a number.
 pub(crate) fn number(v: Option<&Value>) -> Option<f64> {
     let v = v?;
@@ -286,13 +301,7 @@ impl Builder {
             .get(A::ProcessPid.key())
             .and_then(|p| p.parse().ok());
         let exe = resource.get(A::ProcessExecutableName.key()).cloned();
-        let scopes = rm.get("scopeMetrics").and_then(Value::as_array);
-        for metric in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("metrics")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for metric in scoped(rm, "scopeMetrics", "metrics") {
             let Some(name) = metric.get("name").and_then(Value::as_str) else {
                 continue;
             };
@@ -421,13 +430,7 @@ impl Builder {
     }
 
     fn resource_logs(&mut self, rl: &Value) {
-        let scopes = rl.get("scopeLogs").and_then(Value::as_array);
-        for record in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("logRecords")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for record in scoped(rl, "scopeLogs", "logRecords") {
             let attrs = attributes(Some(record));
             let Some(rule) = attrs.get(A::DiagnosisRule.key()).cloned() else {
                 continue;
@@ -495,13 +498,7 @@ impl Builder {
     }
 
     fn resource_spans(&mut self, rs: &Value) {
-        let scopes = rs.get("scopeSpans").and_then(Value::as_array);
-        for span in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("spans")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for span in scoped(rs, "scopeSpans", "spans") {
             let name = span.get("name").and_then(Value::as_str).unwrap_or_default();
             let kind = match name {
                 "epoch" => SpanKind::Epoch,

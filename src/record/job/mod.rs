@@ -241,13 +241,17 @@ fn merge(known: &mut Node, later: Node) {
 }
 
 impl JobReport {
+    /// How long the job's steps ran, from the first step's start to the last step's end.
+    pub(crate) fn steps_seconds(&self) -> Option<f64> {
+        Some(self.ended? - self.started?)
+    }
+
     /// The summary lines, in the form `gpulse record` prints its own.
     pub(crate) fn render_text(&self) -> String {
         let mut out = String::new();
-        let span = match (self.started, self.ended) {
-            (Some(a), Some(b)) => format!(" over {}", duration(b - a)),
-            _ => String::new(),
-        };
+        let span = self
+            .steps_seconds()
+            .map_or(String::new(), |s| format!(" over {}", duration(s)));
         let _ = writeln!(
             out,
             "gpulse report: job {} on {} node{} ({}), {} rank{}{span}",

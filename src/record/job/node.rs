@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::attribution::Cause;
-use crate::record::otlp_json_reader::{self, attributes, nanos, point_value, ReadError};
+use crate::record::otlp_json_reader::{self, attributes, nanos, point_value, scoped, ReadError};
 use crate::record::recording::Recording;
 use crate::schema::attributes::AttributeId as A;
 use crate::schema::MetricId;
@@ -258,13 +258,7 @@ impl Builder {
         else {
             return;
         };
-        let scopes = rm.get("scopeMetrics").and_then(Value::as_array);
-        for metric in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("metrics")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for metric in scoped(rm, "scopeMetrics", "metrics") {
             let id = metric
                 .get("name")
                 .and_then(Value::as_str)
@@ -349,13 +343,7 @@ impl Builder {
         if self.host.is_none() {
             self.host = text(&resource, A::HostName.key());
         }
-        let scopes = rl.get("scopeLogs").and_then(Value::as_array);
-        for record in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("logRecords")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for record in scoped(rl, "scopeLogs", "logRecords") {
             let attrs = attributes(Some(record));
             let (Some(rule), Some("started")) = (
                 text(&attrs, A::DiagnosisRule.key()),
@@ -403,13 +391,7 @@ impl Builder {
         ) else {
             return;
         };
-        let scopes = rs.get("scopeSpans").and_then(Value::as_array);
-        for span in scopes.into_iter().flatten().flat_map(|s| {
-            s.get("spans")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        }) {
+        for span in scoped(rs, "scopeSpans", "spans") {
             let (Some(start), Some(end)) = (
                 seconds_of(span.get("startTimeUnixNano")),
                 seconds_of(span.get("endTimeUnixNano")),

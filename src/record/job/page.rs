@@ -31,10 +31,9 @@ pub(crate) fn render(report: &JobReport) -> String {
          <div class=\"gpulse-report\">\n",
         escape(&report.job_id)
     );
-    let span = match (report.started, report.ended) {
-        (Some(a), Some(b)) => format!(", steps over {}", duration(b - a)),
-        _ => String::new(),
-    };
+    let span = report
+        .steps_seconds()
+        .map_or(String::new(), |s| format!(", steps over {}", duration(s)));
     let _ = writeln!(
         page,
         "<h1>Job {}</h1>\n<p class=\"meta\">{} rank(s) on {} node(s): {}{span}. From {}.</p>",
