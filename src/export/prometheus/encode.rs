@@ -77,7 +77,7 @@ impl Collector for ExpositionCollector {
             let unit = family.name.unit.clone().map(Unit::Other);
             let metric_type = match family.kind {
                 FamilyKind::Gauge => MetricType::Gauge,
-                FamilyKind::Counter => MetricType::Counter,
+                FamilyKind::Counter | FamilyKind::NamedCounter => MetricType::Counter,
             };
             let mut metric = encoder.encode_descriptor(
                 &family.name.base,
@@ -102,6 +102,9 @@ fn encode_value(
     match (kind, value) {
         (FamilyKind::Gauge, SampleValue::Int(v)) => encoder.encode_gauge(&v),
         (FamilyKind::Gauge, SampleValue::Float(v)) => encoder.encode_gauge(&v),
+        // The encoder's gauge sample is the bare name; the family's `# TYPE` says counter.
+        (FamilyKind::NamedCounter, SampleValue::Int(v)) => encoder.encode_gauge(&v.max(0)),
+        (FamilyKind::NamedCounter, SampleValue::Float(v)) => encoder.encode_gauge(&v.max(0.0)),
         // A counter is never negative; an OTLP int that is would be a bug upstream.
         (FamilyKind::Counter, SampleValue::Int(v)) => encoder
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
