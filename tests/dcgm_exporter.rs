@@ -205,7 +205,7 @@ fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
     // `warn` it is skipped, and the warning names the file, line and field.
     let log = gpulse.stderr_so_far();
     assert!(
-        log.contains("default-counters.csv:")
+        log.contains("default-counters.csv:40: DCGM_FI_DEV_VGPU_LICENSE_STATUS skipped")
             && log.contains("DCGM_FI_DEV_VGPU_LICENSE_STATUS skipped"),
         "{log}"
     );
@@ -323,8 +323,7 @@ fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
     );
     // The counters grow at the rates nvml-sim was told (irate: the last two scrapes, as
     // rate() over a range longer than the series is young underestimates): energy at 690 W in
-    // mJ/s, NVLink at
-    // 2 links × (1 + 2) MiB/s in bytes.
+    // mJ/s, NVLink at 2 links × (1 + 2) MiB/s in bytes.
     let energy = wait_for(
         web,
         &format!(
