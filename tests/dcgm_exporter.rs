@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::kernel::ChildGuard;
-use crate::prometheus::{backend, free_port, get, query, scrape_until, series, DEADLINE};
+use crate::prometheus::{backend, get, metrics_port, query, scrape_until, series};
+use crate::prometheus::{start_prometheus, DEADLINE, SCRAPED_RUN};
 use crate::run::Gpulse;
 use crate::sampling::{gpulse_bin, sim_lib};
 
@@ -136,36 +136,12 @@ fn default_rows() -> Vec<(String, String)> {
 }
 
 /// `gpulse run` on [`SCENARIO`] with `/metrics` on a port the kernel picks, and that port.
-fn start(args: &[&str]) -> (Gpulse, u16) {
-    let mut all = vec![
-        "--exporter",
-        "stdout",
-        "--sample-interval",
-        "100ms",
-        "--export-interval",
-        "500ms",
-        "--prometheus-addr",
-        "127.0.0.1:0",
-    ];
+fn start(args: &[&str], env: &[(&str, String)]) -> (Gpulse, u16) {
+    let mut all = SCRAPED_RUN.to_vec();
     all.extend_from_slice(args);
-    let gpulse = Gpulse::start(SCENARIO, &[], &all, &[]);
-    let begun = Instant::now();
-    loop {
-        let log = gpulse.stderr_so_far();
-        if let Some(port) = log
-            .split("Prometheus metrics on http://127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|p| p.parse().ok())
-        {
-            return (gpulse, port);
-        }
-        assert!(
-            begun.elapsed() < DEADLINE,
-            "gpulse did not say where /metrics is:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let gpulse = Gpulse::start(SCENARIO, &[], &all, env);
+    let port = metrics_port(&gpulse);
+    (gpulse, port)
 }
 
 /// The first result's value of an instant query, once Prometheus has one.
@@ -195,12 +171,15 @@ fn wait_for(web: u16, promql: &str, log: &std::path::Path) -> Vec<Value> {
 fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
     let prometheus_bin = backend("prometheus", "GPULSE_PROMETHEUS_BIN");
     let csv = fixture();
-    let (gpulse, port) = start(&[
-        "--dcgm-counters",
-        csv.to_str().expect("utf-8 path"),
-        "--dcgm-counters-unknown",
-        "warn",
-    ]);
+    let (gpulse, port) = start(
+        &[
+            "--dcgm-counters",
+            csv.to_str().expect("utf-8 path"),
+            "--dcgm-counters-unknown",
+            "warn",
+        ],
+        &[],
+    );
     // dcgm-exporter's default file names the vGPU licence, which gpulse does not read: with
     // `warn` it is skipped, and the warning names the file, line and field.
     let log = gpulse.stderr_so_far();
@@ -216,31 +195,8 @@ fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
     let dir = tempfile::tempdir().expect("temp dir");
     let rules = dir.path().join("rules.yml");
     std::fs::write(&rules, RULES).expect("write rules");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - {}\nscrape_configs:\n  - job_name: gpulse\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n",
-            rules.display()
-        ),
-    )
-    .expect("write prometheus.yml");
-    let web = free_port();
+    let (_prometheus, web) = start_prometheus(&prometheus_bin, dir.path(), port, Some(&rules));
     let prom_log = dir.path().join("prometheus.log");
-    let _prometheus = ChildGuard::spawn(
-        Command::new(&prometheus_bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&prom_log).expect("log")),
-    )
-    .expect("start prometheus");
 
     // Every series of the default file, with dcgm-exporter's type and labels.
     let labels = [
@@ -405,38 +361,13 @@ fn a_counters_subset_with_a_comment_serves_only_its_rows() {
     )
     .expect("write the counters file");
     // dcgm-exporter's own variable names the file.
-    let gpulse = Gpulse::start(
-        SCENARIO,
+    let (gpulse, port) = start(
         &[],
-        &[
-            "--exporter",
-            "stdout",
-            "--sample-interval",
-            "100ms",
-            "--export-interval",
-            "500ms",
-            "--prometheus-addr",
-            "127.0.0.1:0",
-        ],
         &[(
             "DCGM_EXPORTER_COLLECTORS",
             csv.to_str().expect("utf-8").to_string(),
         )],
     );
-    let begun = Instant::now();
-    let port: u16 = loop {
-        let log = gpulse.stderr_so_far();
-        if let Some(port) = log
-            .split("Prometheus metrics on http://127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|p| p.parse().ok())
-        {
-            break port;
-        }
-        assert!(begun.elapsed() < DEADLINE, "{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
     let text = scrape_until(port, |t| t.contains("DCGM_FI_DEV_GPU_TEMP{"));
     let families: Vec<&str> = text
         .lines()

@@ -130,12 +130,7 @@ pub(super) const fn gauge(
     help: &'static str,
     scale: DcgmScale,
 ) -> Option<DcgmSeries> {
-    Some(DcgmSeries {
-        name,
-        help,
-        scale,
-        kind: DcgmType::Gauge,
-    })
+    Some(DcgmSeries::new(name, help, scale, DcgmType::Gauge))
 }
 
 /// A row's counter series.
@@ -144,12 +139,18 @@ pub(super) const fn counter(
     help: &'static str,
     scale: DcgmScale,
 ) -> Option<DcgmSeries> {
-    Some(DcgmSeries {
-        name,
-        help,
-        scale,
-        kind: DcgmType::Counter,
-    })
+    Some(DcgmSeries::new(name, help, scale, DcgmType::Counter))
+}
+
+impl DcgmSeries {
+    const fn new(name: &'static str, help: &'static str, scale: DcgmScale, kind: DcgmType) -> Self {
+        Self {
+            name,
+            help,
+            scale,
+            kind,
+        }
+    }
 }
 
 /// The label dcgm-exporter's counters CSV selects with its `label` row of that name: the
@@ -223,15 +224,7 @@ const fn family(
     help: &'static str,
     kind: DcgmType,
 ) -> (DcgmFamily, DcgmSeries) {
-    (
-        family,
-        DcgmSeries {
-            name,
-            help,
-            scale: DcgmScale::Whole,
-            kind,
-        },
-    )
+    (family, DcgmSeries::new(name, help, DcgmScale::Whole, kind))
 }
 
 /// The series of families, with dcgm-exporter's names and types (`etc/default-counters.csv`:
