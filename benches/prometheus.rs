@@ -116,6 +116,7 @@ fn published() -> Published {
             addr: None,
             names: PrometheusNames::Dcgm,
             max_series: 1_000_000,
+            dcgm_counters: None,
         },
         NodeIdentity {
             host_name: "gpu-node-1".into(),

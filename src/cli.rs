@@ -308,6 +308,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAMES", value_parser = ["otel", "dcgm"])]
     pub prometheus_names: Option<String>,
 
+    /// A dcgm-exporter counters CSV (its -f file, as it is): its rows select the DCGM_FI_*
+    /// series served, with their type and help; implies --prometheus-names dcgm.
+    /// [env: DCGM_EXPORTER_COLLECTORS] [file: prometheus.dcgm_counters] [default: every series]
+    #[arg(long, value_name = "FILE")]
+    pub dcgm_counters: Option<String>,
+
+    /// What a --dcgm-counters row naming a field gpulse cannot serve does: error (refuse to
+    /// start) or warn (skip it). [env: GPULSE_DCGM_COUNTERS_UNKNOWN]
+    /// [file: prometheus.dcgm_counters_unknown] [default: error]
+    #[arg(long, value_name = "WHAT", value_parser = ["error", "warn"])]
+    pub dcgm_counters_unknown: Option<String>,
+
     /// Most series one scrape of /metrics carries; more are dropped and counted.
     /// [env: GPULSE_PROMETHEUS_MAX_SERIES] [file: prometheus.max_series] [default: 20000]
     #[arg(long, value_name = "COUNT")]

@@ -320,6 +320,18 @@ pub fn otlp_json(data: &[u8]) {
     }
 }
 
+/// A dcgm-exporter counters CSV (`--dcgm-counters`), read as `gpulse run` reads it, under
+/// both `--dcgm-counters-unknown` modes, errors rendered as printed.
+pub fn dcgm_counters(data: &[u8]) {
+    use crate::config::dcgm_counters::{parse, UnknownCounters};
+    for unknown in [UnknownCounters::Error, UnknownCounters::Warn] {
+        let mut warnings = Vec::new();
+        if let Err(e) = parse(data, Path::new("fuzz.csv"), unknown, &mut warnings) {
+            let _ = e.to_string();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -349,12 +361,13 @@ mod tests {
     #[test]
     fn every_seed_and_past_crash_runs_through_its_target() {
         type Target = fn(&[u8]);
-        let targets: [(&str, Target); 5] = [
+        let targets: [(&str, Target); 6] = [
             ("otlp_receiver", otlp_receiver),
             ("config", config),
             ("proc_files", proc_files),
             ("pod_resources", pod_resources),
             ("otlp_json", otlp_json),
+            ("dcgm_counters", dcgm_counters),
         ];
         for (target, run) in targets {
             let inputs = inputs(target);

@@ -1158,6 +1158,7 @@ fn prometheus_settings_follow_the_one_precedence() {
             addr: Some("0.0.0.0:9400".parse().unwrap()),
             names: PrometheusNames::Dcgm,
             max_series: 500,
+            dcgm_counters: None,
         }
     );
     let env = Env::with(&[
@@ -1190,7 +1191,87 @@ fn prometheus_settings_follow_the_one_precedence() {
             addr: Some("[::1]:9402".parse().unwrap()),
             names: PrometheusNames::Dcgm,
             max_series: 7,
+            dcgm_counters: None,
         }
+    );
+}
+
+/// The counters file: `--dcgm-counters` over dcgm-exporter's `DCGM_EXPORTER_COLLECTORS` over
+/// `prometheus.dcgm_counters`; it implies the dcgm names, and refuses `otel` beside it.
+#[test]
+fn the_dcgm_counters_file_follows_the_precedence_and_implies_dcgm_names() {
+    use gpulse::config::{PrometheusNames, PrometheusSettings};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let temp = write("temp.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, t\n");
+    let power = write("power.csv", "DCGM_FI_DEV_POWER_USAGE, gauge, p\n");
+    let energy = write(
+        "energy.csv",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, e\n",
+    );
+    let selected = |p: &PrometheusSettings| -> Vec<&'static str> {
+        let counters = p.dcgm_counters.as_ref().expect("a counters file");
+        counters.counters.iter().map(|c| c.series.name).collect()
+    };
+    let f = file(&format!("[prometheus]\ndcgm_counters = {energy:?}\n"));
+    let from_file = resolved(&[], &Env::default(), Some(&f)).prometheus;
+    assert_eq!(
+        selected(&from_file),
+        ["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    );
+    assert_eq!(from_file.names, PrometheusNames::Dcgm, "implied");
+    let env = Env::with(&[("DCGM_EXPORTER_COLLECTORS", power.as_str())]);
+    let from_env = resolved(&[], &env, Some(&f)).prometheus;
+    assert_eq!(selected(&from_env), ["DCGM_FI_DEV_POWER_USAGE"]);
+    let from_flag = resolved(&["--dcgm-counters", &temp], &env, Some(&f)).prometheus;
+    assert_eq!(selected(&from_flag), ["DCGM_FI_DEV_GPU_TEMP"]);
+
+    let conflict = err(
+        &["--dcgm-counters", &temp, "--prometheus-names", "otel"],
+        &Env::default(),
+        None,
+    );
+    assert!(
+        conflict.contains("--prometheus-names otel") && conflict.contains("only"),
+        "{conflict}"
+    );
+    let missing = err(
+        &["--dcgm-counters", "/nonexistent/custom.csv"],
+        &Env::default(),
+        None,
+    );
+    assert!(
+        missing.contains("/nonexistent/custom.csv") && missing.contains("--dcgm-counters"),
+        "{missing}"
+    );
+    let unknown = write("unknown.csv", "# x\nDCGM_FI_DEV_NOT_A_FIELD, gauge, x\n");
+    let refused = err(&["--dcgm-counters", &unknown], &Env::default(), None);
+    assert!(
+        refused.contains("unknown.csv:2: gpulse cannot serve DCGM_FI_DEV_NOT_A_FIELD"),
+        "{refused}"
+    );
+    let warned = resolved(
+        &["--dcgm-counters", &unknown],
+        &Env::with(&[("GPULSE_DCGM_COUNTERS_UNKNOWN", "warn")]),
+        None,
+    );
+    assert!(warned
+        .prometheus
+        .dcgm_counters
+        .expect("file")
+        .counters
+        .is_empty());
+    assert!(
+        warned
+            .warnings
+            .iter()
+            .any(|w| w.contains("DCGM_FI_DEV_NOT_A_FIELD skipped")),
+        "{:?}",
+        warned.warnings
     );
 }
 

@@ -3,6 +3,7 @@
 mod attribution;
 mod common;
 mod config;
+mod dcgm_exporter;
 mod diagnosis;
 mod energy;
 mod enrich;

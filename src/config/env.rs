@@ -66,6 +66,11 @@ pub(crate) const PROMETHEUS_ADDR: &str = "GPULSE_PROMETHEUS_ADDR";
 pub(crate) const PROMETHEUS_NAMES: &str = "GPULSE_PROMETHEUS_NAMES";
 /// `--prometheus-max-series`, a count.
 pub(crate) const PROMETHEUS_MAX_SERIES: &str = "GPULSE_PROMETHEUS_MAX_SERIES";
+/// `--dcgm-counters`: dcgm-exporter's own variable for its counters file (its `-f`), so a
+/// DaemonSet's environment carries over.
+pub(crate) const DCGM_EXPORTER_COLLECTORS: &str = "DCGM_EXPORTER_COLLECTORS";
+/// `--dcgm-counters-unknown`: `error` or `warn`.
+pub(crate) const DCGM_COUNTERS_UNKNOWN: &str = "GPULSE_DCGM_COUNTERS_UNKNOWN";
 /// `--cost-per-gpu-hour`.
 pub(crate) const COST_PER_GPU_HOUR: &str = "GPULSE_COST_PER_GPU_HOUR";
 /// `--cost-per-kwh`.

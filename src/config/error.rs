@@ -47,6 +47,10 @@ pub enum ConfigError {
         what: &'static str,
     },
 
+    /// A dcgm-exporter counters file (`--dcgm-counters`) that cannot be used.
+    #[error(transparent)]
+    DcgmCounters(#[from] super::dcgm_counters::CountersError),
+
     /// A `[diagnosis]` value that makes a rule meaningless.
     #[error("{path}: {source}")]
     Diagnosis {

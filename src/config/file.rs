@@ -226,6 +226,10 @@ pub struct PrometheusFile {
     pub names: Value,
     /// Most series per scrape; more are dropped and counted. Default `20000`.
     pub max_series: Value,
+    /// A dcgm-exporter counters CSV selecting the `DCGM_FI_*` series (implies `names = "dcgm"`).
+    pub dcgm_counters: Value,
+    /// `"error"` (default) or `"warn"`: what a row gpulse cannot serve does.
+    pub dcgm_counters_unknown: Value,
 }
 
 /// `[queue]`: what is kept for retry while the backend is unreachable.

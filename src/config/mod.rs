@@ -68,6 +68,7 @@
 
 mod common;
 pub mod cost;
+pub mod dcgm_counters;
 pub mod defaults;
 pub mod downward;
 pub mod env;
@@ -198,7 +199,7 @@ impl Config {
         let mut warnings = Vec::new();
         let (service_name, resource_attributes) = resource(run, &layers, &mut warnings)?;
         let otlp_receiver = receiver::receiver_settings(run, &layers, &exporter)?;
-        let prometheus = prometheus::resolve(run, &layers, sinks.prometheus)?;
+        let prometheus = prometheus::resolve(run, &layers, sinks.prometheus, &mut warnings)?;
         let export = ExportSettings {
             exporter,
             sinks,

@@ -1,11 +1,15 @@
 //! The `/metrics` endpoint's settings (`--prometheus-addr`, `--prometheus-names`,
 //! `--prometheus-max-series`, their `GPULSE_PROMETHEUS_*` variables and the `[prometheus]` file
-//! table), resolved with the one precedence: flags > environment > file > defaults; and the
-//! SDK's `OTEL_EXPORTER_PROMETHEUS_HOST`/`_PORT` when the metrics exporter list names
-//! `prometheus` and no address was given.
+//! table), resolved with the one precedence: flags > environment > file > defaults; the SDK's
+//! `OTEL_EXPORTER_PROMETHEUS_HOST`/`_PORT` when the metrics exporter list names `prometheus`
+//! and no address was given; and the dcgm-exporter counters file (`--dcgm-counters`, or
+//! dcgm-exporter's own `DCGM_EXPORTER_COLLECTORS`, read by [`super::dcgm_counters`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
 
+use super::dcgm_counters::{self, DcgmCounters, UnknownCounters};
 use super::defaults::{DEFAULT_OTEL_PROMETHEUS_PORT, DEFAULT_PROMETHEUS_MAX_SERIES};
 use super::error::ConfigError;
 use super::layers::{first, Layers};
@@ -45,13 +49,16 @@ impl PrometheusNames {
 }
 
 /// `/metrics`: off when `addr` is `None`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrometheusSettings {
     pub addr: Option<SocketAddr>,
     pub names: PrometheusNames,
     /// Series beyond this are left out of a scrape (device series first, then processes by
     /// ascending PID keep their place) and counted in `gpulse_prometheus_series_dropped_total`.
     pub max_series: usize,
+    /// The `DCGM_FI_*` series a dcgm-exporter counters file selects; `None`: every one gpulse
+    /// has (with `names` = dcgm).
+    pub dcgm_counters: Option<Arc<DcgmCounters>>,
 }
 
 impl Default for PrometheusSettings {
@@ -60,6 +67,7 @@ impl Default for PrometheusSettings {
             addr: None,
             names: PrometheusNames::Otel,
             max_series: DEFAULT_PROMETHEUS_MAX_SERIES,
+            dcgm_counters: None,
         }
     }
 }
@@ -69,10 +77,14 @@ impl Default for PrometheusSettings {
 /// `OTEL_EXPORTER_PROMETHEUS_HOST`:`OTEL_EXPORTER_PROMETHEUS_PORT` (defaults `localhost`, 9464).
 /// Without `prometheus` in the list, `/metrics` is served only at an explicit `--prometheus-addr`
 /// and the `OTEL_EXPORTER_PROMETHEUS_*` variables are not read.
+///
+/// A counters file implies `--prometheus-names dcgm` (its rows are `DCGM_FI_*` series); naming
+/// `otel` beside it is an error, as one of the two is a mistake.
 pub(crate) fn resolve(
     run: &RunArgs,
     layers: &Layers<'_>,
     wanted: bool,
+    warnings: &mut Vec<String>,
 ) -> Result<PrometheusSettings, ConfigError> {
     let explicit = first([
         Layers::flag("--prometheus-addr", run.prometheus_addr.as_deref()),
@@ -86,14 +98,27 @@ pub(crate) fn resolve(
         None if wanted => Some(otel_addr(layers)?),
         None => None,
     };
-    let names = first([
+    let names_raw = first([
         Layers::flag("--prometheus-names", run.prometheus_names.as_deref()),
         layers.env(super::env::PROMETHEUS_NAMES),
         layers.file("prometheus.names", |f| &f.prometheus.names),
-    ])
-    .map(|raw| raw.parse(PrometheusNames::parse))
-    .transpose()?
-    .unwrap_or_default();
+    ]);
+    let names = names_raw
+        .as_ref()
+        .map(|raw| raw.parse(PrometheusNames::parse))
+        .transpose()?;
+    let dcgm_counters = dcgm_counters(run, layers, warnings)?;
+    let names = match (names, &dcgm_counters, &names_raw) {
+        (Some(PrometheusNames::Otel), Some(_), Some(raw)) => {
+            return Err(raw.invalid(
+                "a dcgm-exporter counters file (--dcgm-counters, DCGM_EXPORTER_COLLECTORS or \
+                 prometheus.dcgm_counters) selects DCGM_FI_* series, which only \
+                 --prometheus-names dcgm serves; drop one of the two",
+            ))
+        }
+        (_, Some(_), _) => PrometheusNames::Dcgm,
+        (names, None, _) => names.unwrap_or_default(),
+    };
     let max_series = match first([
         Layers::flag(
             "--prometheus-max-series",
@@ -113,7 +138,43 @@ pub(crate) fn resolve(
         addr,
         names,
         max_series,
+        dcgm_counters,
     })
+}
+
+/// The counters file, read and checked, when one is given.
+fn dcgm_counters(
+    run: &RunArgs,
+    layers: &Layers<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Arc<DcgmCounters>>, ConfigError> {
+    let Some(path) = first([
+        Layers::flag("--dcgm-counters", run.dcgm_counters.as_deref()),
+        layers.env(super::env::DCGM_EXPORTER_COLLECTORS),
+        layers.file("prometheus.dcgm_counters", |f| &f.prometheus.dcgm_counters),
+    ]) else {
+        return Ok(None);
+    };
+    let unknown = first([
+        Layers::flag(
+            "--dcgm-counters-unknown",
+            run.dcgm_counters_unknown.as_deref(),
+        ),
+        layers.env(super::env::DCGM_COUNTERS_UNKNOWN),
+        layers.file("prometheus.dcgm_counters_unknown", |f| {
+            &f.prometheus.dcgm_counters_unknown
+        }),
+    ])
+    .map(|raw| raw.parse(UnknownCounters::parse))
+    .transpose()?
+    .unwrap_or_default();
+    let counters = dcgm_counters::load(
+        Path::new(path.text.trim()),
+        &path.origin.name(),
+        unknown,
+        warnings,
+    )?;
+    Ok(Some(Arc::new(counters)))
 }
 
 /// The address from the SDK's `OTEL_EXPORTER_PROMETHEUS_HOST` and `_PORT`.

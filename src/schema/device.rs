@@ -12,6 +12,7 @@
 //! reason bits, NVLink links, MIG instances, the row remapper, violation times, XIDs) keep their
 //! own types and builders.
 
+use super::dcgm::{DcgmReading, DcgmSeries, DcgmType};
 use super::metrics::MetricId;
 use super::source::{NvmlCall, NvmlFieldId, Scale, Source, SourceKind};
 
@@ -58,78 +59,6 @@ pub struct FieldMetric {
     pub min: Option<MetricId>,
 }
 
-/// How dcgm-exporter scales a field it also exports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DcgmScale {
-    /// A 0–1 ratio as a whole percent.
-    Percent,
-    /// Bytes as whole MiB.
-    Mebibytes,
-    /// Rounded to a whole number.
-    Whole,
-    /// As it is.
-    Float,
-    /// Joules as whole millijoules.
-    Millijoules,
-}
-
-/// A value in dcgm-exporter's unit: a whole number (exposed as an integer) or as it is.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum DcgmValue {
-    Int(i64),
-    Float(f64),
-}
-
-impl DcgmScale {
-    /// `value`, in its field's unit (ratio, bytes, °C, W, MHz, J), in dcgm-exporter's.
-    pub(crate) fn convert(self, value: f64) -> DcgmValue {
-        const MIB: u64 = 1 << 20;
-        match self {
-            DcgmScale::Percent => DcgmValue::Int((value * 100.0).round() as i64),
-            DcgmScale::Mebibytes => DcgmValue::Int((value.max(0.0) as u64 / MIB) as i64),
-            DcgmScale::Whole => DcgmValue::Int(value.round() as i64),
-            DcgmScale::Float => DcgmValue::Float(value),
-            DcgmScale::Millijoules => DcgmValue::Int((value * 1000.0).round() as i64),
-        }
-    }
-
-    /// dcgm-exporter's unit of a series in this scale, for a field whose metric is in the UCUM
-    /// `unit`, as the docs write it.
-    pub(crate) fn unit(self, unit: &str) -> String {
-        match (self, unit) {
-            (DcgmScale::Percent, _) => "%".into(),
-            (DcgmScale::Mebibytes, _) => "MiB".into(),
-            (DcgmScale::Millijoules, _) => "mJ".into(),
-            (_, "Cel") => "°C".into(),
-            (_, "1") => "0–1".into(),
-            (_, other) => other.trim_start_matches('{').trim_end_matches('}').into(),
-        }
-    }
-
-    /// The name docs and the exported schema use.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            DcgmScale::Percent => "percent",
-            DcgmScale::Mebibytes => "mebibytes",
-            DcgmScale::Whole => "whole",
-            DcgmScale::Float => "float",
-            DcgmScale::Millijoules => "millijoules",
-        }
-    }
-}
-
-/// The dcgm-exporter series a field feeds (`DCGM_FI_*`): its name, help text and the
-/// conversion to dcgm-exporter's unit ([`DcgmScale::convert`]), from the window's last value
-/// (totals for counters), as dcgm-exporter reports its latest reading. No series has labels of
-/// its own: all carry the per-device (or per-MIG-instance) label set of every DCGM series,
-/// declared once in `export::prometheus::dcgm` (`DEVICE_LABELS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DcgmSeries {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub scale: DcgmScale,
-}
-
 /// One row of the device field table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldSpec {
@@ -158,6 +87,20 @@ impl FieldSpec {
                 unreachable!("an integrated rate of {other}: name its per-second unit here")
             }
             _ => unit,
+        }
+    }
+
+    /// Which reading of the window its dcgm-exporter series shows: a counter gpulse keeps, its
+    /// total; a rate, its mean (as DCGM averages its profiling rates); anything else (a
+    /// driver's own total included), the last sample.
+    pub(crate) fn dcgm_reading(&self) -> DcgmReading {
+        let counter = self.dcgm.is_some_and(|d| d.kind == DcgmType::Counter);
+        match self.window {
+            WindowKind::LifetimeCounter | WindowKind::IntegratedRate if counter => {
+                DcgmReading::Total
+            }
+            WindowKind::IntegratedRate => DcgmReading::Mean,
+            _ => DcgmReading::Last,
         }
     }
 
@@ -225,14 +168,6 @@ impl FieldMetric {
     }
 }
 
-pub(super) const fn dcgm(
-    name: &'static str,
-    help: &'static str,
-    scale: DcgmScale,
-) -> Option<DcgmSeries> {
-    Some(DcgmSeries { name, help, scale })
-}
-
 /// A row; its field is set by [`device_fields!`].
 const fn row(
     key: &'static str,
@@ -254,7 +189,8 @@ const fn row(
 }
 
 use super::attributes::AttributeId;
-use DcgmScale::{Float, Mebibytes, Millijoules, Percent, Whole};
+use super::dcgm::DcgmScale::{Float, Mebibytes, Millijoules, Percent, Whole};
+use super::dcgm::{counter, gauge as dcgm};
 use MetricId as M;
 use NvmlCall::*;
 use Scale::{Kibi, Milli, PercentToRatio};
@@ -335,7 +271,7 @@ device_fields! {
         of(EnforcedPowerLimit).scaled(Milli)),
     Energy => row("energy_joules", FRACTION, LifetimeCounter,
         metric(M::Energy),
-        dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        counter("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
              "Total energy consumption since gpulse first saw the GPU (in mJ).", Millijoules),
         of(TotalEnergyConsumption).scaled(Milli)),
     SmClock => row("sm_clock_mhz", WHOLE, Gauge,
@@ -353,10 +289,12 @@ device_fields! {
         metric(M::FanSpeed), None,
         of(FanSpeeds).scaled(PercentToRatio)),
     PcieTx => row("pcie_tx_bytes_per_second", FRACTION, IntegratedRate,
-        metric_with(M::GpuIo, DIRECTION, "transmit"), None,
+        metric_with(M::GpuIo, DIRECTION, "transmit"),
+        dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "PCIe data sent per second (in B/s).", Whole),
         of(PcieTxThroughput).scaled(Kibi)),
     PcieRx => row("pcie_rx_bytes_per_second", FRACTION, IntegratedRate,
-        metric_with(M::GpuIo, DIRECTION, "receive"), None,
+        metric_with(M::GpuIo, DIRECTION, "receive"),
+        dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "PCIe data received per second (in B/s).", Whole),
         of(PcieRxThroughput).scaled(Kibi)),
     EccCorrected => row("ecc_corrected_total", WHOLE, LifetimeCounter,
         metric_with(M::Errors, ERROR_TYPE, "corrected"), None,
@@ -368,7 +306,9 @@ device_fields! {
         metric(M::PerformanceState), None,
         of(PerformanceState)),
     PcieReplays => row("pcie_replays_total", WHOLE, Last,
-        metric_with(M::Errors, ERROR_TYPE, "pcie_replay"), None,
+        metric_with(M::Errors, ERROR_TYPE, "pcie_replay"),
+        counter("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                "PCIe replays (retries) the driver counted since it loaded.", Whole),
         of(PcieReplayCounter)),
     PcieLinkGeneration => row("pcie_link_generation", WHOLE, Last,
         metric(M::PcieLinkGeneration),
@@ -377,7 +317,8 @@ device_fields! {
     PcieLinkWidth => row("pcie_link_width", WHOLE, Last,
         metric(M::PcieLinkWidth),
         dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", Whole),
-        of(CurrPcieLinkWidth)),    MemoryTemperature => row("memory_temperature_celsius", FRACTION, Gauge,
+        of(CurrPcieLinkWidth)),
+    MemoryTemperature => row("memory_temperature_celsius", FRACTION, Gauge,
         metric(M::MemoryTemperature).extremes(M::MemoryTemperatureMax, None),
         dcgm("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", Whole),
         Source::field_id(NvmlFieldId::MemoryTemp)),
@@ -551,20 +492,6 @@ mod tests {
                 base.instrument
             );
         }
-    }
-
-    #[test]
-    fn dcgm_scales_convert_to_dcgm_exporters_units() {
-        use DcgmValue::{Float, Int};
-        assert_eq!(DcgmScale::Percent.convert(0.425), Int(43));
-        assert_eq!(DcgmScale::Mebibytes.convert(3.5 * 1048576.0), Int(3));
-        assert_eq!(DcgmScale::Mebibytes.convert(-1.0), Int(0));
-        assert_eq!(DcgmScale::Whole.convert(64.6), Int(65));
-        assert_eq!(DcgmScale::Float.convert(412.5), Float(412.5));
-        assert_eq!(DcgmScale::Millijoules.convert(1.2345), Int(1235));
-        assert_eq!(DcgmScale::Whole.unit("Cel"), "°C");
-        assert_eq!(DcgmScale::Whole.unit("{lane}"), "lane");
-        assert_eq!(DcgmScale::Float.unit("1"), "0–1");
     }
 
     #[test]

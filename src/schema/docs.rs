@@ -274,7 +274,7 @@ pub(crate) fn schema_json() -> String {
                 "whole": spec.whole,
                 "window": spec.window.as_str(),
                 "metric": metric_json(&spec.metric),
-                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str() })),
+                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str(), "type": d.kind.as_str() })),
             })
         })
         .collect();
@@ -292,7 +292,7 @@ pub(crate) fn schema_json() -> String {
                 },
                 "unit": spec.metric.id.spec().unit,
                 "metric": metric_json(&spec.metric),
-                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str() })),
+                "dcgm": spec.dcgm.map(|d| json!({ "name": d.name, "scale": d.scale.as_str(), "type": d.kind.as_str() })),
             })
         })
         .collect();

@@ -8,7 +8,8 @@
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 
-use super::device::{dcgm, metric, metric_with, DcgmScale, DcgmSeries, FieldMetric};
+use super::dcgm::{gauge as dcgm, DcgmScale, DcgmSeries};
+use super::device::{metric, metric_with, FieldMetric};
 use super::metrics::MetricId;
 
 /// One row of the GPM field table.
@@ -143,22 +144,29 @@ gpm_fields! {
         metric_with(M::PipeActivity, PIPE, "tensor"), PIPE_EXTREMES,
         dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor pipes are active.", Float)),
     TensorHmmaActivity => gpm("tensor_hmma_activity", G::HmmaTensorUtil,
-        metric_with(M::PipeActivity, PIPE, "tensor.hmma"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "tensor.hmma"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", "Ratio of cycles the HMMA tensor pipe is active.", Float)),
     TensorImmaActivity => gpm("tensor_imma_activity", G::ImmaTensorUtil,
-        metric_with(M::PipeActivity, PIPE, "tensor.imma"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "tensor.imma"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", "Ratio of cycles the IMMA tensor pipe is active.", Float)),
     TensorDfmaActivity => gpm("tensor_dfma_activity", G::DfmaTensorUtil,
-        metric_with(M::PipeActivity, PIPE, "tensor.dfma"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "tensor.dfma"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", "Ratio of cycles the DFMA tensor pipe is active.", Float)),
     DramActivity => gpm("dram_activity", G::DramBwUtil,
         metric(M::DramActivity), [M::DramActivityMax, M::DramActivityMin],
         dcgm("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.", Float)),
     Fp16Activity => gpm("fp16_activity", G::Fp16Util,
-        metric_with(M::PipeActivity, PIPE, "fp16"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "fp16"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", Float)),
     Fp32Activity => gpm("fp32_activity", G::Fp32Util,
-        metric_with(M::PipeActivity, PIPE, "fp32"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "fp32"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", Float)),
     Fp64Activity => gpm("fp64_activity", G::Fp64Util,
-        metric_with(M::PipeActivity, PIPE, "fp64"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "fp64"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", Float)),
     IntegerActivity => gpm("integer_activity", G::IntegerUtil,
-        metric_with(M::PipeActivity, PIPE, "integer"), PIPE_EXTREMES, None),
+        metric_with(M::PipeActivity, PIPE, "integer"), PIPE_EXTREMES,
+        dcgm("DCGM_FI_PROF_PIPE_INT_ACTIVE", "Ratio of cycles the integer pipe is active.", Float)),
     GraphicsActivity => gpm("graphics_activity", G::GraphicsUtil,
         metric(M::GraphicsActivity), [M::GraphicsActivityMax, M::GraphicsActivityMin],
         dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", Float)),

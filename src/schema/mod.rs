@@ -23,6 +23,7 @@ pub mod attribute_keys;
 pub mod attributes;
 #[cfg(test)]
 mod checklist;
+pub mod dcgm;
 pub(crate) mod device;
 pub mod docs;
 pub(crate) mod field_values;
@@ -37,9 +38,13 @@ pub(crate) mod source;
 pub mod switches;
 pub(crate) mod throttle;
 
+pub use dcgm::{
+    dcgm_series, family_series, DcgmFamily, DcgmReading, DcgmScale, DcgmSeries, DcgmType,
+    DcgmValue, DCGM_FAMILY_SERIES, DRIVER_VERSION_LABEL,
+};
 pub use device::{
-    field_calls, field_id_reads, DcgmScale, DcgmSeries, DcgmValue, DeviceField, FieldMetric,
-    FieldRead, FieldSpec, WindowKind, DEVICE_FIELDS, FIELD_COUNT,
+    field_calls, field_id_reads, DeviceField, FieldMetric, FieldRead, FieldSpec, WindowKind,
+    DEVICE_FIELDS, FIELD_COUNT,
 };
 pub(crate) use field_values::serialize_keyed;
 pub use field_values::{FieldReport, FieldValues, ReportValue};

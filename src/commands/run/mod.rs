@@ -191,7 +191,7 @@ impl Pipeline {
             Some(addr) => Some(
                 prometheus::start(
                     addr,
-                    config.prometheus,
+                    config.prometheus.clone(),
                     config.common.metrics,
                     exporter.node().clone(),
                     windows.subscribe(),

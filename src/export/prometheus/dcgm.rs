@@ -11,21 +11,25 @@
 //! gets one set of series per MIG instance, labelled `GPU_I_PROFILE` and `GPU_I_ID` as
 //! dcgm-exporter labels them: its memory slice and its GPU instance's `DCGM_FI_PROF_*`.
 //!
-//! Two deliberate differences: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` counts from when gpulse
-//! first saw the device (DCGM: since the driver loaded), and it is typed `gauge`, not `counter`,
-//! because a Prometheus counter's name must end in `_total` (`promtool check metrics`) and the
-//! name must stay dcgm-exporter's; `rate()`/`increase()` work on it all the same.
+//! Types are dcgm-exporter's (`counter` for its `counter` rows, the sample named as the family,
+//! without `_total`, as dcgm-exporter writes it), or those of the operator's counters file
+//! (`--dcgm-counters`), whose rows then select the series and give their help. A field the
+//! device does not give has no series, as with dcgm-exporter. One deliberate difference:
+//! `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` counts from when gpulse first saw the device (DCGM:
+//! since the driver loaded); `rate()`/`increase()` see the same.
 
 use std::collections::HashMap;
 
 use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
+use crate::config::dcgm_counters::DcgmCounters;
 use crate::export::resource::NodeIdentity;
 use crate::sampling::DeviceInfo;
 use crate::sampling::{DeviceStatus, DeviceWindow, MigInstanceWindow};
-use crate::schema::{DcgmScale, DcgmSeries, DcgmValue};
-use crate::schema::{DeviceField, MetricSet, WindowKind, DEVICE_FIELDS, GPM_FIELDS};
+use crate::schema::{DcgmFamily, DcgmReading, DcgmScale, DcgmSeries, DcgmType, DcgmValue};
+use crate::schema::{DeviceField, MetricSet, DCGM_FAMILY_SERIES, DEVICE_FIELDS, GPM_FIELDS};
+use crate::schema::{MetricId, DRIVER_VERSION_LABEL};
 
 /// dcgm-exporter's labels, in the order it writes them, with what gpulse puts in each: the one
 /// place the label sets are declared. Every `DCGM_FI_*` series of a GPU carries
@@ -82,7 +86,7 @@ fn device_labels(
                 "device" => format!("nvidia{}", info.index),
                 "modelName" => info.name.clone(),
                 "Hostname" => hostname.to_string(),
-                "DCGM_FI_DRIVER_VERSION" => driver_version?.to_string(),
+                DRIVER_VERSION_LABEL => driver_version?.to_string(),
                 other => unreachable!("DEVICE_LABELS has {other} without its value"),
             };
             Some((name.to_string(), value))
@@ -97,14 +101,6 @@ fn dcgm_value(scale: DcgmScale, value: f64) -> SampleValue {
         DcgmValue::Float(v) => SampleValue::Float(v),
     }
 }
-
-/// The XID series, the one dcgm-exporter series that is not a schema field: it reports events
-/// (the last XID code), not a sampled value.
-pub(super) const XID_ERRORS: DcgmSeries = DcgmSeries {
-    name: "DCGM_FI_DEV_XID_ERRORS",
-    help: "Value of the last XID error encountered (0: none since gpulse started).",
-    scale: DcgmScale::Whole,
-};
 
 /// A dcgm-exporter name: used as is, no unit suffix, no `_total`.
 fn dcgm_name(name: &str) -> PromName {
@@ -162,14 +158,78 @@ fn pod_labels(
         .collect()
 }
 
-/// The `DCGM_FI_*` families of every device of the window, less those of the fields whose
-/// metric is switched off (`off`): a metric switched off is gone under both names.
+/// Which series are served, with which type and help: every series of the schema with its
+/// own (no counters file), or the rows of the operator's counters file.
+#[derive(Clone, Copy)]
+pub(super) struct Selection<'a> {
+    pub counters: Option<&'a DcgmCounters>,
+    /// The metrics switched off (`[metrics]`): gone under both names.
+    pub off: MetricSet,
+}
+
+impl<'a> Selection<'a> {
+    /// The type and help `series` is served with, or `None` when it is not served: its metric
+    /// is switched off, or a counters file does not list it.
+    fn of(
+        &self,
+        series: &'a DcgmSeries,
+        metric: Option<MetricId>,
+    ) -> Option<(FamilyKind, &'a str)> {
+        if metric.is_some_and(|m| self.off.contains(m)) {
+            return None;
+        }
+        let (kind, help) = match self.counters {
+            None => (series.kind, series.help),
+            Some(counters) => {
+                let row = counters.get(series.name)?;
+                (row.kind, row.help.as_str())
+            }
+        };
+        let kind = match kind {
+            DcgmType::Gauge => FamilyKind::Gauge,
+            DcgmType::Counter => FamilyKind::NamedCounter,
+        };
+        Some((kind, help))
+    }
+
+    /// dcgm-exporter's driver version label: always without a counters file, else when the
+    /// file has its `label` row.
+    fn driver_version_label(&self) -> bool {
+        self.counters.is_none_or(|c| c.driver_version_label)
+    }
+
+    /// Pushes `value` (in the field's unit) under `series` when it is served.
+    fn push(
+        &self,
+        b: &mut Builder,
+        series: &'a DcgmSeries,
+        metric: Option<MetricId>,
+        labels: &[(String, String)],
+        value: Option<f64>,
+    ) {
+        let (Some((kind, help)), Some(value)) = (self.of(series, metric), value) else {
+            return;
+        };
+        if !value.is_finite() {
+            return;
+        }
+        b.push(
+            &dcgm_name(series.name),
+            help,
+            kind,
+            labels.to_vec(),
+            dcgm_value(series.scale, value),
+        );
+    }
+}
+
+/// The `DCGM_FI_*` families of every device of the window that `selection` serves.
 pub(super) fn push_devices(
     b: &mut Builder,
     attributed: &AttributedWindow,
     node: &NodeIdentity,
     last_xid: &HashMap<String, u64>,
-    off: MetricSet,
+    selection: Selection<'_>,
 ) {
     let window = &attributed.window;
     // dcgm-exporter's Hostname is the node's name (NODE_NAME in its DaemonSet).
@@ -177,52 +237,89 @@ pub(super) fn push_devices(
         .k8s_node_name()
         .unwrap_or(node.host_name.as_str())
         .to_string();
+    let driver_version = window
+        .driver_version
+        .as_deref()
+        .filter(|_| selection.driver_version_label());
     for d in &window.devices {
         if d.status == DeviceStatus::Lost {
             // dcgm-exporter stops reporting a GPU that fell off the bus; so does this.
             continue;
         }
         let info = &d.info;
-        let mut labels = device_labels(info, &hostname, window.driver_version.as_deref());
+        let mut labels = device_labels(info, &hostname, driver_version);
         let gpu_labels = labels.clone();
         labels.extend(pod_labels(attributed, &info.uuid, None));
 
         for spec in &DEVICE_FIELDS {
-            let Some(series) = spec.dcgm.filter(|_| !off.contains(spec.metric.id)) else {
-                continue;
+            let Some(series) = &spec.dcgm else { continue };
+            let value = match spec.dcgm_reading() {
+                DcgmReading::Total => d.total(spec.field),
+                DcgmReading::Mean => d.mean(spec.field),
+                DcgmReading::Last => d.last(spec.field),
             };
-            // dcgm-exporter reports its latest reading: the window's last value, or a
-            // counter's total.
-            let value = match spec.window {
-                WindowKind::LifetimeCounter | WindowKind::IntegratedRate => d.total(spec.field),
-                WindowKind::Gauge | WindowKind::Last => d.last(spec.field),
-            };
-            let Some(value) = value.filter(|v| v.is_finite()) else {
-                continue;
-            };
-            b.push(
-                &dcgm_name(series.name),
-                series.help,
-                FamilyKind::Gauge,
-                labels.clone(),
-                dcgm_value(series.scale, value),
-            );
+            selection.push(b, series, Some(spec.metric.id), &labels, value);
         }
-        b.push(
-            &dcgm_name(XID_ERRORS.name),
-            XID_ERRORS.help,
-            FamilyKind::Gauge,
-            labels.clone(),
-            SampleValue::Int(
-                last_xid
-                    .get(&info.uuid)
-                    .map_or(0, |x| i64::try_from(*x).unwrap_or(i64::MAX)),
-            ),
-        );
-        push_profiling(b, &labels, d, None, off);
+        for (family, series) in &DCGM_FAMILY_SERIES {
+            let (value, metric) = family_value(*family, d, last_xid);
+            selection.push(b, series, metric, &labels, value);
+        }
+        push_profiling(b, &labels, d, None, selection);
         for m in &d.mig_instances {
-            push_mig_instance(b, attributed, &gpu_labels, d, m, off);
+            push_mig_instance(b, attributed, &gpu_labels, d, m, selection);
         }
+    }
+}
+
+/// A family series' value on device `d` (in its unit; `None`: the device does not give it),
+/// and the metric whose switch also turns it off.
+fn family_value(
+    family: DcgmFamily,
+    d: &DeviceWindow,
+    last_xid: &HashMap<String, u64>,
+) -> (Option<f64>, Option<MetricId>) {
+    let remap = d.remapped_rows;
+    let nvlink_rate = |tx: bool| {
+        d.nvlink
+            .iter()
+            .filter_map(|l| {
+                if tx {
+                    l.tx_bytes_per_second
+                } else {
+                    l.rx_bytes_per_second
+                }
+            })
+            .map(|g| g.mean)
+            .reduce(|a, b| a + b)
+    };
+    match family {
+        DcgmFamily::XidErrors => (
+            Some(last_xid.get(&d.info.uuid).map_or(0.0, |x| *x as f64)),
+            None,
+        ),
+        DcgmFamily::UncorrectableRemappedRows => (
+            remap.map(|r| f64::from(r.uncorrectable)),
+            Some(MetricId::RemappedRows),
+        ),
+        DcgmFamily::CorrectableRemappedRows => (
+            remap.map(|r| f64::from(r.correctable)),
+            Some(MetricId::RemappedRows),
+        ),
+        DcgmFamily::RowRemapFailure => (
+            remap.map(|r| f64::from(u8::from(r.failure))),
+            Some(MetricId::RemapFailed),
+        ),
+        DcgmFamily::NvLinkBandwidthTotal => (
+            d.nvlink
+                .iter()
+                .flat_map(|l| [l.last.tx_bytes_total, l.last.rx_bytes_total])
+                .flatten()
+                .map(|v| v as f64)
+                .reduce(|a, b| a + b),
+            Some(MetricId::NvLinkIo),
+        ),
+        DcgmFamily::NvLinkTxBytes => (nvlink_rate(true), Some(MetricId::NvLinkIo)),
+        DcgmFamily::NvLinkRxBytes => (nvlink_rate(false), Some(MetricId::NvLinkIo)),
     }
 }
 
@@ -235,7 +332,7 @@ fn push_mig_instance(
     gpu_labels: &[(String, String)],
     d: &DeviceWindow,
     m: &MigInstanceWindow,
-    off: MetricSet,
+    selection: Selection<'_>,
 ) {
     let mut labels = Vec::with_capacity(gpu_labels.len() + MIG_LABELS.len() + POD_LABELS.len());
     for label in gpu_labels {
@@ -256,18 +353,17 @@ fn push_mig_instance(
         (DeviceField::MemoryUsed, m.memory_used_bytes),
         (DeviceField::MemoryFree, m.memory_free_bytes),
     ] {
-        let (Some(series), Some(bytes)) = (field.spec().dcgm, bytes) else {
-            continue;
-        };
-        b.push(
-            &dcgm_name(series.name),
-            series.help,
-            FamilyKind::Gauge,
-            labels.clone(),
-            dcgm_value(series.scale, bytes as f64),
+        let spec = field.spec();
+        let Some(series) = &spec.dcgm else { continue };
+        selection.push(
+            b,
+            series,
+            Some(spec.metric.id),
+            &labels,
+            bytes.map(|v| v as f64),
         );
     }
-    push_profiling(b, &labels, d, Some(m), off);
+    push_profiling(b, &labels, d, Some(m), selection);
 }
 
 /// dcgm-exporter's `DCGM_FI_PROF_*` fields, 0–1 ratios (the window's mean), from GPM (Hopper and
@@ -278,19 +374,17 @@ fn push_profiling(
     labels: &[(String, String)],
     d: &DeviceWindow,
     instance: Option<&MigInstanceWindow>,
-    off: MetricSet,
+    selection: Selection<'_>,
 ) {
     let gpm = instance.map_or(&d.gpm, |m| &m.gpm);
-    for spec in GPM_FIELDS.iter().filter(|s| !off.contains(s.metric.id)) {
-        let (Some(series), Some(ratio)) = (spec.dcgm, gpm.mean(spec.field)) else {
-            continue;
-        };
-        b.push(
-            &dcgm_name(series.name),
-            series.help,
-            FamilyKind::Gauge,
-            labels.to_vec(),
-            dcgm_value(series.scale, ratio),
+    for spec in &GPM_FIELDS {
+        let Some(series) = &spec.dcgm else { continue };
+        selection.push(
+            b,
+            series,
+            Some(spec.metric.id),
+            labels,
+            gpm.mean(spec.field),
         );
     }
 }

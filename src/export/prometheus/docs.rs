@@ -7,11 +7,12 @@
 //! schema_docs` rewrites them; a test fails when they drift. gpulse's own health metrics
 //! (`src/export/telemetry`) are not in the schema and keep their hand-written table below.
 
-use super::dcgm::{DEVICE_LABELS, MIG_LABELS, POD_LABELS, XID_ERRORS};
+use super::dcgm::{DEVICE_LABELS, MIG_LABELS, POD_LABELS};
 use super::names::{metric_name, OtlpKind};
 use crate::schema::docs::replace_block;
 use crate::schema::{
-    DcgmSeries, FieldMetric, Instrument, WindowKind, DEVICE_FIELDS, GPM_FIELDS, METRICS,
+    DcgmFamily, DcgmReading, DcgmSeries, FieldMetric, Instrument, DCGM_FAMILY_SERIES,
+    DEVICE_FIELDS, GPM_FIELDS, METRICS,
 };
 
 /// The name table, in Markdown: OTLP name, unit, instrument, Prometheus name.
@@ -72,36 +73,75 @@ fn metric_cell(metric: &FieldMetric) -> String {
     }
 }
 
+/// How a series' value compares with dcgm-exporter's, from what gpulse reads of the window.
+fn difference(reading: DcgmReading) -> &'static str {
+    match reading {
+        DcgmReading::Last => "same: NVML's reading, as DCGM's latest value",
+        DcgmReading::Mean => {
+            "mean over the export window, where DCGM averages over its own sampling period"
+        }
+        DcgmReading::Total => {
+            "counts from when gpulse first saw the GPU (DCGM: since the driver loaded); \
+             `rate()` and `increase()` agree"
+        }
+    }
+}
+
+/// How a family series compares with dcgm-exporter's.
+fn family_difference(family: DcgmFamily) -> &'static str {
+    match family {
+        DcgmFamily::XidErrors => {
+            "the last XID since gpulse started (DCGM remembers since the driver loaded)"
+        }
+        DcgmFamily::UncorrectableRemappedRows
+        | DcgmFamily::CorrectableRemappedRows
+        | DcgmFamily::RowRemapFailure => difference(DcgmReading::Last),
+        DcgmFamily::NvLinkBandwidthTotal => {
+            "bytes of data (payload) the driver counted since it loaded, both directions; \
+             DCGM's unit for this field has changed between releases, so compare with \
+             `rate()`"
+        }
+        DcgmFamily::NvLinkTxBytes | DcgmFamily::NvLinkRxBytes => {
+            "data payload only (DCGM counts headers too), mean over the export window"
+        }
+    }
+}
+
 /// The dcgm-exporter table, in Markdown: every series `--prometheus-names dcgm` serves, its
-/// unit, and the gpulse metric (and what of the window) it comes from.
+/// type and unit, the gpulse value (and what of the window) it comes from, and how it compares
+/// with dcgm-exporter's.
 pub fn dcgm_table() -> String {
     let mut out = String::from(
-        "| dcgm-exporter | unit | gpulse source (same window) | description |\n\
-         | --- | --- | --- | --- |\n",
+        "| dcgm-exporter | type | unit | gpulse source (same window) | vs dcgm-exporter | description |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
     );
-    let mut row = |series: &DcgmSeries, unit: String, source: String| {
+    let mut row = |series: &DcgmSeries, unit: String, source: String, differs: &str| {
         out.push_str(&format!(
-            "| `{}` | {unit} | {source} | {} |\n",
+            "| `{}` | {} | {unit} | {source} | {differs} | {} |\n",
             series.name,
+            series.kind.as_str(),
             series.help.replace('|', "\\|")
         ));
     };
     for spec in &DEVICE_FIELDS {
         let Some(series) = &spec.dcgm else { continue };
-        let what = match spec.window {
-            WindowKind::LifetimeCounter | WindowKind::IntegratedRate => {
-                "total since gpulse first saw the GPU"
-            }
-            WindowKind::Gauge | WindowKind::Last => "last sample",
-        };
-        let source = format!("{}, {what}", metric_cell(&spec.metric));
-        row(series, dcgm_unit(series, spec.unit()), source);
+        let reading = spec.dcgm_reading();
+        let source = format!("{}, {}", metric_cell(&spec.metric), reading.as_str());
+        row(
+            series,
+            dcgm_unit(series, spec.unit()),
+            source,
+            difference(reading),
+        );
     }
-    row(
-        &XID_ERRORS,
-        "XID code".into(),
-        "the last XID event since gpulse started, 0 if none".into(),
-    );
+    for (family, series) in &DCGM_FAMILY_SERIES {
+        row(
+            series,
+            family.unit().into(),
+            family.source().into(),
+            family_difference(*family),
+        );
+    }
     for spec in &GPM_FIELDS {
         let Some(series) = &spec.dcgm else { continue };
         let source = format!(
@@ -112,6 +152,7 @@ pub fn dcgm_table() -> String {
             series,
             dcgm_unit(series, spec.metric.id.spec().unit),
             source,
+            difference(DcgmReading::Mean),
         );
     }
     out
@@ -190,20 +231,31 @@ mod tests {
         let table = dcgm_table();
         let named = DEVICE_FIELDS.iter().filter(|s| s.dcgm.is_some()).count()
             + GPM_FIELDS.iter().filter(|s| s.dcgm.is_some()).count();
-        assert_eq!(table.lines().count(), 2 + named + 1, "{table}");
-        assert!(table.contains(
-            "| `DCGM_FI_DEV_BAR1_USED` | MiB | `nvidia.gpu.bar1.memory.usage`, last sample |"
-        ));
-        assert!(table.contains(
-            "| `DCGM_FI_DEV_GPU_UTIL` | % | `hw.gpu.utilization{hw.gpu.task=general}`, last sample |"
-        ));
-        assert!(table.contains("| `DCGM_FI_DEV_GPU_TEMP` | °C |"));
-        assert!(table.contains(
-            "| `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` | mJ | `hw.energy`, total since gpulse first saw the GPU |"
-        ));
-        assert!(
-            table.contains("| `DCGM_FI_PROF_SM_ACTIVE` | 0–1 | `nvidia.gpu.sm.activity`, mean;")
+        assert_eq!(
+            table.lines().count(),
+            2 + named + DCGM_FAMILY_SERIES.len(),
+            "{table}"
         );
-        assert!(table.contains("| `DCGM_FI_DEV_PCIE_LINK_WIDTH` | lane |"));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_BAR1_USED` | gauge | MiB | `nvidia.gpu.bar1.memory.usage`, last sample |"
+        ));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_GPU_UTIL` | gauge | % | `hw.gpu.utilization{hw.gpu.task=general}`, last sample |"
+        ));
+        assert!(table.contains("| `DCGM_FI_DEV_GPU_TEMP` | gauge | °C |"));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` | counter | mJ | `hw.energy`, total since gpulse first saw the GPU |"
+        ));
+        assert!(table.contains(
+            "| `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` | counter | errors | `hw.errors{error.type=pcie_replay}`, last sample |"
+        ));
+        assert!(table.contains(
+            "| `DCGM_FI_PROF_PCIE_TX_BYTES` | gauge | B/s | `hw.gpu.io{network.io.direction=transmit}`, mean over the window |"
+        ));
+        assert!(table.contains("| `DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS` | counter | rows |"));
+        assert!(table.contains(
+            "| `DCGM_FI_PROF_SM_ACTIVE` | gauge | 0–1 | `nvidia.gpu.sm.activity`, mean;"
+        ));
+        assert!(table.contains("| `DCGM_FI_DEV_PCIE_LINK_WIDTH` | gauge | lane |"));
     }
 }

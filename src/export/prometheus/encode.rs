@@ -66,18 +66,23 @@ struct ExpositionCollector {
     exposition: Arc<Exposition>,
     own: SelfMetrics,
     now: SystemTime,
+    /// Leave out the [`FamilyKind::NamedCounter`] families ([`encode`] writes them itself in
+    /// the Prometheus text format).
+    skip_named_counters: bool,
 }
 
 impl Collector for ExpositionCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for family in self.exposition.families.values() {
-            if family.samples.is_empty() {
+            if family.samples.is_empty()
+                || (self.skip_named_counters && family.kind == FamilyKind::NamedCounter)
+            {
                 continue;
             }
             let unit = family.name.unit.clone().map(Unit::Other);
             let metric_type = match family.kind {
                 FamilyKind::Gauge => MetricType::Gauge,
-                FamilyKind::Counter => MetricType::Counter,
+                FamilyKind::Counter | FamilyKind::NamedCounter => MetricType::Counter,
             };
             let mut metric = encoder.encode_descriptor(
                 &family.name.base,
@@ -102,6 +107,9 @@ fn encode_value(
     match (kind, value) {
         (FamilyKind::Gauge, SampleValue::Int(v)) => encoder.encode_gauge(&v),
         (FamilyKind::Gauge, SampleValue::Float(v)) => encoder.encode_gauge(&v),
+        // The encoder's gauge sample is the bare name; the family's `# TYPE` says counter.
+        (FamilyKind::NamedCounter, SampleValue::Int(v)) => encoder.encode_gauge(&v.max(0)),
+        (FamilyKind::NamedCounter, SampleValue::Float(v)) => encoder.encode_gauge(&v.max(0.0)),
         // A counter is never negative; an OTLP int that is would be a bug upstream.
         (FamilyKind::Counter, SampleValue::Int(v)) => encoder
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
@@ -171,17 +179,116 @@ pub fn encode(
     now: SystemTime,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
+    let text_format = format == Format::PrometheusText;
     registry.register_collector(Box::new(ExpositionCollector {
-        exposition,
+        exposition: Arc::clone(&exposition),
         own,
         now,
+        skip_named_counters: text_format,
     }));
     let mut text = String::new();
     match format {
         Format::PrometheusText => {
-            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
+            write_named_counters(&mut text, &exposition)?;
         }
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut text, &registry)?,
     }
     Ok(text)
+}
+
+/// dcgm-exporter's counters in the Prometheus text format, as dcgm-exporter writes them:
+/// `# TYPE NAME counter` and samples named `NAME`. `prometheus-client`'s text encoder names
+/// every counter's `# TYPE` line and samples `NAME_total` (its OpenMetrics encoder names the
+/// family as given, where `encode_gauge` then writes the bare sample name), so these few
+/// lines are written here, with the format's escaping.
+fn write_named_counters(text: &mut String, exposition: &Exposition) -> std::fmt::Result {
+    use std::fmt::Write;
+    fn escaped(out: &mut String, value: &str, escape_quote: bool) {
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '"' if escape_quote => out.push_str("\\\""),
+                c => out.push(c),
+            }
+        }
+    }
+    for family in exposition.families.values() {
+        if family.kind != FamilyKind::NamedCounter || family.samples.is_empty() {
+            continue;
+        }
+        let name = family.name.full();
+        text.push_str("# HELP ");
+        text.push_str(&name);
+        text.push(' ');
+        escaped(text, &family.help, false);
+        writeln!(text, "\n# TYPE {name} counter")?;
+        for sample in &family.samples {
+            text.push_str(&name);
+            if !sample.labels.is_empty() {
+                text.push('{');
+                for (i, (key, value)) in sample.labels.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(key);
+                    text.push_str("=\"");
+                    escaped(text, value, true);
+                    text.push('"');
+                }
+                text.push('}');
+            }
+            match sample.value {
+                SampleValue::Int(v) => writeln!(text, " {}", v.max(0))?,
+                SampleValue::Float(v) if v == f64::INFINITY => writeln!(text, " +Inf")?,
+                SampleValue::Float(v) => writeln!(text, " {}", v.max(0.0))?,
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::families::{Builder, MetricFamily};
+    use super::super::names::PromName;
+    use super::*;
+
+    /// A dcgm-exporter counter keeps its name in both formats: `# TYPE NAME counter` and
+    /// samples `NAME`, label values escaped.
+    #[test]
+    fn named_counters_keep_their_name_in_both_formats() {
+        let mut b = Builder::new(10);
+        let name = PromName {
+            base: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER".into(),
+            unit: None,
+            counter: false,
+        };
+        for (gpu, v) in [("0", 12), ("1\"x", 3)] {
+            b.push(
+                &name,
+                "PCIe replays.",
+                FamilyKind::NamedCounter,
+                vec![("gpu".into(), gpu.into())],
+                SampleValue::Int(v),
+            );
+        }
+        let e = Arc::new(b.finish());
+        let MetricFamily { kind, .. } = &e.families["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"];
+        assert_eq!(*kind, FamilyKind::NamedCounter);
+        let at = SystemTime::UNIX_EPOCH;
+        for format in [Format::PrometheusText, Format::OpenMetrics] {
+            let text = encode(Arc::clone(&e), SelfMetrics::default(), format, at).unwrap();
+            assert!(
+                text.contains(
+                    "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter\n\
+                     DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 12\n\
+                     DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"1\\\"x\"} 3\n"
+                ),
+                "{format:?}:\n{text}"
+            );
+            assert!(!text.contains("REPLAY_COUNTER_total"), "{text}");
+        }
+    }
 }

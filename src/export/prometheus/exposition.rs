@@ -136,12 +136,16 @@ pub fn build(
         node,
         (names, max_series),
         last_xid,
-        MetricSet::default(),
+        dcgm::Selection {
+            counters: None,
+            off: MetricSet::default(),
+        },
     )
 }
 
-/// [`build`] from the window's request as built already, less the metrics `off` switches off
-/// (their OTLP-named families are not in `request`; their `DCGM_FI_*` twins are left out here).
+/// [`build`] from the window's request as built already, with the `DCGM_FI_*` series `dcgm`
+/// selects (less the metrics switched off: their OTLP-named families are not in `request`,
+/// their `DCGM_FI_*` twins are left out here).
 pub(super) fn build_from(
     request: &ExportMetricsServiceRequest,
     attributed: &AttributedWindow,
@@ -149,7 +153,7 @@ pub(super) fn build_from(
     node: &NodeIdentity,
     (names, max_series): (PrometheusNames, usize),
     last_xid: &HashMap<String, u64>,
-    off: MetricSet,
+    dcgm: dcgm::Selection<'_>,
 ) -> Exposition {
     let mut b = Builder::new(max_series);
     let mut resources = request.resource_metrics.iter().map(|rm| {
@@ -176,7 +180,7 @@ pub(super) fn build_from(
         None => Vec::new(),
     };
     if names == PrometheusNames::Dcgm {
-        dcgm::push_devices(&mut b, attributed, node, last_xid, off);
+        dcgm::push_devices(&mut b, attributed, node, last_xid, dcgm);
     }
     push_findings(&mut b, findings, &node_labels);
     for (labels, metrics) in resources {
@@ -640,7 +644,7 @@ mod tests {
             crate::config::PrometheusSettings {
                 max_series: bound,
                 names: PrometheusNames::Dcgm,
-                addr: None,
+                ..Default::default()
             },
             node(),
         );

@@ -36,7 +36,12 @@ pub struct Sample {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FamilyKind {
     Gauge,
+    /// A counter whose samples end in `_total` (the OTLP translation's).
     Counter,
+    /// A counter whose samples carry the family's name as it is: dcgm-exporter's `counter`
+    /// rows (`# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter`, no `_total`), which its
+    /// dashboards and alerts name.
+    NamedCounter,
 }
 
 /// One metric family: its name, help, type and samples.

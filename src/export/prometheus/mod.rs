@@ -88,7 +88,10 @@ impl Published {
             &self.node,
             (self.settings.names, self.settings.max_series),
             &last_xid,
-            self.switches.disabled_set(),
+            dcgm::Selection {
+                counters: self.settings.dcgm_counters.as_deref(),
+                off: self.switches.disabled_set(),
+            },
         );
         let mut state = self.lock();
         if exposition.dropped > 0 && !state.warned_drop {
