@@ -15,12 +15,13 @@ use gpulse::attribution::podresources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use gpulse::attribution::podresources::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, CdiDevice, ClaimResource,
+    ContainerDevices, ContainerResources, DynamicResource, GetPodResourcesRequest,
+    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 use gpulse::attribution::{
-    AttributionMethod, AttributionSettings, Attributor, GpuProcessRef, PodResourcesClient, Workload,
+    AttributionMethod, AttributionSettings, Attributor, GpuProcessMig, GpuProcessRef,
+    PodResourcesClient, Workload,
 };
 
 const ID_A: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -681,11 +682,13 @@ fn device_file_fallback_when_host_pids_are_not_visible() {
             pid: 90001,
             device_uuid: GPU_0,
             device_minor: Some(0),
+            mig: None,
         },
         GpuProcessRef {
             pid: 90002,
             device_uuid: GPU_1,
             device_minor: Some(1),
+            mig: None,
         },
     ]);
     let w = &resolved[&90001];
@@ -898,6 +901,163 @@ async fn pod_names_stay_consistent_with_cgroup_pod_uids() {
     // Alone, the process matches.
     let resolved = tokio::task::block_in_place(|| attributor.resolve(&[(800, GPU_0.to_string())]));
     assert_eq!(resolved[&800].pod_name.as_deref(), Some("train-0"));
+    server.abort();
+}
+
+/// A pod whose container got `devices` from NVIDIA's DRA driver through the claim `claim`, as
+/// the kubelet lists it (driver, pool = node name, device name, the CDI id the driver writes).
+fn dra_pod(
+    namespace: &str,
+    name: &str,
+    container: &str,
+    claim: &str,
+    devices: &[&str],
+) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            dynamic_resources: vec![DynamicResource {
+                claim_name: claim.into(),
+                claim_namespace: namespace.into(),
+                claim_resources: devices
+                    .iter()
+                    .map(|device| ClaimResource {
+                        cdi_devices: vec![CdiDevice {
+                            name: format!(
+                                "k8s.gpu.nvidia.com/claim=4c1d9a52-6a0e-4f7e-9d55-0f3b8e1a2c77-{device}"
+                            ),
+                        }],
+                        driver_name: "gpu.nvidia.com".into(),
+                        pool_name: "gpu-node-1".into(),
+                        device_name: (*device).into(),
+                    })
+                    .collect(),
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn pod_cgroup(uid: &str, container_id: &str) -> String {
+    format!(
+        "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{container_id}.scope\n",
+        uid.replace('-', "_")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_resources_names_device_plugin_and_dra_gpus_and_mig_devices() {
+    const GPU_2: &str = "GPU-22222222-2222-4222-8222-222222222222";
+    const GPU_3: &str = "GPU-33333333-3333-4333-8333-333333333333";
+    const GPU_4: &str = "GPU-44444444-4444-4444-8444-444444444444";
+    const MIG_A: &str = "MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+    const MIG_B: &str = "MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
+    const MIG_C: &str = "MIG-cccccccc-cccc-4ccc-8ccc-cccccccccccc";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut mig_plugin = pod("ml", "dp-mig", "worker", &[]);
+    mig_plugin.containers[0].devices[0] = ContainerDevices {
+        resource_name: "nvidia.com/mig-3g.40gb".into(),
+        device_ids: vec![MIG_B.into()],
+        topology: None,
+    };
+    let kubelet = FakeKubelet {
+        pods: vec![
+            // Device plugin, whole GPU (minor 0).
+            pod("ml", "dp-gpu", "trainer", &[GPU_0]),
+            // DRA, whole GPUs 1 and 3 (minors 1 and 3) in one claim.
+            dra_pod(
+                "research",
+                "dra-gpu",
+                "train",
+                "two-gpus",
+                &["gpu-1", "gpu-3"],
+            ),
+            // DRA, a 1g.10gb MIG device on the GPU with minor 2.
+            dra_pod(
+                "infer",
+                "dra-mig",
+                "server",
+                "mig-small",
+                &["gpu-2-mig-1g10gb-19-0"],
+            ),
+            // Device plugin (mixed strategy), a 3g.40gb MIG device on the same GPU.
+            mig_plugin,
+        ],
+    };
+    let (socket, server) = serve(dir.path(), kubelet).await;
+
+    let uids = [
+        "00000000-0000-4000-8000-000000000001",
+        "00000000-0000-4000-8000-000000000002",
+        "00000000-0000-4000-8000-000000000003",
+        "00000000-0000-4000-8000-000000000004",
+        "00000000-0000-4000-8000-000000000005",
+    ];
+    let root = fixture_root();
+    for (pid, uid) in (910..).zip(uids) {
+        FakeProc::new(pid, pod_cgroup(uid, ID_A)).write(root.path());
+    }
+    let mut attributor = Attributor::new(AttributionSettings {
+        kubelet_socket: Some(socket),
+        ..settings(root.path())
+    });
+    let directory = attributor.pod_directory().expect("socket").clone();
+    // Four containers: one per device-plugin resource, one per DRA claim.
+    assert_eq!(directory.refresh().await.expect("refresh"), 4);
+
+    let gpu = |pid, uuid, minor| GpuProcessRef {
+        pid,
+        device_uuid: uuid,
+        device_minor: Some(minor),
+        mig: None,
+    };
+    let mig = |pid, uuid: &'static str, profile: &'static str| GpuProcessRef {
+        pid,
+        device_uuid: GPU_2,
+        device_minor: Some(2),
+        mig: Some(GpuProcessMig { uuid, profile }),
+    };
+    let resolved = tokio::task::block_in_place(|| {
+        attributor.resolve_processes(&[
+            gpu(910, GPU_0, 0),
+            // One process on both GPUs of the DRA claim.
+            gpu(911, GPU_1, 1),
+            gpu(911, GPU_3, 3),
+            mig(912, MIG_A, "1g.10gb"),
+            mig(913, MIG_B, "3g.40gb"),
+            // A MIG device on that GPU no pod was allocated, and a GPU no pod holds.
+            mig(914, MIG_C, "2g.20gb"),
+            gpu(914, GPU_4, 4),
+        ])
+    });
+    let names = |pid: u32| {
+        let w = &resolved[&pid];
+        (
+            w.namespace_name.as_deref(),
+            w.pod_name.as_deref(),
+            w.container_name.as_deref(),
+        )
+    };
+    assert_eq!(names(910), (Some("ml"), Some("dp-gpu"), Some("trainer")));
+    assert_eq!(
+        names(911),
+        (Some("research"), Some("dra-gpu"), Some("train"))
+    );
+    assert_eq!(names(912), (Some("infer"), Some("dra-mig"), Some("server")));
+    assert_eq!(names(913), (Some("ml"), Some("dp-mig"), Some("worker")));
+    assert_eq!(names(914), (None, None, None));
+    assert_eq!(resolved[&912].pod_uid.as_deref(), Some(uids[2]));
+
+    // Without the minor number, a DRA GPU cannot be told from another: no names.
+    let resolved = tokio::task::block_in_place(|| {
+        attributor.resolve_processes(&[GpuProcessRef {
+            device_minor: None,
+            ..gpu(911, GPU_1, 1)
+        }])
+    });
+    assert_eq!(resolved[&911].pod_name, None);
     server.abort();
 }
 

@@ -119,6 +119,7 @@ pub fn run(label: &str, scenario: &str) {
             pid: p.pid,
             device_uuid: &p.device_uuid,
             device_minor: None,
+            mig: None,
         })
         .collect();
     let workloads = warm.resolve_processes(&refs);
@@ -245,6 +246,7 @@ fn real_processes(c: &mut Criterion, label: &str, window: &Window) {
             pid: real[&p.pid],
             device_uuid: &p.device_uuid,
             device_minor: None,
+            mig: None,
         })
         .collect();
     let pids: Vec<u32> = sleepers.iter().map(std::process::Child::id).collect();

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::devicefile::{match_one_to_one, scan_device_holders, DeviceHolders};
 use super::podresources::{
-    spawn_refresher, DeviceMatch, PodContainer, PodDirectory, RefreshHandle,
+    spawn_refresher, DeviceKeys, DeviceMatch, PodContainer, PodDirectory, RefreshHandle,
 };
 use super::process_identity::{lookup, workload_of, CacheEntry, Lookup, Passwd};
 use super::procfiles::ProcFiles;
@@ -44,8 +44,20 @@ pub struct GpuProcessRef<'a> {
     /// Host PID.
     pub pid: u32,
     pub device_uuid: &'a str,
-    /// `N` of the device's `/dev/nvidiaN`; needed only for the device-file fallback.
+    /// `N` of the device's `/dev/nvidiaN`; needed for the device-file fallback and to match
+    /// the GPU's DRA name (`gpu-N`).
     pub device_minor: Option<u32>,
+    /// The MIG device the process runs in, when NVML named one.
+    pub mig: Option<GpuProcessMig<'a>>,
+}
+
+/// The MIG device of a [`GpuProcessRef`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuProcessMig<'a> {
+    /// `MIG-…` UUID, what a device plugin with the `mixed` strategy lists.
+    pub uuid: &'a str,
+    /// e.g. `1g.10gb`, part of the DRA device name.
+    pub profile: &'a str,
 }
 
 /// Resolves GPU processes to workloads; owns the per-PID cache and the usage tracker.
@@ -146,6 +158,7 @@ impl Attributor {
                 pid: *pid,
                 device_uuid: uuid,
                 device_minor: None,
+                mig: None,
             })
             .collect();
         self.resolve_processes(&refs)
@@ -200,6 +213,12 @@ impl Attributor {
                 pid: p.pid,
                 device_uuid: &p.device_uuid,
                 device_minor: minors.get(p.device_uuid.as_str()).copied(),
+                mig: window
+                    .mig_instance_of(p.pid, &p.device_uuid)
+                    .map(|m| GpuProcessMig {
+                        uuid: &m.info.uuid,
+                        profile: m.info.profile(),
+                    }),
             })
             .collect();
         self.resolve_processes_in(&refs, table)
@@ -273,7 +292,7 @@ impl Attributor {
                 self.device_file_fallback(&invisible, processes, &mut workloads, &mut cgroup_read);
         }
 
-        self.apply_pod_names(&devices_of, &cgroup_read, &mut workloads);
+        self.apply_pod_names(processes, &cgroup_read, &mut workloads);
         if new_pids {
             if let Some(refresher) = &self.refresher {
                 refresher.request();
@@ -397,7 +416,7 @@ impl Attributor {
 
     fn apply_pod_names(
         &self,
-        devices_of: &FastMap<u32, BTreeSet<&str>>,
+        processes: &[GpuProcessRef<'_>],
         cgroup_read: &FastSet<u32>,
         workloads: &mut HashMap<u32, Workload>,
     ) {
@@ -408,14 +427,34 @@ impl Attributor {
         if index.is_empty() {
             return;
         }
+        let mut devices_of: FastMap<u32, Vec<DeviceKeys<'_>>> = FastMap::default();
+        for p in processes {
+            let keys = DeviceKeys::new(
+                p.device_uuid,
+                p.device_minor,
+                p.mig.map(|m| (m.uuid, m.profile)),
+            );
+            let devices = devices_of.entry(p.pid).or_default();
+            // A PID listed twice on one device is one device.
+            if !devices
+                .iter()
+                .any(|d| d.uuid == keys.uuid && d.mig_uuid == keys.mig_uuid)
+            {
+                devices.push(keys);
+            }
+        }
         let mut matched: HashMap<u32, Arc<PodContainer>> = HashMap::new();
         for (pid, workload) in workloads.iter() {
             // A process the cgroup shows outside any pod is not a pod's, whatever GPU it uses.
             if cgroup_read.contains(pid) && workload.pod_uid.is_none() {
                 continue;
             }
-            let uuids = devices_of.get(pid).into_iter().flatten().copied();
-            if let DeviceMatch::Unique(container) = index.match_devices(uuids) {
+            let devices = devices_of
+                .get(pid)
+                .into_iter()
+                .flatten()
+                .map(DeviceKeys::keys);
+            if let DeviceMatch::Unique(container) = index.match_device_keys(devices) {
                 matched.insert(*pid, container);
             }
         }

@@ -38,14 +38,14 @@ pub mod workload;
 
 pub use accounting::{Accounts, DeviceAccount, GpuAccountant, Prices, ProcessAccount, Rollup};
 pub use attributed::{AttributedProcess, AttributedWindow};
-pub use attributor::{Attributor, GpuProcessRef};
+pub use attributor::{Attributor, GpuProcessMig, GpuProcessRef};
 pub use cgroup::{parse_cgroup, CgroupIdentity, ContainerRuntime};
 pub use environ::{EnvRank, JobId, JobIdSource};
 pub use ledger::{Cause, CauseBook, Ledger, StepPhases};
 pub use parents::ParentWatch;
 pub use podresources::{
-    PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
-    DEFAULT_KUBELET_SOCKET,
+    Allocation, PodContainerDevices, PodDirectory, PodResourcesClient, PodResourcesError,
+    DEFAULT_KUBELET_SOCKET, DRA_GPU_DRIVER,
 };
 pub use sent_identity::{DistributedIdentity, SentIdentity};
 pub use settings::{AttributionSettings, DEFAULT_PROC_ROOT, HOST_PROC_ENV};

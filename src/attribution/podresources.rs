@@ -16,6 +16,16 @@
 //!   with different `k8s.pod.uid`s never get the same pod, nor one UID two pods (see
 //!   `Attributor`).
 //!
+//! Devices allocated through Dynamic Resource Allocation (DRA) are listed under each container's
+//! `dynamic_resources` instead: a claim's driver, pool and device name, and CDI ids. Only NVIDIA's
+//! GPU driver (`gpu.nvidia.com`) is read. Its kubelet plugin names a whole GPU `gpu-<minor>` and a
+//! MIG device `gpu-<parent minor>-mig-<profile>-<profile id>-<placement start>`, where `<minor>`
+//! is NVML's minor number (`/dev/nvidia<minor>`) and `<profile>` the MIG profile with its dots
+//! removed (`1g.10gb` → `1g10gb`); its CDI ids (`k8s.gpu.nvidia.com/claim=<claim uid>-<device
+//! name>`) carry no UUID, so the device name is what is matched. A MIG device is matched by its
+//! parent's minor and its profile: NVML gives gpulse no placement start, so two MIG devices of
+//! one profile on one GPU held by two containers are ambiguous, like a shared GPU.
+//!
 //! When the socket is missing or the call fails, one line is logged at the change (not per
 //! refresh), the last good list is kept, and refreshes go on at their normal pace.
 
@@ -102,23 +112,74 @@ pub enum PodResourcesError {
     },
 }
 
-/// One container's devices of one resource, flattened from the kubelet's answer.
+/// The name NVIDIA's DRA driver registers its GPUs (and MIG devices) under.
+pub const DRA_GPU_DRIVER: &str = "gpu.nvidia.com";
+
+/// How the kubelet says a container got its devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocation {
+    /// A device plugin's resource (`devices`); the ids are GPU or MIG UUIDs.
+    DevicePlugin,
+    /// A DRA claim (`dynamic_resources`); the ids are the driver's device names.
+    Dra {
+        claim_namespace: String,
+        claim_name: String,
+        /// The resource pool, the node's name for NVIDIA's driver.
+        pool_name: String,
+    },
+}
+
+/// One container's devices of one resource (or one DRA claim), flattened from the kubelet's
+/// answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodContainerDevices {
     pub pod_name: String,
     pub namespace: String,
     pub container_name: String,
-    /// e.g. `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`.
+    /// e.g. `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`; for DRA the driver, `gpu.nvidia.com`.
     pub resource_name: String,
-    /// For NVIDIA resources, GPU or MIG UUIDs (possibly with a `::<n>` time-slicing replica).
+    /// For NVIDIA resources, GPU or MIG UUIDs (possibly with a `::<n>` time-slicing replica);
+    /// for DRA, device names such as `gpu-0` or `gpu-0-mig-1g10gb-19-0`.
     pub device_ids: Vec<String>,
+    pub allocation: Allocation,
 }
 
-/// Flattens a `List` answer: one entry per container and resource that has device ids.
+/// Flattens a `List` answer: one entry per container and resource that has device ids, and one
+/// per container and DRA claim with devices of NVIDIA's GPU driver (other drivers' devices are
+/// no GPUs gpulse watches).
 pub fn flatten(response: proto::ListPodResourcesResponse) -> Vec<PodContainerDevices> {
     let mut flat = Vec::new();
     for pod in response.pod_resources {
         for container in pod.containers {
+            for claim in container.dynamic_resources {
+                let mut by_pool: Vec<(String, Vec<String>)> = Vec::new();
+                for resource in claim.claim_resources {
+                    if resource.driver_name != DRA_GPU_DRIVER || resource.device_name.is_empty() {
+                        continue;
+                    }
+                    match by_pool
+                        .iter_mut()
+                        .find(|(pool, _)| *pool == resource.pool_name)
+                    {
+                        Some((_, names)) => names.push(resource.device_name),
+                        None => by_pool.push((resource.pool_name, vec![resource.device_name])),
+                    }
+                }
+                for (pool_name, device_ids) in by_pool {
+                    flat.push(PodContainerDevices {
+                        pod_name: pod.name.clone(),
+                        namespace: pod.namespace.clone(),
+                        container_name: container.name.clone(),
+                        resource_name: DRA_GPU_DRIVER.to_string(),
+                        device_ids,
+                        allocation: Allocation::Dra {
+                            claim_namespace: claim.claim_namespace.clone(),
+                            claim_name: claim.claim_name.clone(),
+                            pool_name,
+                        },
+                    });
+                }
+            }
             for devices in container.devices {
                 if devices.device_ids.is_empty() {
                     continue;
@@ -129,6 +190,7 @@ pub fn flatten(response: proto::ListPodResourcesResponse) -> Vec<PodContainerDev
                     container_name: container.name.clone(),
                     resource_name: devices.resource_name,
                     device_ids: devices.device_ids,
+                    allocation: Allocation::DevicePlugin,
                 });
             }
         }
@@ -228,9 +290,21 @@ impl PodIndex {
                 container_name: entry.container_name.clone(),
             });
             for id in &entry.device_ids {
-                sets.entry(device_key(id).to_string())
-                    .or_default()
-                    .insert(Arc::clone(&container));
+                let key = match entry.allocation {
+                    Allocation::DevicePlugin => device_key(id).to_string(),
+                    Allocation::Dra { .. } => match dra_key(id) {
+                        Some(key) => key,
+                        None => {
+                            tracing::debug!(
+                                device = %id,
+                                "a gpu.nvidia.com DRA device name that is neither gpu-<minor> nor \
+                                 gpu-<minor>-mig-…; its container gets no pod names from it"
+                            );
+                            continue;
+                        }
+                    },
+                };
+                sets.entry(key).or_default().insert(Arc::clone(&container));
             }
         }
         Self {
@@ -255,9 +329,25 @@ impl PodIndex {
         &self,
         uuids: impl IntoIterator<Item = &'a str>,
     ) -> DeviceMatch {
+        self.match_device_keys(uuids.into_iter().map(std::iter::once))
+    }
+
+    /// [`Self::match_devices`] where each device the process uses has several keys (its UUID,
+    /// its MIG device's UUID, its DRA name: see [`DeviceKeys`]); a device is held by whichever
+    /// container holds any of its keys.
+    pub(crate) fn match_device_keys<'a, K>(
+        &self,
+        devices: impl IntoIterator<Item = K>,
+    ) -> DeviceMatch
+    where
+        K: IntoIterator<Item = &'a str>,
+    {
         let mut candidates: Option<BTreeSet<&Arc<PodContainer>>> = None;
-        for uuid in uuids {
-            let holders: BTreeSet<&Arc<PodContainer>> = self.containers_for(uuid).iter().collect();
+        for keys in devices {
+            let holders: BTreeSet<&Arc<PodContainer>> = keys
+                .into_iter()
+                .flat_map(|key| self.containers_for(key))
+                .collect();
             if holders.is_empty() {
                 // A device no pod holds: the process is not (only) a pod's.
                 return DeviceMatch::None;
@@ -281,6 +371,86 @@ impl PodIndex {
 /// Time-slicing replicas (`GPU-<uuid>::3`) stand for the GPU itself.
 fn device_key(id: &str) -> &str {
     id.split_once("::").map_or(id, |(uuid, _)| uuid)
+}
+
+/// The index key of a DRA device name of NVIDIA's driver: `gpu-<minor>` stays as it is;
+/// `gpu-<minor>-mig-<profile>-<profile id>-<placement start>` loses the two numbers gpulse
+/// cannot see in NVML's answers. `None` for any other form.
+fn dra_key(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("gpu-")?;
+    let (minor, mig) = match rest.split_once("-mig-") {
+        Some((minor, mig)) => (minor, Some(mig)),
+        None => (rest, None),
+    };
+    let minor: u32 = minor.parse().ok()?;
+    match mig {
+        None => Some(dra_gpu_key(minor)),
+        Some(mig) => {
+            let (profile_and_id, start) = mig.rsplit_once('-')?;
+            let (profile, id) = profile_and_id.rsplit_once('-')?;
+            let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            (numeric(start) && numeric(id) && !profile.is_empty())
+                .then(|| format!("{DRA_GPU_DRIVER}/gpu-{minor}-mig-{profile}"))
+        }
+    }
+}
+
+/// Keys are prefixed with the driver so that they never meet a device plugin's UUID.
+fn dra_gpu_key(minor: u32) -> String {
+    format!("{DRA_GPU_DRIVER}/gpu-{minor}")
+}
+
+/// The DRA key of a MIG device on the GPU with minor number `parent_minor`: the profile as the
+/// driver writes it into device names (lower case, dots removed, anything outside `[a-z0-9-]`
+/// made a dash, dashes trimmed).
+fn dra_mig_key(parent_minor: u32, profile: &str) -> String {
+    let profile: String = profile
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|&c| c != '.')
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!(
+        "{DRA_GPU_DRIVER}/gpu-{parent_minor}-mig-{}",
+        profile.trim_matches('-')
+    )
+}
+
+/// Every name one device a process uses may be listed under: its GPU UUID, its MIG device's
+/// UUID, and the DRA name the GPU or MIG device has when its minor number is known.
+pub(crate) struct DeviceKeys<'a> {
+    pub uuid: &'a str,
+    pub mig_uuid: Option<&'a str>,
+    dra: Option<String>,
+}
+
+impl<'a> DeviceKeys<'a> {
+    /// `mig_profile` is the profile of the MIG device the process runs in (e.g. `1g.10gb`).
+    pub(crate) fn new(uuid: &'a str, minor: Option<u32>, mig: Option<(&'a str, &'a str)>) -> Self {
+        let dra = minor.and_then(|minor| match mig {
+            // A MIG device whose profile is unknown has no DRA name to match.
+            Some((_, "")) => None,
+            Some((_, profile)) => Some(dra_mig_key(minor, profile)),
+            None => Some(dra_gpu_key(minor)),
+        });
+        Self {
+            uuid,
+            mig_uuid: mig.map(|(uuid, _)| uuid),
+            dra,
+        }
+    }
+
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.uuid)
+            .chain(self.mig_uuid)
+            .chain(self.dra.as_deref())
+    }
 }
 
 /// What the last refresh attempt found, to log changes only.
@@ -412,6 +582,7 @@ mod tests {
             container_name: container.into(),
             resource_name: "nvidia.com/gpu".into(),
             device_ids: ids.iter().map(|s| s.to_string()).collect(),
+            allocation: Allocation::DevicePlugin,
         }
     }
 
@@ -479,6 +650,102 @@ mod tests {
             }],
         };
         assert_eq!(flatten(response), vec![entry("n", "p", "gpu", &["GPU-1"])]);
+    }
+
+    #[test]
+    fn dra_names_of_nvidias_driver() {
+        assert_eq!(dra_key("gpu-0").as_deref(), Some("gpu.nvidia.com/gpu-0"));
+        assert_eq!(dra_key("gpu-12").as_deref(), Some("gpu.nvidia.com/gpu-12"));
+        assert_eq!(
+            dra_key("gpu-3-mig-1g10gb-19-6").as_deref(),
+            Some("gpu.nvidia.com/gpu-3-mig-1g10gb")
+        );
+        // Profile names with a dash (media extensions) keep it.
+        assert_eq!(
+            dra_key("gpu-0-mig-1g10gb-me-20-0").as_deref(),
+            Some("gpu.nvidia.com/gpu-0-mig-1g10gb-me")
+        );
+        for bad in [
+            "gpu-",
+            "gpu-x",
+            "GPU-0",
+            "gpu-0-mig-",
+            "gpu-0-mig-1g10gb-19",
+            "gpu-0-counter-set",
+            "nic-0",
+        ] {
+            assert_eq!(dra_key(bad), None, "{bad}");
+        }
+        // The process side writes the same names from NVML's facts.
+        assert_eq!(dra_mig_key(3, "1g.10gb"), "gpu.nvidia.com/gpu-3-mig-1g10gb");
+        assert_eq!(
+            dra_mig_key(0, "1g.10gb+me"),
+            "gpu.nvidia.com/gpu-0-mig-1g10gb-me"
+        );
+        let keys = DeviceKeys::new("GPU-p", Some(3), Some(("MIG-m", "1g.10gb")));
+        assert_eq!(
+            keys.keys().collect::<Vec<_>>(),
+            ["GPU-p", "MIG-m", "gpu.nvidia.com/gpu-3-mig-1g10gb"]
+        );
+        let unknown_profile = DeviceKeys::new("GPU-p", Some(3), Some(("MIG-m", "")));
+        assert_eq!(
+            unknown_profile.keys().collect::<Vec<_>>(),
+            ["GPU-p", "MIG-m"]
+        );
+        let no_minor = DeviceKeys::new("GPU-p", None, None);
+        assert_eq!(no_minor.keys().collect::<Vec<_>>(), ["GPU-p"]);
+    }
+
+    #[test]
+    fn flatten_reads_dra_claims_of_the_gpu_driver_only() {
+        use proto::*;
+        let claim = |driver: &str, device: &str| ClaimResource {
+            cdi_devices: vec![CdiDevice {
+                name: format!("k8s.gpu.nvidia.com/claim=0b1c-{device}"),
+            }],
+            driver_name: driver.into(),
+            pool_name: "node-a".into(),
+            device_name: device.into(),
+        };
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "p".into(),
+                namespace: "n".into(),
+                containers: vec![ContainerResources {
+                    name: "c".into(),
+                    dynamic_resources: vec![DynamicResource {
+                        claim_name: "gpus".into(),
+                        claim_namespace: "n".into(),
+                        claim_resources: vec![
+                            claim("gpu.nvidia.com", "gpu-0"),
+                            claim("nic.example.com", "eth-1"),
+                            claim("gpu.nvidia.com", "gpu-1"),
+                        ],
+                    }],
+                    ..Default::default()
+                }],
+            }],
+        };
+        let flat = flatten(response);
+        assert_eq!(flat.len(), 1, "{flat:?}");
+        assert_eq!(flat[0].resource_name, DRA_GPU_DRIVER);
+        assert_eq!(flat[0].device_ids, ["gpu-0", "gpu-1"]);
+        assert_eq!(
+            flat[0].allocation,
+            Allocation::Dra {
+                claim_namespace: "n".into(),
+                claim_name: "gpus".into(),
+                pool_name: "node-a".into(),
+            }
+        );
+        let index = PodIndex::new(&flat);
+        let gpu1 = DeviceKeys::new("GPU-x", Some(1), None);
+        assert_eq!(
+            index.match_device_keys([gpu1.keys()]),
+            unique("n", "p", "c")
+        );
+        let gpu2 = DeviceKeys::new("GPU-y", Some(2), None);
+        assert_eq!(index.match_device_keys([gpu2.keys()]), DeviceMatch::None);
     }
 
     #[tokio::test]

@@ -11,7 +11,9 @@ pub use window::{window, WindowError, MIN_WINDOW};
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::attribution::{AttributedWindow, AttributionSettings, Attributor, Workload};
+use crate::attribution::{
+    AttributedWindow, AttributionSettings, Attributor, GpuProcessMig, GpuProcessRef, Workload,
+};
 use crate::config::InspectConfig;
 use crate::diagnosis::{Diagnoser, Finding};
 use crate::pipeline::SnapshotReport;
@@ -99,10 +101,33 @@ pub(crate) fn resolve_workloads(
             tracing::debug!("no pod names for this snapshot: {e}");
         }
     }
-    let processes: Vec<(u32, String)> = snapshot
+    attributor.resolve_processes(&snapshot_processes(snapshot))
+}
+
+/// The snapshot's GPU processes with what pod matching needs besides the UUID: the minor number
+/// and the MIG device (UUID and profile) that a DRA device name is made of, the same facts the
+/// exporting path takes from its windows (`Attributor::resolve_window_in`).
+fn snapshot_processes(snapshot: &Snapshot) -> Vec<GpuProcessRef<'_>> {
+    snapshot
         .processes
         .iter()
-        .map(|p| (p.pid, p.device_uuid.clone()))
-        .collect();
-    attributor.resolve(&processes)
+        .map(|p| {
+            let device = snapshot
+                .devices
+                .iter()
+                .find(|d| d.info.uuid == p.device_uuid);
+            let mig = p.mig.as_ref().map(|mig| GpuProcessMig {
+                uuid: &mig.uuid,
+                profile: device
+                    .and_then(|d| d.mig_instances.iter().find(|m| m.info.uuid == mig.uuid))
+                    .map_or("", |m| m.info.profile()),
+            });
+            GpuProcessRef {
+                pid: p.pid,
+                device_uuid: &p.device_uuid,
+                device_minor: device.and_then(|d| d.info.minor_number),
+                mig,
+            }
+        })
+        .collect()
 }
