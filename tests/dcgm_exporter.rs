@@ -113,6 +113,15 @@ const RULES: &str = r#"groups:
         expr: DCGM_FI_DEV_POWER_USAGE > 650
       - alert: GpuPcieReplays
         expr: DCGM_FI_DEV_PCIE_REPLAY_COUNTER > 10
+  - name: gpu-xid-class
+    interval: 1s
+    rules:
+      # On gpulse's own series: XIDs by the Xid catalog's class and action, which
+      # dcgm-exporter's last-XID gauge cannot say.
+      - alert: GpuXidNeedsANodeRestart
+        expr: hw_errors_total{error_type="xid", nvidia_gpu_xid_action="restart_bm", nvidia_gpu_xid_fatal="true"} > 0
+      - alert: GpuXidApplicationFault
+        expr: hw_errors_total{error_type="xid", nvidia_gpu_xid_class="application"} > 0
 "#;
 
 fn fixture() -> PathBuf {
@@ -343,6 +352,25 @@ fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
             .collect();
         assert_eq!(uuids, [GPU0], "{alert}: {firing:?}");
     }
+    // XID 79 with the catalog's reading on gpulse's series: interconnect, restart the node.
+    let xid = wait_for(
+        web,
+        &format!("hw_errors_total{{error_type=\"xid\", nvidia_gpu_xid=\"79\", hw_id=\"{GPU0}\"}}"),
+        &prom_log,
+    );
+    let metric = &xid[0]["metric"];
+    assert_eq!(metric["nvidia_gpu_xid_class"], "interconnect", "{metric}");
+    assert_eq!(metric["nvidia_gpu_xid_action"], "restart_bm", "{metric}");
+    assert_eq!(metric["nvidia_gpu_xid_fatal"], "true", "{metric}");
+    let firing = wait_for(
+        web,
+        "ALERTS{alertname=\"GpuXidNeedsANodeRestart\", alertstate=\"firing\"}",
+        &prom_log,
+    );
+    assert_eq!(firing.len(), 1, "{firing:?}");
+    // No application XID was raised, so the class alert stays quiet.
+    let app = query(web, "ALERTS{alertname=\"GpuXidApplicationFault\"}").expect("answering");
+    assert!(app.is_empty(), "{app:?}");
     drop(gpulse);
 }
 

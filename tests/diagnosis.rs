@@ -311,8 +311,17 @@ fn xid_record_shape_and_otlp_json() {
     assert_eq!(json["severityText"], "FATAL");
     let body = json["body"]["stringValue"].as_str().unwrap_or_default();
     assert!(
-        body.contains("XID 48 (double-bit (uncorrectable) ECC error)"),
+        body.contains("XID 48 (double-bit (uncorrectable) ECC error; memory, fatal)"),
         "{body}"
+    );
+    // The Xid catalog's reading travels with the record: class and fatality as values.
+    assert_eq!(
+        attr_str(&record, "gpulse.diagnosis.value.xid_classes"),
+        Some("memory")
+    );
+    assert_eq!(
+        attr_str(&record, "gpulse.diagnosis.value.xid_fatal"),
+        Some("true")
     );
 }
 

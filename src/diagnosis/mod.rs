@@ -20,6 +20,7 @@ pub(crate) mod rules;
 pub(crate) mod tracker;
 pub mod training;
 pub(crate) mod xid;
+pub(crate) mod xid_catalog;
 
 use crate::attribution::AttributedWindow;
 

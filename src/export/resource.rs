@@ -130,6 +130,17 @@ pub fn kv_int(key: &str, value: i64) -> KeyValue {
     }
 }
 
+/// A boolean attribute.
+pub fn kv_bool(key: &str, value: bool) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::BoolValue(value)),
+        }),
+        key_strindex: 0,
+    }
+}
+
 /// An attribute list in which a key appears once: setting a key already present replaces its
 /// value in place, which is how the precedence rules below are written.
 struct AttributeSet(Vec<KeyValue>);

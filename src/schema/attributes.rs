@@ -276,6 +276,22 @@ attribute_table! {
     NvidiaXid: "nvidia.gpu.xid", Int,
         "The XID code of a driver-reported GPU error event.",
         ["79", "94"], &[];
+    NvidiaXidClass: "nvidia.gpu.xid.class", Enum,
+        "Who or what an XID points at, gpulse's reading of NVIDIA's Xid catalog (docs/xid.md).",
+        [], &[
+            member("application", "The application's own fault (illegal access, bad kernel): restart it."),
+            member("driver", "The driver or GPU firmware (GSP, micro-controllers)."),
+            member("memory", "GPU memory: ECC errors, row remapping, page retirement."),
+            member("interconnect", "PCIe or NVLink: the GPU fell off the bus, a link failed."),
+            member("hardware", "Another GPU engine or board fault (copy engines, power, thermal)."),
+            member("informational", "A notice that needs no action on its own (preemptive cleanup, recovery-action changes)."),
+        ];
+    NvidiaXidAction: "nvidia.gpu.xid.action", String,
+        "The Xid catalog's immediate action for the XID, lower case (`restart_app`, `reset_gpu`, `restart_bm`, `ignore`, a `workflow_*`); `none` where the catalog gives none.",
+        ["reset_gpu", "restart_app"], &[];
+    NvidiaXidFatal: "nvidia.gpu.xid.fatal", Boolean,
+        "Whether the catalog's immediate action stops the application or the GPU whatever the event's details.",
+        ["true"], &[];
     NvidiaMigGpuInstanceId: "nvidia.gpu.mig.gpu_instance_id", Int,
         "The MIG GPU instance id on its GPU.",
         ["1"], &[];

@@ -97,6 +97,18 @@ pub fn metric_attributes(id: MetricId) -> &'static [Uses] {
                         A::NvidiaXid,
                         "on `error.type` = `xid` points, once an XID was seen",
                     ),
+                    when(
+                        A::NvidiaXidClass,
+                        "on `error.type` = `xid` points whose XID is in gpulse's copy of the Xid catalog",
+                    ),
+                    when(
+                        A::NvidiaXidAction,
+                        "on `error.type` = `xid` points whose XID is in gpulse's copy of the Xid catalog",
+                    ),
+                    when(
+                        A::NvidiaXidFatal,
+                        "on `error.type` = `xid` points whose XID is in gpulse's copy of the Xid catalog",
+                    ),
                     when(A::NvidiaNvLinkLink, "on `error.type` = `nvlink_*` points"),
                 ]
             }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::config::thresholds::HardwareErrors;
 use crate::diagnosis::findings::{Finding, Layer, RuleId, Severity, Subject, Value};
-use crate::diagnosis::xid;
+use crate::diagnosis::{xid, xid_catalog};
 use crate::sampling::DeviceStatus;
 use crate::schema::DeviceField;
 
@@ -54,6 +54,10 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> 
         let mut severity = Severity::Info;
         let mut parts: Vec<String> = Vec::new();
         let mut advice: Vec<String> = Vec::new();
+        // The catalog's classes of the window's XIDs, and whether any stopped the application
+        // or the GPU (the finding's `xid_classes` and `xid_fatal`).
+        let mut classes: Vec<&str> = Vec::new();
+        let mut fatal = false;
         for (&code, &count) in &xids {
             let times = if count > 1 {
                 format!(" ×{count}")
@@ -63,7 +67,17 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> 
             match xid::lookup(code) {
                 Some(info) => {
                     severity = severity.max(info.severity);
-                    parts.push(format!("XID {code} ({}){times}", info.meaning));
+                    let row = info.row;
+                    let class = row.class.as_str();
+                    let kind = if row.fatal { "fatal" } else { "not fatal" };
+                    parts.push(format!(
+                        "XID {code} ({}; {class}, {kind}){times}",
+                        row.meaning
+                    ));
+                    if !classes.contains(&class) {
+                        classes.push(class);
+                    }
+                    fatal |= row.fatal;
                     let a = format!("XID {code}: {}", info.action);
                     if !advice.contains(&a) {
                         advice.push(a);
@@ -73,7 +87,10 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> 
                     severity = severity.max(xid::UNKNOWN_SEVERITY);
                     parts.push(format!("XID {code}{times}"));
                     advice.push(format!(
-                        "XID {code}: look it up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)."
+                        "XID {code}: not in gpulse's copy of NVIDIA's Xid catalog ({}): look it \
+                         up in the catalog ({}).",
+                        xid_catalog::CATALOG_VERSION,
+                        xid_catalog::SOURCE_URL
                     ));
                 }
             }
@@ -116,6 +133,13 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &HardwareErrors) -> Vec<Finding> 
             ),
             ("ecc_uncorrected_new".to_string(), Value::from(new_ecc)),
         ];
+        if !xids.is_empty() {
+            values.push(("xid_classes".into(), Value::from(classes.join(","))));
+            values.push((
+                "xid_fatal".into(),
+                Value::from(if fatal { "true" } else { "false" }),
+            ));
+        }
         if lost {
             values.push(("lost_samples".into(), Value::from(d.lost_samples)));
         }
@@ -161,13 +185,30 @@ mod tests {
         assert!(
             finding
                 .summary
-                .contains("XID 79 (GPU has fallen off the bus)"),
+                .contains("XID 79 (GPU has fallen off the bus; interconnect, fatal)"),
             "{}",
             finding.summary
         );
         assert!(finding
             .summary
-            .contains("XID 13 (graphics engine exception) ×2"));
+            .contains("XID 13 (graphics engine exception; application, fatal) ×2"));
+        assert!(
+            finding.advice.contains("XID 79: catalog action RESTART_BM"),
+            "{}",
+            finding.advice
+        );
+        assert!(
+            finding
+                .advice
+                .contains("XID 13: catalog action RESTART_APP"),
+            "{}",
+            finding.advice
+        );
+        assert_eq!(
+            finding.value("xid_classes"),
+            Some(&Value::from("application,interconnect"))
+        );
+        assert_eq!(finding.value("xid_fatal"), Some(&Value::from("true")));
         assert_eq!(finding.value("xids"), Some(&Value::from("13,79")));
         assert_eq!(finding.since, t(30));
     }

@@ -5,8 +5,9 @@
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 use super::{int, push_gauge, with, GaugeWithExtremes, MetricsBuilder, Span, Value};
+use crate::diagnosis::xid_catalog;
 use crate::export::metrics::encoding::{AttributeSetId, ExtraValue, MetricsBatch, PointAttributes};
-use crate::export::resource::{kv_int, kv_str};
+use crate::export::resource::{kv_bool, kv_int, kv_str};
 use crate::sampling::model::unix_nanos::to_nanos;
 use crate::sampling::{DeviceStatus, DeviceWindow, GpmWindow, MigInstanceWindow};
 use crate::schema::{
@@ -246,6 +247,13 @@ fn push_xid(
             A::NvidiaXid.key(),
             i64::try_from(code).unwrap_or(i64::MAX),
         ));
+        // The catalog's reading of the code, so an alert or a dashboard can split
+        // application faults from the GPU's without a lookup table of its own.
+        if let Some(row) = xid_catalog::lookup(code) {
+            attrs.push(kv_str(A::NvidiaXidClass.key(), row.class.as_str()));
+            attrs.push(kv_str(A::NvidiaXidAction.key(), row.immediate_action));
+            attrs.push(kv_bool(A::NvidiaXidFatal.key(), row.fatal));
+        }
         let set = batch.add_attribute_set(attrs);
         b.push(M::Errors, PointAttributes::of(set), sum_span, int(count));
     }
