@@ -1171,3 +1171,157 @@ fn an_environ_gpulse_may_not_read_gives_no_job_or_rank() {
     // What nobody may read still comes: the executable's name from /proc/<pid>/stat.
     assert!(!as_nobody["executable_name"].is_null(), "{as_nobody:#}");
 }
+
+/// The names a DRA allocation gives reach what users read, not just the attributor: `/metrics`
+/// (dcgm-exporter's GPU series and gpulse's process series) and `snapshot`, from the real
+/// binary on nvml-sim, a proc root of pod processes and a kubelet stand-in serving the
+/// pod-resources protobuf with one device-plugin GPU and one DRA GPU (minor 3, not its index).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_and_device_plugin_pods_are_named_in_metrics_and_snapshot() {
+    const GPU_1: &str = "GPU-11111111-1111-4111-8111-111111111111";
+    let scenario = format!(
+        r#"
+[driver]
+version = "550.54.15"
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "{GPU_0}"
+
+[device.signals]
+gpu_util = 60
+
+[[device.process]]
+pid = 920
+memory_used_mib = 1000
+sm_util = 50
+
+[[device]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "{GPU_1}"
+minor = 3
+
+[device.signals]
+gpu_util = 40
+
+[[device.process]]
+pid = 921
+memory_used_mib = 2000
+sm_util = 30
+"#
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubelet = FakeKubelet {
+        pods: vec![
+            pod("ml", "dp-gpu", "trainer", &[GPU_0]),
+            dra_pod("research", "dra-gpu", "train", "one-gpu", &["gpu-3"]),
+        ],
+    };
+    let (socket, server) = serve(dir.path(), kubelet).await;
+    let root = fixture_root();
+    FakeProc::new(
+        920,
+        pod_cgroup("00000000-0000-4000-8000-000000000020", ID_A),
+    )
+    .write(root.path());
+    FakeProc::new(
+        921,
+        pod_cgroup("00000000-0000-4000-8000-000000000021", ID_A),
+    )
+    .write(root.path());
+    let socket_arg = socket.to_str().expect("utf-8").to_string();
+    let root_arg = root.path().to_str().expect("utf-8").to_string();
+    let pod_flags = [
+        "--proc-root",
+        root_arg.as_str(),
+        "--kubelet-socket",
+        socket_arg.as_str(),
+    ];
+
+    let mut args = crate::prometheus::SCRAPED_RUN.to_vec();
+    args.extend_from_slice(&pod_flags);
+    args.extend_from_slice(&["--prometheus-names", "dcgm"]);
+    let text = tokio::task::block_in_place(|| {
+        // `Gpulse::start` turns the kubelet off for tests that do not serve one: turn it on.
+        let gpulse = crate::run::Gpulse::start(
+            &scenario,
+            &[],
+            &args,
+            &[("GPULSE_KUBELET_SOCKET", socket_arg.clone())],
+        );
+        let port = crate::prometheus::metrics_port(&gpulse);
+        crate::prometheus::scrape_until(port, |t| {
+            t.contains("pod=\"dra-gpu\"") && t.contains("pod=\"dp-gpu\"")
+        })
+    });
+    let gpu_series = crate::prometheus::series(&text, "DCGM_FI_DEV_GPU_UTIL");
+    let labels_of = |uuid: &str| {
+        gpu_series
+            .iter()
+            .find(|(labels, _)| labels.contains(&format!("UUID=\"{uuid}\"")))
+            .unwrap_or_else(|| panic!("no DCGM_FI_DEV_GPU_UTIL for {uuid}: {gpu_series:?}"))
+            .0
+    };
+    let dp = labels_of(GPU_0);
+    assert!(
+        dp.contains("pod=\"dp-gpu\"")
+            && dp.contains("namespace=\"ml\"")
+            && dp.contains("container=\"trainer\""),
+        "{dp}"
+    );
+    let dra = labels_of(GPU_1);
+    assert!(
+        dra.contains("pod=\"dra-gpu\"")
+            && dra.contains("namespace=\"research\"")
+            && dra.contains("container=\"train\""),
+        "{dra}"
+    );
+    // gpulse's own per-process series carry the pod as a resource label.
+    let process = crate::prometheus::series(&text, "process_gpu_memory_usage_bytes");
+    assert!(
+        process
+            .iter()
+            .any(|(l, _)| l.contains("process_pid=\"921\"") && l.contains("dra-gpu")),
+        "{process:?}"
+    );
+
+    let snapshot = tokio::task::block_in_place(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("scenario.toml");
+        std::fs::write(&path, &scenario).expect("write scenario");
+        Command::new(crate::sampling::gpulse_bin())
+            .args(["snapshot", "--format", "json", "--nvml-lib"])
+            .arg(crate::sampling::sim_lib())
+            // `snapshot` has no flags for these: the environment, as in a DaemonSet.
+            .env("GPULSE_PROC_ROOT", &root_arg)
+            .env("GPULSE_KUBELET_SOCKET", &socket_arg)
+            .env("NVML_SIM_SCENARIO", &path)
+            .output()
+            .expect("run gpulse snapshot")
+    });
+    let stdout = String::from_utf8_lossy(&snapshot.stdout);
+    assert!(
+        snapshot.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&snapshot.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("snapshot JSON");
+    let names_of = |pid: u64| {
+        let workload = json["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("snapshot lists pid {pid}: {json:#}"))["workload"]
+            .clone();
+        (
+            workload["namespace_name"].as_str().map(str::to_string),
+            workload["pod_name"].as_str().map(str::to_string),
+            workload["container_name"].as_str().map(str::to_string),
+        )
+    };
+    let some = |a: &str, b: &str, c: &str| (Some(a.into()), Some(b.into()), Some(c.into()));
+    assert_eq!(names_of(920), some("ml", "dp-gpu", "trainer"));
+    assert_eq!(names_of(921), some("research", "dra-gpu", "train"));
+    server.abort();
+}
