@@ -352,6 +352,16 @@ fn dcgm_exporters_default_counters_and_alerts_through_prometheus() {
             .collect();
         assert_eq!(uuids, [GPU0], "{alert}: {firing:?}");
     }
+    // dcgm-exporter's own labels of the XID series: the code and its message.
+    let last = wait_for(web, &on0("DCGM_FI_DEV_XID_ERRORS"), &prom_log);
+    assert_eq!(last[0]["metric"]["err_code"], "79", "{last:?}");
+    assert_eq!(
+        last[0]["metric"]["err_msg"], "GPU has fallen off the bus",
+        "{last:?}"
+    );
+    let none = wait_for(web, &on1("DCGM_FI_DEV_XID_ERRORS"), &prom_log);
+    assert_eq!(none[0]["metric"]["err_code"], "0", "{none:?}");
+    assert_eq!(none[0]["metric"]["err_msg"], "No Error", "{none:?}");
     // XID 79 with the catalog's reading on gpulse's series: interconnect, restart the node.
     let xid = wait_for(
         web,

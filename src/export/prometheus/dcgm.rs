@@ -24,6 +24,7 @@ use super::families::{Builder, FamilyKind, SampleValue};
 use super::names::PromName;
 use crate::attribution::AttributedWindow;
 use crate::config::dcgm_counters::DcgmCounters;
+use crate::diagnosis::xid_catalog;
 use crate::export::resource::NodeIdentity;
 use crate::sampling::DeviceInfo;
 use crate::sampling::{DeviceStatus, DeviceWindow, MigInstanceWindow};
@@ -35,8 +36,8 @@ use crate::schema::{MetricId, DRIVER_VERSION_LABEL};
 /// place the label sets are declared. Every `DCGM_FI_*` series of a GPU carries
 /// [`DEVICE_LABELS`] then [`POD_LABELS`]; a MIG instance's series carry [`DEVICE_LABELS`] of its
 /// GPU with [`MIG_LABELS`] after `modelName`, then [`POD_LABELS`] of the pod in that instance.
-/// No series has labels of its own (the schema's rows name none). docs/prometheus.md's label
-/// table is generated from these.
+/// `DCGM_FI_DEV_XID_ERRORS` alone adds [`XID_LABELS`], as dcgm-exporter does. docs/prometheus.md's
+/// label table is generated from these.
 pub(super) const DEVICE_LABELS: [(&str, &str); 7] = [
     ("gpu", "the GPU's NVML index"),
     (
@@ -61,6 +62,29 @@ pub(super) const MIG_LABELS: [(&str, &str); 2] = [
     ("GPU_I_PROFILE", "the MIG profile, e.g. `3g.40gb`"),
     ("GPU_I_ID", "the GPU instance id"),
 ];
+
+/// The labels `DCGM_FI_DEV_XID_ERRORS` adds after [`DEVICE_LABELS`], as dcgm-exporter writes them
+/// on that series (its `err_code` and `err_msg` attributes).
+pub(super) const XID_LABELS: [(&str, &str); 2] = [
+    ("err_code", "the last XID's code, `0` when none"),
+    (
+        "err_msg",
+        "its meaning from gpulse's Xid catalog (docs/xid.md): `No Error` for 0, `Unknown Error` for a code the catalog lacks, as dcgm-exporter; other texts are gpulse's words, so match on `err_code`",
+    ),
+];
+
+/// The [`XID_LABELS`] of the XID code `code`.
+fn xid_labels(code: u64) -> Vec<(String, String)> {
+    let message = match code {
+        0 => "No Error",
+        _ => xid_catalog::lookup(code).map_or("Unknown Error", |row| row.meaning),
+    };
+    let [(code_label, _), (message_label, _)] = XID_LABELS;
+    vec![
+        (code_label.to_string(), code.to_string()),
+        (message_label.to_string(), message.to_string()),
+    ]
+}
 
 /// The pod labels, last on every series, only when exactly one pod uses the GPU (or the MIG
 /// instance): dcgm-exporter cannot tell either when several do (see [`DEVICE_LABELS`]).
@@ -262,6 +286,14 @@ pub(super) fn push_devices(
         }
         for (family, series) in &DCGM_FAMILY_SERIES {
             let (value, metric) = family_value(*family, d, last_xid);
+            if *family == DcgmFamily::XidErrors {
+                let code = last_xid.get(&info.uuid).copied().unwrap_or(0);
+                let mut xid = gpu_labels.clone();
+                xid.extend(xid_labels(code));
+                xid.extend(labels[gpu_labels.len()..].iter().cloned());
+                selection.push(b, series, metric, &xid, value);
+                continue;
+            }
             selection.push(b, series, metric, &labels, value);
         }
         push_profiling(b, &labels, d, None, selection);

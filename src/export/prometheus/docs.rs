@@ -7,7 +7,7 @@
 //! schema_docs` rewrites them; a test fails when they drift. gpulse's own health metrics
 //! (`src/export/telemetry`) are not in the schema and keep their hand-written table below.
 
-use super::dcgm::{DEVICE_LABELS, MIG_LABELS, POD_LABELS};
+use super::dcgm::{DEVICE_LABELS, MIG_LABELS, POD_LABELS, XID_LABELS};
 use super::names::{metric_name, OtlpKind};
 use crate::schema::docs::replace_block;
 use crate::schema::{
@@ -48,9 +48,13 @@ fn dcgm_unit(series: &DcgmSeries, unit: &str) -> String {
 /// order they are written, on which series, and its value (from `dcgm`'s label sets).
 pub fn dcgm_labels_table() -> String {
     let mut out = String::from("| label | on | value |\n| --- | --- | --- |\n");
-    let sets: [(&[(&str, &str)], &str); 3] = [
+    let sets: [(&[(&str, &str)], &str); 4] = [
         (&DEVICE_LABELS, "every series"),
         (&MIG_LABELS, "a MIG instance's series, after `modelName`"),
+        (
+            &XID_LABELS,
+            "`DCGM_FI_DEV_XID_ERRORS`, after the GPU's labels",
+        ),
         (
             &POD_LABELS,
             "every series, when exactly one pod uses the GPU or instance",
@@ -218,6 +222,8 @@ mod tests {
                 "DCGM_FI_DRIVER_VERSION",
                 "GPU_I_PROFILE",
                 "GPU_I_ID",
+                "err_code",
+                "err_msg",
                 "pod",
                 "namespace",
                 "container"

@@ -531,9 +531,42 @@ mod tests {
             1000,
             &xids,
         );
+        let xid = &samples(&e, "DCGM_FI_DEV_XID_ERRORS")[0];
+        assert_eq!(xid.value, SampleValue::Int(79));
+        // dcgm-exporter's err_code / err_msg, the message from the Xid catalog.
+        assert_eq!(label(xid, "err_code"), Some("79"));
+        assert_eq!(label(xid, "err_msg"), Some("GPU has fallen off the bus"));
+        assert_eq!(label(xid, "UUID"), Some(UUID));
+        // Only that series carries them.
+        let util = &samples(&e, "DCGM_FI_DEV_GPU_UTIL")[0];
+        assert_eq!(label(util, "err_code"), None);
+    }
+
+    #[test]
+    fn no_xid_and_an_xid_the_catalog_lacks_read_as_dcgm_exporter_writes_them() {
+        let message = |xids: HashMap<String, u64>| {
+            let e = build(
+                &window(&[]),
+                &TrainingWindow::default(),
+                &[],
+                &node(),
+                PrometheusNames::Dcgm,
+                1000,
+                &xids,
+            );
+            let s = &samples(&e, "DCGM_FI_DEV_XID_ERRORS")[0];
+            (
+                label(s, "err_code").map(str::to_string),
+                label(s, "err_msg").map(str::to_string),
+            )
+        };
         assert_eq!(
-            samples(&e, "DCGM_FI_DEV_XID_ERRORS")[0].value,
-            SampleValue::Int(79)
+            message(HashMap::new()),
+            (Some("0".into()), Some("No Error".into()))
+        );
+        assert_eq!(
+            message(HashMap::from([(UUID.to_string(), 999u64)])),
+            (Some("999".into()), Some("Unknown Error".into()))
         );
     }
 
