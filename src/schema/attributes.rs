@@ -382,7 +382,7 @@ attribute_table! {
         ["true"], &[];
     // Findings (the log records of `gpulse.diagnosis.finding`, and the active-findings gauge).
     DiagnosisRule: "gpulse.diagnosis.rule", String,
-        "The rule that found it (docs/diagnosis.md lists them).",
+        "The rule that found it (docs/rules.md lists them).",
         ["\"idle_holder\"", "\"throttling\""], &[];
     DiagnosisState: "gpulse.diagnosis.state", Enum,
         "What happened to the finding.",
