@@ -400,7 +400,8 @@ mod tests {
     /// The committed docs/metrics.md and docs/semconv.md tables are what the schema generates.
     #[test]
     fn docs_generated_tables_match_the_schema() {
-        let pages: [(&str, fn(&str) -> Result<String, String>); 2] = [
+        type Regenerate = fn(&str) -> Result<String, String>;
+        let pages: [(&str, Regenerate); 2] = [
             ("docs/metrics.md", regenerate_metrics_md),
             ("docs/semconv.md", regenerate_semconv_md),
         ];
