@@ -1,4 +1,5 @@
-//! Rewrites the generated tables of docs/metrics.md and docs/prometheus.md from the schema
+//! Rewrites the generated tables of docs/metrics.md, docs/semconv.md and docs/prometheus.md from
+//! the schema
 //! (`src/schema`), leaving the prose around them as it is, and docs/schema.json and gpulse's
 //! Weaver registry (`registry/`) whole. Run from the repository root:
 //! `cargo run --example schema_docs`.
@@ -8,10 +9,14 @@ use std::process::ExitCode;
 type Regenerate = fn(&str) -> Result<String, String>;
 
 fn main() -> ExitCode {
-    let pages: [(&str, Regenerate); 3] = [
+    let pages: [(&str, Regenerate); 4] = [
         (
             concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"),
             gpulse::schema::docs::regenerate_metrics_md,
+        ),
+        (
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/semconv.md"),
+            gpulse::schema::docs::regenerate_semconv_md,
         ),
         (
             concat!(env!("CARGO_MANIFEST_DIR"), "/docs/prometheus.md"),

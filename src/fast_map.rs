@@ -3,7 +3,7 @@
 //! place of SipHash. A leaf: it imports nothing of gpulse, so every stage may use it.
 //!
 //! SipHash was 13 % of gpulse's instructions at a 1 s sample with a 1 s export on 8 GPUs × 64
-//! processes (BENCHMARKS.md, section 2), spent on PIDs, GPU UUIDs and workload names hashed a
+//! processes (callgrind, in the git history of BENCHMARKS.md), spent on PIDs, GPU UUIDs and workload names hashed a
 //! few thousand times a window. foldhash's `fast::RandomState` is seeded once per process
 //! (address-space layout, time, an allocation's address), so a set of colliding keys cannot
 //! be computed ahead for every gpulse; it is weaker against a caller who can probe one

@@ -225,7 +225,7 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
         );
     }
     // Both are busy above the threshold all the time: held time is all active, none idle. No
-    // step spans: the ledger splits it into compute (the busy share) and idle, and charges the
+    // step spans: the ledger splits it into compute (the busy share) and unused, and charges the
     // energy to compute alone.
     for (pid, busy) in [(a, 0.4), (b, 0.2)] {
         let resource = process(last, pid);
@@ -234,14 +234,14 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
         assert_eq!(states[0].0, "active");
         assert!(states[0].1 > 1.0, "{pid}: {states:?}");
         let causes = causes_add_up(resource);
-        assert_eq!(causes.len(), 2, "only compute and idle: {causes:?}");
+        assert_eq!(causes.len(), 2, "only compute and unused: {causes:?}");
         let held = states[0].1;
         assert!(
             close(cause(&causes, "compute"), busy * held, 0.01),
             "{causes:?}"
         );
         assert!(
-            close(cause(&causes, "idle"), (1.0 - busy) * held, 0.01),
+            close(cause(&causes, "unused"), (1.0 - busy) * held, 0.01),
             "{causes:?}"
         );
         let energy = points_where(resource, "process.gpu.energy", "", "");
@@ -331,10 +331,10 @@ fn run_exports_energy_and_time_per_process_and_the_unattributed_rest() {
     let process_sum: f64 = processes.iter().map(|(_, v)| v).sum();
     let device_sum: f64 = device.iter().map(|(_, v)| v).sum();
     assert!(process_sum > 0.0 && process_sum <= device_sum, "{scrape}");
-    // Each state's time split by cause: the two processes' active compute and active idle time.
+    // Each state's time split by cause: the two processes' active compute and active unused time.
     let time = on_sliced("process_gpu_time_seconds_total");
     assert_eq!(time.len(), 4, "{scrape}");
-    for cause in ["compute", "idle"] {
+    for cause in ["compute", "unused"] {
         let active: Vec<f64> = time
             .iter()
             .filter(|(l, _)| {
@@ -407,7 +407,7 @@ fn another_nvmls_power_is_split_by_instance_activity_and_never_over_the_device()
         "{causes:?}"
     );
     assert!(
-        close(cause(&causes, "idle"), 0.91 * seconds, 0.01),
+        close(cause(&causes, "unused"), 0.91 * seconds, 0.01),
         "{causes:?}"
     );
 
@@ -524,7 +524,7 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     assert_eq!(job["idle_share"], 0.0, "both are busy: {job}");
     assert!(job["energy_kwh"].as_f64().expect("kWh") > 0.0);
     // The ledger's roll-up of the same job: the same GPU-hours by cause. No step spans: A busy
-    // 40 % and B 20 % of the same time make 30 % compute and 70 % idle, all the energy compute.
+    // 40 % and B 20 % of the same time make 30 % compute and 70 % unused, all the energy compute.
     let causes = json["accounting"]["cause_rollups"]
         .as_array()
         .expect("cause_rollups")
@@ -556,11 +556,11 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
     assert!(compute > 0.05, "{json:#}");
     let compute_share = share("compute")["share"].as_f64().unwrap();
     assert!(close(compute_share, compute, 1e-6), "{compute}: {causes}");
-    let idle_share = share("idle")["share"].as_f64().unwrap();
-    assert!(close(idle_share, 1.0 - compute, 1e-6), "{causes}");
-    assert_eq!(share("idle")["energy_kwh"], 0.0, "{causes}");
+    let unused_share = share("unused")["share"].as_f64().unwrap();
+    assert!(close(unused_share, 1.0 - compute, 1e-6), "{causes}");
+    assert_eq!(share("unused")["energy_kwh"], 0.0, "{causes}");
     assert!(close(
-        share("compute")["cost"].as_f64().unwrap() + share("idle")["cost"].as_f64().unwrap(),
+        share("compute")["cost"].as_f64().unwrap() + share("unused")["cost"].as_f64().unwrap(),
         hours * 3.6,
         1e-9
     ));
@@ -602,10 +602,10 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
         .lines()
         .find(|l| l.starts_with("job ") && l.contains(" slurm-7001 "))
         .unwrap_or_else(|| panic!("no job line by cause:\n{table}"));
-    // KIND ID COMPUTE INPUT COLL STRAG HOST IDLE% UNKN
+    // KIND ID COMPUTE INPUT COLL STRAG HOST UNUSED UNKN
     let cells: Vec<&str> = line.split_whitespace().collect();
     let pct = |share: f64| format!("{:.0}%", share * 100.0);
-    let (compute, idle) = (pct(compute_share), pct(idle_share));
+    let (compute, unused) = (pct(compute_share), pct(unused_share));
     assert_eq!(
         cells[2..],
         [
@@ -614,7 +614,7 @@ fn snapshot_window_rolls_the_time_sliced_job_up_with_its_cost() {
             "0%",
             "0%",
             "0%",
-            idle.as_str(),
+            unused.as_str(),
             "0%"
         ],
         "{line}"

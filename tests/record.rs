@@ -385,7 +385,10 @@ fn the_commands_processes_are_told_from_the_others() {
         "{stderr}"
     );
     assert!(stderr.contains("other process pid 4000"), "{stderr}");
-    assert!(stderr.contains("idle 0% of that time"), "{stderr}");
+    assert!(
+        stderr.contains("idle (utilisation under 5 %) 0% of that time"),
+        "{stderr}"
+    );
 }
 
 /// The JSON names devices and processes as `snapshot --format json` does: the device's PCI bus

@@ -14,12 +14,12 @@
 //! | `input_wait` | inside steps, the loop blocked on its DataLoader (`data_wait` spans) |
 //! | `collective_wait` | inside steps, a torch.distributed collective in flight, while no rank is named the cause |
 //! | `straggler_wait` | the same, while `rank_straggler` names another rank of its job as the one all wait for (the rank is recorded) |
-//! | `host` | inside steps, the rest: the GPU idle while the host prepares, launches or synchronises |
-//! | `idle` | held outside any step, or, with no step spans, held while the GPU is not busy with it |
+//! | `host` | inside steps, the rest: the GPU not busy while the host prepares, launches or synchronises |
+//! | `unused` | held outside any step, or, with no step spans, held while the GPU is not busy with it |
 //! | `unknown` | held where the activity is not knowable and no wait explains the time |
 //!
 //! **The one rule where they overlap**: the loop's measured waits first (collective, then input),
-//! then the busy time as compute, then, inside steps, host, and idle for what is left. Waits come
+//! then the busy time as compute, then, inside steps, host, and unused for what is left. Waits come
 //! first because NVML counts a collective's kernels spinning while they wait for a slow rank as
 //! busy time, and the tail of kernels queued before a data wait too: busy time cannot tell those
 //! from useful work, the loop's own timing can. So
@@ -28,18 +28,22 @@
 //! W_c = collective share × H,  W_i = input share × H   (scaled down to H together)
 //! compute = min(a × H, H − W_c − W_i)
 //! host    = in_step × H − W_c − W_i − compute          (not below 0)
-//! idle    = H − W_c − W_i − compute − host
+//! unused  = H − W_c − W_i − compute − host
 //! ```
 //!
-//! and without knowable activity, `compute`, `host` and `idle` are one `unknown`. The causes
+//! and without knowable activity, `compute`, `host` and `unused` are one `unknown`. The causes
 //! therefore add up to `H` by construction. A process without step spans gets only `compute`,
-//! `idle` and `unknown`.
+//! `unused` and `unknown`.
 //!
 //! **Energy** follows busy time, as the accountant charges it: `E / (a × H)` per busy second.
 //! `compute` gets the busy seconds it holds; busy seconds the waits took (`a × H − compute`, the
 //! spinning collective, the queued tail) go to the waits in the same order (collective, then
-//! input). `host` and `idle` are charged none: the GPU's idle power stays the device's
+//! input). `host` and `unused` are charged none: the GPU's idle power stays the device's
 //! unattributed energy. The causes' energy adds up to `E`.
+//!
+//! `unused` is not the accountant's `idle` state (a window whose activity stayed below 5 %,
+//! [`TimeState`]): a process busy 35 % of the time it holds a GPU has 65 % unused and no idle
+//! window. The cause was called `idle` before issue 49; one word had two meanings side by side.
 //!
 //! Each window's time also keeps the accountant's state (`active`, `idle`, `unknown` by the
 //! window's activity), so that `process.gpu.time` can carry both attributes and summing over the
@@ -68,7 +72,7 @@ pub enum Cause {
     CollectiveWait,
     StragglerWait,
     Host,
-    Idle,
+    Unused,
     Unknown,
 }
 
@@ -79,7 +83,7 @@ impl Cause {
         Cause::CollectiveWait,
         Cause::StragglerWait,
         Cause::Host,
-        Cause::Idle,
+        Cause::Unused,
         Cause::Unknown,
     ];
 
@@ -91,7 +95,7 @@ impl Cause {
             Cause::CollectiveWait => "collective_wait",
             Cause::StragglerWait => "straggler_wait",
             Cause::Host => "host",
-            Cause::Idle => "idle",
+            Cause::Unused => "unused",
             Cause::Unknown => "unknown",
         }
     }
@@ -198,10 +202,10 @@ pub fn split(
     let busy = activity.clamp(0.0, 1.0) * held;
     let compute = busy.min(rest);
     let host = (in_step - waits - compute).clamp(0.0, rest - compute);
-    let idle = (rest - compute - host).max(0.0);
+    let unused = (rest - compute - host).max(0.0);
     put(&mut seconds, Cause::Compute, compute);
     put(&mut seconds, Cause::Host, host);
-    put(&mut seconds, Cause::Idle, idle);
+    put(&mut seconds, Cause::Unused, unused);
     let joules = energy.map(|energy| {
         let mut joules = BTreeMap::new();
         if busy <= 0.0 {

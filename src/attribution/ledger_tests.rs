@@ -30,7 +30,7 @@ fn a_training_loop_splits_into_its_phases() {
     assert!(close(split.seconds_of(Cause::InputWait), 4.0));
     assert!(close(split.seconds_of(Cause::Compute), 6.0));
     assert!(close(split.seconds_of(Cause::Host), 1.0));
-    assert!(close(split.seconds_of(Cause::Idle), 0.0));
+    assert!(close(split.seconds_of(Cause::Unused), 0.0));
     assert!(close(total(&split), 11.0));
     // Energy is the busy time's: all of it compute.
     let joules = split.joules.unwrap();
@@ -39,10 +39,10 @@ fn a_training_loop_splits_into_its_phases() {
 }
 
 #[test]
-fn without_steps_only_compute_idle_and_unknown() {
+fn without_steps_only_compute_unused_and_unknown() {
     let split_known = split(10.0, Some(0.3), Some(100.0), None);
     assert!(close(split_known.seconds_of(Cause::Compute), 3.0));
-    assert!(close(split_known.seconds_of(Cause::Idle), 7.0));
+    assert!(close(split_known.seconds_of(Cause::Unused), 7.0));
     assert_eq!(split_known.seconds.len(), 2);
     let unknown = split(10.0, None, None, None);
     assert!(close(unknown.seconds_of(Cause::Unknown), 10.0));
@@ -86,7 +86,7 @@ fn without_a_named_rank_the_wait_is_collective_and_unknown_activity_keeps_the_wa
 }
 
 #[test]
-fn time_outside_steps_is_idle_and_overlapping_waits_never_exceed_the_steps() {
+fn time_outside_steps_is_unused_and_overlapping_waits_never_exceed_the_steps() {
     let phases = StepPhases {
         in_step: 0.5,
         input_wait: 0.8,
@@ -96,7 +96,7 @@ fn time_outside_steps_is_idle_and_overlapping_waits_never_exceed_the_steps() {
     let split = split(10.0, Some(0.0), Some(0.0), Some(&phases));
     assert!(close(split.seconds_of(Cause::InputWait), 2.5));
     assert!(close(split.seconds_of(Cause::CollectiveWait), 2.5));
-    assert!(close(split.seconds_of(Cause::Idle), 5.0));
+    assert!(close(split.seconds_of(Cause::Unused), 5.0));
     assert!(close(total(&split), 10.0));
 }
 

@@ -10,7 +10,7 @@
 //! (`podresources`), the device-file fallback (`devicefile`), CPU/memory usage (`usage`) and
 //! the cgroup CPU limit (`cpu_quota`). `accounting` charges GPU time and energy to processes and
 //! rolls them up by job, pod and container, by the charging rule of `energy_share` (shared with
-//! span enrichment); `ledger` splits that time and energy by cause (compute, the waits, host, idle)
+//! span enrichment); `ledger` splits that time and energy by cause (compute, the waits, host, unused)
 //! from the step phases the diagnosis stage hands it, both keeping their totals per process and
 //! device in a `by_process` store; `rollup_table` is how those roll-ups read in a table.
 

@@ -46,7 +46,7 @@ pub const CAUSE_COLUMNS: [RollupColumn; 7] = [
     column("COLL", 5, true),
     column("STRAG", 5, true),
     column("HOST", 5, true),
-    column("IDLE%", 5, true),
+    column("UNUSED", 6, true),
     column("UNKN", 5, true),
 ];
 

@@ -135,7 +135,7 @@ fn overview(page: &mut String, summary: &Summary<'_>) {
     page.push_str(
         "<h2>Summary</h2>\n<table><tr><th>GPU</th><th>util mean</th><th>util peak</th>\
          <th>SM act. mean</th><th>tensor mean</th><th>memory peak</th><th>power mean</th>\
-         <th>energy</th><th>idle while held</th><th>throttled</th></tr>\n",
+         <th>energy</th><th>idle while held (utilisation under 5 %)</th><th>throttled</th></tr>\n",
     );
     for d in &summary.devices {
         let _ = writeln!(

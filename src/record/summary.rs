@@ -280,7 +280,7 @@ impl<'a> Summary<'a> {
             if d.held_by_command_seconds > 0.0 {
                 let _ = writeln!(
                     out,
-                    "    held by the command {}, idle {} of that time",
+                    "    held by the command {}, idle (utilisation under 5 %) {} of that time",
                     duration(d.held_by_command_seconds),
                     pct(d.idle_ratio)
                 );
@@ -318,7 +318,7 @@ impl<'a> Summary<'a> {
         if let Some(idle) = self.idle_ratio {
             let _ = writeln!(
                 out,
-                "  the command's GPUs were idle {} of the time it held them; energy {}",
+                "  the command's GPUs were idle (utilisation under 5 %) {} of the time it held them; energy {}",
                 pct(Some(idle)),
                 wh(self.energy_joules)
             );

@@ -322,8 +322,8 @@ attribute_table! {
             member("input_wait", "Inside training steps, the loop blocked on its DataLoader."),
             member("collective_wait", "Inside training steps, a collective in flight while no rank is named the cause."),
             member("straggler_wait", "Inside training steps, a collective in flight while rank_straggler names the rank the job waits for (`gpulse.straggler.rank`)."),
-            member("host", "Inside training steps, the GPU idle while the host prepares, launches or synchronises."),
-            member("idle", "Held outside any training step, or without step spans while the GPU was not busy with it."),
+            member("host", "Inside training steps, the GPU not busy while the host prepares, launches or synchronises."),
+            member("unused", "Held outside any training step, or without step spans while the GPU was not busy with it (not the `idle` time state: a window below 5 % activity)."),
             member("unknown", "Held while the activity was not knowable and no measured wait explains it."),
         ];
     GpulseStragglerRank: "gpulse.straggler.rank", Int,
@@ -382,7 +382,7 @@ attribute_table! {
         ["true"], &[];
     // Findings (the log records of `gpulse.diagnosis.finding`, and the active-findings gauge).
     DiagnosisRule: "gpulse.diagnosis.rule", String,
-        "The rule that found it (docs/diagnosis.md lists them).",
+        "The rule that found it (docs/rules.md lists them).",
         ["\"idle_holder\"", "\"throttling\""], &[];
     DiagnosisState: "gpulse.diagnosis.state", Enum,
         "What happened to the finding.",

@@ -1,4 +1,5 @@
-//! The generated parts of docs/metrics.md: each metric table rendered from [`METRICS`], written
+//! The generated parts of docs/metrics.md (each metric table rendered from [`METRICS`]) and
+//! docs/semconv.md (who defines each name, from the registry), written
 //! between `<!-- BEGIN GENERATED: <name> -->` and `<!-- END GENERATED: <name> -->` markers so the
 //! hand-written prose around them stays; and docs/schema.json, every device and GPM field with
 //! its NVML source, unit, metric and dcgm-exporter name, for tools outside the Rust code (the
@@ -191,8 +192,13 @@ pub(crate) fn metrics_md_blocks() -> Vec<(&'static str, String)> {
     vec![
         ("device-metrics", metric_table(Section::Device)),
         ("process-metrics", metric_table(Section::Process)),
-        ("registry-names", super::registry::names_md()),
     ]
+}
+
+/// The generated block of docs/semconv.md, which owns the registry's "who defines each name":
+/// (marker name, content).
+pub(crate) fn semconv_md_blocks() -> Vec<(&'static str, String)> {
+    vec![("registry-names", super::registry::names_md())]
 }
 
 /// `doc` with the block between the markers named `name` replaced by `content`.
@@ -213,16 +219,29 @@ pub(crate) fn replace_block(doc: &str, name: &str, content: &str) -> Result<Stri
     Ok(format!("{}{content}{}", &doc[..start], &doc[stop..]))
 }
 
+/// `doc` with every block of `blocks` brought up to date.
+fn regenerate_blocks(doc: &str, blocks: &[(&str, String)]) -> Result<String, String> {
+    blocks
+        .iter()
+        .try_fold(doc.to_string(), |doc, (name, content)| {
+            replace_block(&doc, name, content)
+        })
+}
+
 /// `doc` with every generated block of docs/metrics.md brought up to date.
 ///
 /// # Errors
 /// A message naming a marker the page lacks.
 pub fn regenerate_metrics_md(doc: &str) -> Result<String, String> {
-    metrics_md_blocks()
-        .iter()
-        .try_fold(doc.to_string(), |doc, (name, content)| {
-            replace_block(&doc, name, content)
-        })
+    regenerate_blocks(doc, &metrics_md_blocks())
+}
+
+/// `doc` with the generated block of docs/semconv.md brought up to date.
+///
+/// # Errors
+/// A message naming a marker the page lacks.
+pub fn regenerate_semconv_md(doc: &str) -> Result<String, String> {
+    regenerate_blocks(doc, &semconv_md_blocks())
 }
 
 /// Where docs/schema.json is, from the repository root (for the drift test).
@@ -378,17 +397,24 @@ mod tests {
         );
     }
 
-    /// The committed docs/metrics.md tables are what the schema generates.
+    /// The committed docs/metrics.md and docs/semconv.md tables are what the schema generates.
     #[test]
-    fn docs_metrics_md_tables_match_the_schema() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
-        let doc = std::fs::read_to_string(path).expect("docs/metrics.md");
-        let fresh = regenerate_metrics_md(&doc).unwrap_or_else(|e| panic!("docs/metrics.md: {e}"));
-        assert!(
-            fresh == doc,
-            "docs/metrics.md's generated tables are out of date with src/schema: run `{REGENERATE}` \
-             and commit the result"
-        );
+    fn docs_generated_tables_match_the_schema() {
+        type Regenerate = fn(&str) -> Result<String, String>;
+        let pages: [(&str, Regenerate); 2] = [
+            ("docs/metrics.md", regenerate_metrics_md),
+            ("docs/semconv.md", regenerate_semconv_md),
+        ];
+        for (page, regenerate) in pages {
+            let path = format!("{}/{page}", env!("CARGO_MANIFEST_DIR"));
+            let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{page}: {e}"));
+            let fresh = regenerate(&doc).unwrap_or_else(|e| panic!("{page}: {e}"));
+            assert!(
+                fresh == doc,
+                "{page}'s generated tables are out of date with src/schema: run `{REGENERATE}` \
+                 and commit the result"
+            );
+        }
     }
 
     #[test]

@@ -444,7 +444,7 @@ fn events_yaml() -> String {
     let mut out = format!(
         "{HEADER}groups:\n  - id: event.{FINDING_EVENT}\n    type: event\n    name: {FINDING_EVENT}\n    stability: development\n    brief: {}\n    note: {}\n    attributes:\n",
         quote("A finding started, escalated or cleared: one log record, on the resource of the process it concerns or on the node resource for a device or a job."),
-        quote("The body is the finding's summary (`Cleared: …` once it clears); the severity number follows `gpulse.diagnosis.severity`. docs/diagnosis.md lists the rules, their values and advice.")
+        quote("The body is the finding's summary (`Cleared: …` once it clears); the severity number follows `gpulse.diagnosis.severity`. docs/rules.md lists the rules, their values and advice.")
     );
     uses_yaml(&mut out, "      ", &FINDING_ATTRIBUTES);
     uses_yaml(&mut out, "      ", &FINDING_PLACE);

@@ -798,7 +798,7 @@ fn r_shows_the_rollups_with_their_hours_energy_and_cost() {
         "{pod}"
     );
     let header = line_with(&screen, "COMPUTE");
-    for column in ["INPUT", "COLL", "STRAG", "HOST", "IDLE%", "UNKN"] {
+    for column in ["INPUT", "COLL", "STRAG", "HOST", "UNUSED", "UNKN"] {
         assert!(header.contains(column), "{column}: {header}");
     }
     let container = line_with(&screen, "│container ");

@@ -194,7 +194,7 @@ def test_the_ledger_row_gives_the_jobs_gpu_hours_by_cause(two_nodes, stack):
         return seen.get("collective_wait", 0) > 0 and seen.get("compute", 0) > 0
 
     stack.wait_until("job slow's GPU-hours by cause", slow_has_waits)
-    assert set(seen) <= {"compute", "collective_wait", "host", "idle"}, seen
+    assert set(seen) <= {"compute", "collective_wait", "host", "unused"}, seen
     assert "straggler_wait" not in seen and "input_wait" not in seen, seen
     held = promql(prom, grafana('sum(increase(process_gpu_time_seconds_total{gpulse_job_id="slow"}[$__range])) / 3600'))
     assert sum(seen.values()) == pytest.approx(float(held[0]["value"][1]), rel=0.05), (seen, held)

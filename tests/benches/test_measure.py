@@ -1,7 +1,7 @@
-"""benches/peers/measure.py, where every figure of BENCHMARKS.md section 2 comes from: its reading
+"""benches/peers/measure.py, where BENCHMARKS.md's peer figures come from: its reading
 of /proc (CPU ticks of a process and its descendants, peak RSS), the per-run arithmetic, the
-ranges over runs, the ratios between ranges (worst case first) and the targets table. The
-tables of BENCHMARKS.md are fed back in, so a change to the arithmetic that would print other
+ranges over runs, the ratios between ranges (worst case first) and the targets table. Tables
+it printed (BENCHMARKS.md's diary of 3 December, `git show b5eac57:BENCHMARKS.md`) are fed back in, so a change to the arithmetic that would print other
 figures from the same measurements fails here.
 
 Standard library and pytest only; run by scripts/test."""
@@ -247,7 +247,8 @@ def printed(fn, *args):
 
 
 def test_targets_reproduce_benchmarks_section_2_on_main():
-    """The CPU seconds and peak RSS of BENCHMARKS.md §2 "On main after the merge" (3 × 30 s):
+    """The CPU seconds and peak RSS of 39b0cce's run, "On main after the merge" (3 × 30 s) in
+    `git show b5eac57:BENCHMARKS.md`:
     the targets table it printed follows from them."""
     s = summary(
         gpulse_at_0p1=((0.17, 0.19), 30, 300, (12.7, 13.0)),
@@ -269,7 +270,7 @@ def test_targets_reproduce_benchmarks_section_2_on_main():
 
 
 def test_targets_reproduce_the_unmet_floor_goal_at_1s():
-    """BENCHMARKS.md §2, the floor over 60 s: gpulse@1 0.14–0.17 s, floor@1 0.05–0.06 s of CPU,
+    """The floor over 60 s (3 December, `git show b5eac57:BENCHMARKS.md`): gpulse@1 0.14–0.17 s, floor@1 0.05–0.06 s of CPU,
     2.3–3.4×, so the ≤ 3× goal is not met on the range; at 100 ms (20 s runs) 1.5–2.4×."""
     s = summary(
         gpulse_at_0p1=((0.09, 0.12), 20, 200, (12.8, 12.9)),

@@ -12,7 +12,7 @@ trainer's ``process.gpu.time`` are each within 5 points (of the held time) of th
 (input_wait 0.20/0.55, compute 0.30/0.55, host 0.05/0.55), compute within 5 % of its own, and in
 every window the causes add up to the held time and, per GPU, charged + unattributed energy to
 the device's counter, within 1 %.
-The process without the companion gets only compute and idle time (30 % / 70 %).
+The process without the companion gets only compute and unused time (30 % / 70 %).
 
 No root needed. Needs torch and the binaries ``cargo build --workspace`` makes; without them it
 is skipped with the reason, and under ``CI=true`` it fails.
@@ -213,8 +213,8 @@ def test_a_training_loop_lands_in_its_known_causes_and_everything_adds_up(tmp_pa
     # step) lengthens its real step beyond 0.55 s, which lowers input_wait's share and raises
     # host's, as it should: that is host time.
     assert close(shares.get("compute", 0.0), KNOWN["compute"], 0.05), report
-    assert set(shares) <= set(KNOWN) | {"idle"}, report
-    assert shares.get("idle", 0.0) <= 0.05, report
+    assert set(shares) <= set(KNOWN) | {"unused"}, report
+    assert shares.get("unused", 0.0) <= 0.05, report
     # The energy of its busy time is compute's: the waits and host held an idle GPU.
     energy_first = first.by_cause(trainer_pid, "process.gpu.energy")
     energy_last = last.by_cause(trainer_pid, "process.gpu.energy")
@@ -222,12 +222,12 @@ def test_a_training_loop_lands_in_its_known_causes_and_everything_adds_up(tmp_pa
     assert energy.get("compute", 0.0) > 0, energy
     assert sum(v for c, v in energy.items() if c != "compute") <= 0.01 * sum(energy.values()), energy
 
-    # Without the companion: compute and idle only, by its 30 % activity.
+    # Without the companion: compute and unused only, by its 30 % activity.
     plain_time = windows[-1].by_cause(plain.pid, "process.gpu.time")
-    assert set(plain_time) <= {"compute", "idle", "unknown"}, plain_time
+    assert set(plain_time) <= {"compute", "unused", "unknown"}, plain_time
     plain_held = sum(plain_time.values())
     assert close(plain_time["compute"], 0.3 * plain_held, 0.02), plain_time
-    assert close(plain_time["idle"], 0.7 * plain_held, 0.02), plain_time
+    assert close(plain_time["unused"], 0.7 * plain_held, 0.02), plain_time
 
 
 # -- gpulse record of the same loop: the summary's lines and the report's chart ---------------
@@ -359,7 +359,7 @@ def test_gpulse_record_of_the_loop_says_where_its_gpu_time_went(tmp_path):
     input_wait = causes["input_wait"]
     assert input_wait["saving_gpu_hours"] == input_wait["gpu_hours"]
     assert causes["compute"]["saving_gpu_hours"] is None
-    # Torch's import and the loader's start hold the GPU outside steps (idle, or compute as the
+    # Torch's import and the loader's start hold the GPU outside steps (unused, or compute as the
     # scenario's utilisation runs from gpulse's start), so the run's shares are below the
     # steady loop's; input_wait still is the largest wait.
     assert 0.15 < input_wait["share"] < KNOWN["input_wait"] + 0.05, input_wait

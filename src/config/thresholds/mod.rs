@@ -1,6 +1,6 @@
 //! The `[diagnosis]` table of the config file: one sub-table per rule with its thresholds, the
 //! history limits and the tracker's hysteresis. Every default is documented here and in
-//! `docs/diagnosis.md`; `validate` rejects values that make a rule meaningless.
+//! `docs/rules.md`; `validate` rejects values that make a rule meaningless.
 
 use std::time::Duration;
 

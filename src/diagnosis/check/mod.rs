@@ -4,7 +4,7 @@
 //! from NVML; everything else here is pure.
 //!
 //! A field the device does not support is "n/a" and passes, except where its absence hides a
-//! risk the operator should know about (documented per check in `docs/diagnosis.md`).
+//! risk the operator should know about (documented per check in `docs/diagnosis.md`, "gpulse check").
 
 pub(crate) mod agent;
 pub(crate) mod collect;
