@@ -111,11 +111,138 @@ impl DeviceFigures {
     }
 }
 
+/// A [`WindowSummary`] as a series stores it: the same figures, losslessly, in 88 bytes instead
+/// of 168 (times as nanoseconds from the epoch, each `Option` as a bit of `present` beside its
+/// value rather than a tag padded to the value's alignment). A full history is most of what
+/// gpulse holds once it has run a while (docs/resources.md), so its width is its memory.
+#[derive(Debug, Clone, Copy)]
+struct StoredSummary {
+    start_ns: i64,
+    end_ns: i64,
+    gpu_memory_last_bytes: u64,
+    gpu_memory_max_bytes: u64,
+    sm_utilization_mean: f64,
+    device_utilization_mean: f64,
+    device_sm_activity_mean: f64,
+    device_tensor_activity_mean: f64,
+    device_power_ratio_mean: f64,
+    interconnect_bytes_per_second: f64,
+    /// One bit per optional figure (the `PRESENT_*` constants), the interconnect's kind and
+    /// `on_mig_instance`.
+    present: u16,
+}
+
+const PRESENT_MEMORY_LAST: u16 = 1;
+const PRESENT_MEMORY_MAX: u16 = 1 << 1;
+const PRESENT_SM: u16 = 1 << 2;
+const PRESENT_DEVICE_UTILIZATION: u16 = 1 << 3;
+const PRESENT_DEVICE_SM: u16 = 1 << 4;
+const PRESENT_DEVICE_TENSOR: u16 = 1 << 5;
+const PRESENT_POWER_RATIO: u16 = 1 << 6;
+const PRESENT_INTERCONNECT: u16 = 1 << 7;
+/// With [`PRESENT_INTERCONNECT`]: the traffic is NVLink's, else PCIe's.
+const INTERCONNECT_NVLINK: u16 = 1 << 8;
+const ON_MIG_INSTANCE: u16 = 1 << 9;
+
+/// Nanoseconds from the epoch (negative before it); saturates past ±292 years.
+fn to_epoch_nanos(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+fn from_epoch_nanos(nanos: i64) -> SystemTime {
+    let magnitude = std::time::Duration::from_nanos(nanos.unsigned_abs());
+    if nanos >= 0 {
+        SystemTime::UNIX_EPOCH + magnitude
+    } else {
+        SystemTime::UNIX_EPOCH - magnitude
+    }
+}
+
+impl StoredSummary {
+    fn store(s: &WindowSummary) -> Self {
+        let mut present = 0;
+        let mut flag = |value: bool, bit: u16| {
+            if value {
+                present |= bit;
+            }
+        };
+        flag(s.gpu_memory_last_bytes.is_some(), PRESENT_MEMORY_LAST);
+        flag(s.gpu_memory_max_bytes.is_some(), PRESENT_MEMORY_MAX);
+        flag(s.sm_utilization_mean.is_some(), PRESENT_SM);
+        flag(
+            s.device_utilization_mean.is_some(),
+            PRESENT_DEVICE_UTILIZATION,
+        );
+        flag(s.device_sm_activity_mean.is_some(), PRESENT_DEVICE_SM);
+        flag(
+            s.device_tensor_activity_mean.is_some(),
+            PRESENT_DEVICE_TENSOR,
+        );
+        flag(s.device_power_ratio_mean.is_some(), PRESENT_POWER_RATIO);
+        flag(s.device_interconnect.is_some(), PRESENT_INTERCONNECT);
+        flag(
+            s.device_interconnect
+                .is_some_and(|c| c.interconnect == Interconnect::NvLink),
+            INTERCONNECT_NVLINK,
+        );
+        flag(s.on_mig_instance, ON_MIG_INSTANCE);
+        StoredSummary {
+            start_ns: to_epoch_nanos(s.start),
+            end_ns: to_epoch_nanos(s.end),
+            gpu_memory_last_bytes: s.gpu_memory_last_bytes.unwrap_or(0),
+            gpu_memory_max_bytes: s.gpu_memory_max_bytes.unwrap_or(0),
+            sm_utilization_mean: s.sm_utilization_mean.unwrap_or(0.0),
+            device_utilization_mean: s.device_utilization_mean.unwrap_or(0.0),
+            device_sm_activity_mean: s.device_sm_activity_mean.unwrap_or(0.0),
+            device_tensor_activity_mean: s.device_tensor_activity_mean.unwrap_or(0.0),
+            device_power_ratio_mean: s.device_power_ratio_mean.unwrap_or(0.0),
+            interconnect_bytes_per_second: s
+                .device_interconnect
+                .map_or(0.0, |c| c.bytes_per_second),
+            present,
+        }
+    }
+
+    fn summary(&self) -> WindowSummary {
+        let has = |bit: u16| self.present & bit != 0;
+        let some = |bit: u16, value: f64| has(bit).then_some(value);
+        WindowSummary {
+            start: from_epoch_nanos(self.start_ns),
+            end: from_epoch_nanos(self.end_ns),
+            gpu_memory_last_bytes: has(PRESENT_MEMORY_LAST).then_some(self.gpu_memory_last_bytes),
+            gpu_memory_max_bytes: has(PRESENT_MEMORY_MAX).then_some(self.gpu_memory_max_bytes),
+            sm_utilization_mean: some(PRESENT_SM, self.sm_utilization_mean),
+            device_utilization_mean: some(PRESENT_DEVICE_UTILIZATION, self.device_utilization_mean),
+            device_sm_activity_mean: some(PRESENT_DEVICE_SM, self.device_sm_activity_mean),
+            device_tensor_activity_mean: some(
+                PRESENT_DEVICE_TENSOR,
+                self.device_tensor_activity_mean,
+            ),
+            device_power_ratio_mean: some(PRESENT_POWER_RATIO, self.device_power_ratio_mean),
+            on_mig_instance: has(ON_MIG_INSTANCE),
+            device_interconnect: has(PRESENT_INTERCONNECT).then(|| InterconnectTraffic {
+                interconnect: if has(INTERCONNECT_NVLINK) {
+                    Interconnect::NvLink
+                } else {
+                    Interconnect::Pcie
+                },
+                bytes_per_second: self.interconnect_bytes_per_second,
+            }),
+        }
+    }
+}
+
 /// The summaries of one (pid, device), oldest first.
 #[derive(Debug, Clone)]
 pub struct Series {
     pub device_index: u32,
-    summaries: VecDeque<WindowSummary>,
+    summaries: VecDeque<StoredSummary>,
+    /// The history's `max_windows`: the deque grows to room for exactly one more (the window
+    /// appended before the trim), not to the next power of two (720 would hold room for 1440).
+    max_windows: usize,
     /// Each summary's `gpu_memory_last_bytes`, by position: `memory_growth` takes the maximum
     /// of a stretch of a long history from it without walking the stretch.
     memory_last: MaxQueue,
@@ -132,8 +259,8 @@ pub struct Series {
 impl Series {
     pub(crate) fn summaries(
         &self,
-    ) -> impl DoubleEndedIterator<Item = &WindowSummary> + ExactSizeIterator + Clone {
-        self.summaries.iter()
+    ) -> impl DoubleEndedIterator<Item = WindowSummary> + ExactSizeIterator + Clone + '_ {
+        self.summaries.iter().map(StoredSummary::summary)
     }
 
     pub fn len(&self) -> usize {
@@ -144,19 +271,20 @@ impl Series {
         self.summaries.is_empty()
     }
 
-    pub(crate) fn latest(&self) -> Option<&WindowSummary> {
-        self.summaries.back()
+    pub(crate) fn latest(&self) -> Option<WindowSummary> {
+        self.summaries.back().map(StoredSummary::summary)
     }
 
     /// The summary at `position`, 0 the oldest.
-    pub(crate) fn get(&self, position: usize) -> Option<&WindowSummary> {
-        self.summaries.get(position)
+    pub(crate) fn get(&self, position: usize) -> Option<WindowSummary> {
+        self.summaries.get(position).map(StoredSummary::summary)
     }
 
     /// The first position whose summary `before` says no to, by binary search: `before` must
     /// say yes to a prefix of the summaries and no to the rest.
-    pub(crate) fn partition_point(&self, before: impl FnMut(&WindowSummary) -> bool) -> usize {
-        self.summaries.partition_point(before)
+    pub(crate) fn partition_point(&self, mut before: impl FnMut(&WindowSummary) -> bool) -> usize {
+        self.summaries
+            .partition_point(|stored| before(&stored.summary()))
     }
 
     /// The largest `gpu_memory_last_bytes` among the summaries at `positions`, in O(log n).
@@ -176,16 +304,25 @@ impl Series {
     }
 
     fn push_back(&mut self, summary: WindowSummary) {
+        let stored = StoredSummary::store(&summary);
         if self
             .summaries
             .back()
-            .is_some_and(|last| summary.end < last.end)
+            .is_some_and(|last| stored.end_ns < last.end_ns)
         {
             self.ends_out_of_order += 1;
         }
         self.memory_points += usize::from(summary.gpu_memory_last_bytes.is_some());
         self.memory_last.push_back(summary.gpu_memory_last_bytes);
-        self.summaries.push_back(summary);
+        // Room for one past the bound: `record` appends the window before trimming the oldest.
+        let most = self.max_windows + 1;
+        let (len, capacity) = (self.summaries.len(), self.summaries.capacity());
+        if len == capacity && len < most {
+            // Double as the deque would, but never past the bound.
+            let room = len.max(4).min(most - len);
+            self.summaries.reserve_exact(room);
+        }
+        self.summaries.push_back(stored);
     }
 
     fn pop_front(&mut self) {
@@ -195,11 +332,11 @@ impl Series {
         if self
             .summaries
             .front()
-            .is_some_and(|next| next.end < oldest.end)
+            .is_some_and(|next| next.end_ns < oldest.end_ns)
         {
             self.ends_out_of_order -= 1;
         }
-        self.memory_points -= usize::from(oldest.gpu_memory_last_bytes.is_some());
+        self.memory_points -= usize::from(oldest.present & PRESENT_MEMORY_LAST != 0);
         self.memory_last.pop_front();
     }
 }
@@ -299,6 +436,7 @@ impl History {
                         Series {
                             device_index: p.device_index,
                             summaries: VecDeque::new(),
+                            max_windows: self.limits.max_windows,
                             memory_last: MaxQueue::default(),
                             memory_points: 0,
                             ends_out_of_order: 0,
@@ -324,7 +462,8 @@ impl History {
                 series.pop_front();
             }
             if let Some(oldest) = oldest_kept {
-                while series.summaries.front().is_some_and(|s| s.end < oldest) {
+                let oldest = to_epoch_nanos(oldest);
+                while series.summaries.front().is_some_and(|s| s.end_ns < oldest) {
                     series.pop_front();
                 }
             }
@@ -344,7 +483,9 @@ impl History {
                     rows.iter().map(move |(uuid, s)| {
                         (
                             (pid, uuid.clone()),
-                            s.summaries.front().map_or(end, |f| f.start),
+                            s.summaries
+                                .front()
+                                .map_or(end, |f| from_epoch_nanos(f.start_ns)),
                         )
                     })
                 })
@@ -424,5 +565,79 @@ impl History {
 impl Default for History {
     fn default() -> Self {
         Self::new(HistoryLimits::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn summary(seed: u64) -> WindowSummary {
+        // Every optional figure present or absent by a bit of the seed, values with all their
+        // bits in use (no round numbers that a lossy encoding would keep by luck).
+        let bit = |k: u64| seed >> k & 1 == 1;
+        let value = |k: u64| (seed as f64 + k as f64 / 7.0).sqrt() / 3.0;
+        WindowSummary {
+            start: SystemTime::UNIX_EPOCH + Duration::new(1_796_000_000 + seed, 123_456_789),
+            end: SystemTime::UNIX_EPOCH + Duration::new(1_796_000_001 + seed, 987_654_321),
+            gpu_memory_last_bytes: bit(0).then_some(u64::MAX - seed),
+            gpu_memory_max_bytes: bit(1).then_some(seed * 1_048_577),
+            sm_utilization_mean: bit(2).then(|| value(2)),
+            device_utilization_mean: bit(3).then(|| value(3)),
+            device_sm_activity_mean: bit(4).then(|| value(4)),
+            device_tensor_activity_mean: bit(5).then(|| value(5)),
+            device_power_ratio_mean: bit(6).then(|| value(6)),
+            on_mig_instance: bit(7),
+            device_interconnect: bit(8).then(|| InterconnectTraffic {
+                interconnect: if bit(9) {
+                    Interconnect::NvLink
+                } else {
+                    Interconnect::Pcie
+                },
+                bytes_per_second: value(9) * 1e9,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stored_summary_reads_back_as_it_was_given() {
+        for seed in 0..1024 {
+            let s = summary(seed);
+            assert_eq!(StoredSummary::store(&s).summary(), s, "seed {seed}");
+        }
+        // Times before the epoch (a clock set back far) and at it.
+        let mut s = summary(3);
+        s.start = SystemTime::UNIX_EPOCH - Duration::new(5, 1);
+        s.end = SystemTime::UNIX_EPOCH;
+        assert_eq!(StoredSummary::store(&s).summary(), s);
+    }
+
+    /// What docs/resources.md's history figure is computed from.
+    #[test]
+    fn a_stored_summary_is_88_bytes_and_a_full_series_holds_room_for_max_windows_and_one() {
+        assert_eq!(std::mem::size_of::<StoredSummary>(), 88);
+        let limits = HistoryLimits {
+            max_windows: 720,
+            ..HistoryLimits::default()
+        };
+        let mut series = Series {
+            device_index: 0,
+            summaries: VecDeque::new(),
+            max_windows: limits.max_windows,
+            memory_last: MaxQueue::default(),
+            memory_points: 0,
+            ends_out_of_order: 0,
+            listed_in: 0,
+        };
+        for seed in 0..2000 {
+            series.push_back(summary(seed));
+            if series.len() > limits.max_windows {
+                series.pop_front();
+            }
+            assert!(series.summaries.capacity() >= series.len());
+        }
+        assert_eq!(series.len(), 720);
+        assert_eq!(series.summaries.capacity(), 721);
     }
 }

@@ -83,7 +83,7 @@ struct Stalled {
 
 fn stalled(series: &Series, t: &CollectiveStall) -> Option<Stalled> {
     let mut newest_first = series.summaries().rev();
-    let latest = *newest_first.next()?;
+    let latest = newest_first.next()?;
     let signature = Signature::of(&latest, t)?;
     // A series holds one summary per window its process was listed in, without gaps (the
     // history drops a series its process left), so the run is the newest summaries alike.

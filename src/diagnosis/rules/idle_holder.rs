@@ -141,7 +141,7 @@ fn idle_run(series: &Series, t: &IdleHolder) -> Option<IdleRun> {
         let holds = s
             .gpu_memory_last_bytes
             .is_some_and(|m| m > t.min_gpu_memory_bytes);
-        let Some((u, source)) = idle_utilization(s) else {
+        let Some((u, source)) = idle_utilization(&s) else {
             break;
         };
         if !holds || u > t.utilization_at_most {

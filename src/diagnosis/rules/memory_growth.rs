@@ -147,7 +147,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
     if series.ends_in_order() {
-        fit_in_order(series, first, t)
+        fit_in_order(series, &first, t)
     } else {
         // A quarter of the time is no longer a run of positions.
         fit_points(memory_points(series, first.end), first.start, t)
@@ -181,10 +181,10 @@ fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Opt
             .map_or(0.0, |since| since.as_secs_f64())
     };
     let has_point = |s: &WindowSummary| s.gpu_memory_last_bytes.is_some();
-    let first_point = series.summaries().position(has_point)?;
-    let last_point = series.summaries().rposition(has_point)?;
-    let t0 = seconds(series.get(first_point)?);
-    let span = seconds(series.get(last_point)?) - t0;
+    let first_point = series.summaries().position(|s| has_point(&s))?;
+    let last_point = series.summaries().rposition(|s| has_point(&s))?;
+    let t0 = seconds(&series.get(first_point)?);
+    let span = seconds(&series.get(last_point)?) - t0;
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
@@ -213,7 +213,7 @@ fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Opt
         (0..kept)
             .filter_map(|i| {
                 let s = series.get(i * (count - 1) / (kept - 1).max(1))?;
-                Some((seconds(s), s.gpu_memory_last_bytes? as f64))
+                Some((seconds(&s), s.gpu_memory_last_bytes? as f64))
             })
             .collect()
     } else {

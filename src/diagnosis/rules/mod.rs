@@ -281,7 +281,7 @@ pub(crate) fn trailing_run(
     let latest = series.latest()?;
     let mut since = None;
     for s in series.summaries().rev() {
-        if !holds(s) {
+        if !holds(&s) {
             break;
         }
         since = Some(s.start);
