@@ -18,6 +18,12 @@ use crate::schema::{DeviceField, GpmField};
 
 use crate::config::thresholds::HistoryLimits;
 
+/// The most one full series holds on the heap at the default `max_windows` (720): its 720
+/// summaries of 168 bytes, a `MaxQueue` of 1024 slots (16 bytes each), its row in the PID map and
+/// its device UUID and its share of the maps' spare buckets (measured: 586 B at 256
+/// series; 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
+pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 168 + 1024 * 16 + 1024;
+
 /// What one window said about one process on one device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowSummary {
@@ -175,7 +181,19 @@ impl Series {
         self.ends_out_of_order == 0
     }
 
-    fn push_back(&mut self, summary: WindowSummary) {
+    /// Appends `summary`, first dropping the oldest when the series already holds
+    /// `max_windows`, and grows the ring to no more than `max_windows` slots: a `VecDeque` left
+    /// to grow itself doubles, so 720 summaries would sit in 1024 slots (+42%, 51 KB a series).
+    fn push_back(&mut self, summary: WindowSummary, max_windows: usize) {
+        while self.summaries.len() >= max_windows.max(1) {
+            self.pop_front();
+        }
+        let len = self.summaries.len();
+        if len == self.summaries.capacity() {
+            // Doubling (from 4) up to the bound: amortised O(1) per push as before.
+            self.summaries
+                .reserve_exact(len.max(4).min(max_windows.max(1) - len));
+        }
         if self
             .summaries
             .back()
@@ -311,7 +329,7 @@ impl History {
             let series = &mut rows[at].1;
             series.device_index = p.device_index;
             series.listed_in = recording;
-            series.push_back(summary);
+            series.push_back(summary, self.limits.max_windows);
         }
     }
 
@@ -411,6 +429,26 @@ impl History {
         self.series.values().map(Vec::len).sum()
     }
 
+    /// Bytes the history holds on the heap, from its structures' own capacities: each series'
+    /// ring of summaries and its `MaxQueue`, the device UUID it is keyed by, the per-PID rows
+    /// and the two maps' buckets (hashbrown: one control byte per bucket beside the entry).
+    /// [`HISTORY_BYTES_PER_SERIES`] bounds a full series; docs/resources.md states the total.
+    pub fn approx_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let mut bytes = self.series.capacity() * (size_of::<(u32, Vec<(String, Series)>)>() + 1);
+        for rows in self.series.values() {
+            bytes += rows.capacity() * size_of::<(String, Series)>();
+            for (uuid, series) in rows {
+                bytes += uuid.capacity()
+                    + series.summaries.capacity() * size_of::<WindowSummary>()
+                    + series.memory_last.heap_bytes();
+            }
+        }
+        bytes += self.devices.capacity() * (size_of::<(String, DeviceCounters)>() + 1);
+        bytes += self.devices.keys().map(String::capacity).sum::<usize>();
+        bytes
+    }
+
     /// Number of summaries held over all series.
     pub fn summary_count(&self) -> usize {
         self.series
@@ -424,5 +462,55 @@ impl History {
 impl Default for History {
     fn default() -> Self {
         Self::new(HistoryLimits::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnosis::rules::testkit::{device, process, window, GIB};
+
+    /// 8 devices and `procs` processes spread over them, one window ending at `at` seconds.
+    fn node_window(at: u64, procs: u32) -> Window {
+        let devices = (0..8).map(|d| device(d, 0.75, 60 * GIB)).collect();
+        let processes = (0..procs)
+            .map(|i| process(1000 + i, i % 8, 8 * GIB, Some(0.12)))
+            .collect();
+        window(at, devices, processes)
+    }
+
+    /// The budget (docs/resources.md): the history filled to both its bounds, `max_series`
+    /// series of `max_windows` summaries, holds no more than `HISTORY_BYTES_PER_SERIES` per
+    /// series, measured from the structures' capacities; a ring never grows past its bound.
+    #[test]
+    fn full_history_stays_within_its_stated_budget() {
+        assert_eq!(
+            std::mem::size_of::<WindowSummary>(),
+            168,
+            "update the budget"
+        );
+        let limits = HistoryLimits::default();
+        let mut history = History::new(limits.clone());
+        // More processes than max_series, for longer than max_windows (1 s windows, so that
+        // max_age, 1 h, does not trim first).
+        let procs = limits.max_series as u32 + 16;
+        for i in 1..=limits.max_windows as u64 + 5 {
+            let mut w = node_window(1000 + i, procs);
+            w.start = crate::diagnosis::rules::testkit::t(999 + i);
+            history.record(&w);
+        }
+        assert_eq!(history.series_count(), limits.max_series);
+        assert_eq!(
+            history.summary_count(),
+            limits.max_series * limits.max_windows
+        );
+        for series in history.series.values().flatten().map(|(_, s)| s) {
+            assert_eq!(series.summaries.capacity(), limits.max_windows);
+        }
+        let bytes = history.approx_bytes();
+        let budget = limits.max_series * HISTORY_BYTES_PER_SERIES;
+        assert!(bytes <= budget, "{bytes} B held, budget {budget} B");
+        // And the accounting counts what is there: at least the summaries themselves.
+        assert!(bytes >= history.summary_count() * 168, "{bytes} B");
     }
 }

@@ -35,6 +35,11 @@ impl MaxQueue {
         self.len
     }
 
+    /// Bytes of its node array on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<u64>()
+    }
+
     fn capacity(&self) -> usize {
         self.nodes.len() / 2
     }
