@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
-use crate::diagnosis::max_queue::MaxQueue;
+use crate::diagnosis::max_queue::{MaxQueue, SlidingMax};
 use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::{DeviceWindow, Window};
 use crate::schema::{DeviceField, GpmField};
@@ -19,10 +19,12 @@ use crate::schema::{DeviceField, GpmField};
 use crate::config::thresholds::HistoryLimits;
 
 /// The most one full series holds on the heap at the default `max_windows` (720): its 720
-/// summaries of 168 bytes, a `MaxQueue` of 1024 slots (16 bytes each), its row in the PID map and
+/// summaries of 168 bytes, a `MaxQueue` of 1024 slots (16 bytes each), the interconnect peak's
+/// candidates (16 bytes each, at most one a summary, where the rate falls every window; a deque
+/// of up to 1024 slots; none for a steady rate), its row in the PID map and
 /// its device UUID and its share of the maps' spare buckets (measured: 586 B at 256
 /// series; 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
-pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 168 + 1024 * 16 + 1024;
+pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 168 + 1024 * 16 + 1024 * 16 + 1024;
 
 /// What one window said about one process on one device.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,6 +127,9 @@ pub struct Series {
     /// Each summary's `gpu_memory_last_bytes`, by position: `memory_growth` takes the maximum
     /// of a stretch of a long history from it without walking the stretch.
     memory_last: MaxQueue,
+    /// The largest interconnect rate of the series' summaries on NVLink and on PCIe
+    /// (`Interconnect` order), for `interconnect_bound`'s peak without walking the history.
+    interconnect_peak: [SlidingMax; 2],
     /// Summaries with a `gpu_memory_last_bytes`.
     memory_points: usize,
     /// Neighbouring summaries of which the newer ends before the older (the wall clock stepped
@@ -170,6 +175,12 @@ impl Series {
         self.memory_last.max(positions)
     }
 
+    /// The largest `device_interconnect` rate among the summaries measured on `interconnect`,
+    /// 0.0 when none is positive: the fold over the summaries, in amortised O(1).
+    pub(crate) fn interconnect_peak(&self, interconnect: Interconnect) -> f64 {
+        self.interconnect_peak[interconnect as usize].max()
+    }
+
     /// How many summaries carry `gpu_memory_last_bytes`.
     pub(crate) fn memory_points(&self) -> usize {
         self.memory_points
@@ -203,6 +214,17 @@ impl Series {
         }
         self.memory_points += usize::from(summary.gpu_memory_last_bytes.is_some());
         self.memory_last.push_back(summary.gpu_memory_last_bytes);
+        for (kind, peak) in [Interconnect::NvLink, Interconnect::Pcie]
+            .into_iter()
+            .zip(&mut self.interconnect_peak)
+        {
+            peak.push_back(
+                summary
+                    .device_interconnect
+                    .filter(|c| c.interconnect == kind)
+                    .map(|c| c.bytes_per_second),
+            );
+        }
         self.summaries.push_back(summary);
     }
 
@@ -219,6 +241,9 @@ impl Series {
         }
         self.memory_points -= usize::from(oldest.gpu_memory_last_bytes.is_some());
         self.memory_last.pop_front();
+        self.interconnect_peak
+            .iter_mut()
+            .for_each(SlidingMax::pop_front);
     }
 }
 
@@ -318,6 +343,7 @@ impl History {
                             device_index: p.device_index,
                             summaries: VecDeque::new(),
                             memory_last: MaxQueue::default(),
+                            interconnect_peak: Default::default(),
                             memory_points: 0,
                             ends_out_of_order: 0,
                             listed_in: recording,
@@ -441,7 +467,12 @@ impl History {
             for (uuid, series) in rows {
                 bytes += uuid.capacity()
                     + series.summaries.capacity() * size_of::<WindowSummary>()
-                    + series.memory_last.heap_bytes();
+                    + series.memory_last.heap_bytes()
+                    + series
+                        .interconnect_peak
+                        .iter()
+                        .map(SlidingMax::heap_bytes)
+                        .sum::<usize>();
             }
         }
         bytes += self.devices.capacity() * (size_of::<(String, DeviceCounters)>() + 1);
@@ -472,7 +503,19 @@ mod tests {
 
     /// 8 devices and `procs` processes spread over them, one window ending at `at` seconds.
     fn node_window(at: u64, procs: u32) -> Window {
-        let devices = (0..8).map(|d| device(d, 0.75, 60 * GIB)).collect();
+        // PCIe traffic falling window after window: the interconnect peak's worst case, one
+        // candidate per summary.
+        let pcie = 1e12 - at as f64;
+        let devices = (0..8)
+            .map(|d| {
+                let mut d = device(d, 0.75, 60 * GIB);
+                d.fields.set_gauge(
+                    DeviceField::PcieTx,
+                    Some(crate::diagnosis::rules::testkit::gauge(pcie)),
+                );
+                d
+            })
+            .collect();
         let processes = (0..procs)
             .map(|i| process(1000 + i, i % 8, 8 * GIB, Some(0.12)))
             .collect();

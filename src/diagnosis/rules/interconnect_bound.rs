@@ -140,12 +140,9 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
     let now = latest.device_interconnect?;
     // The peak on the interconnect measured now (a GPU's NVLink rates may appear after PCIe
     // ones were used, on the first windows).
-    let peak = series
-        .summaries()
-        .filter_map(|s| s.device_interconnect)
-        .filter(|c| c.interconnect == now.interconnect)
-        .map(|c| c.bytes_per_second)
-        .fold(0.0, f64::max);
+    // Kept by the history as summaries come and go: a fold over the series here cost
+    // O(max_windows) per GPU per window once the history was full.
+    let peak = series.interconnect_peak(now.interconnect);
     let holds = |s: &WindowSummary| match (s.device_interconnect, s.device_sm_activity_mean) {
         (Some(c), Some(sm)) => {
             c.interconnect == now.interconnect
