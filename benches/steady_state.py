@@ -1,167 +1,130 @@
 #!/usr/bin/env python3
-"""What gpulse costs once its histories are full: runs one `gpulse run` on a simulated node of
-real (sleeping) GPU processes for as long as its diagnosis histories take to fill and then some,
-and prints, minute by minute, the CPU it used in that minute and its RSS, then the two ratios a
-sidecar is signed off on:
+"""gpulse's cost once its histories are full (issue 46): runs one `gpulse run` against nvml-sim
+with real sleeping GPU processes and an OTLP/HTTP sink, and prints, every minute, the CPU
+milliseconds spent in that minute, RSS, and the private (anonymous) memory from
+/proc/PID/smaps_rollup; at the end the two ratios the issue sets:
 
-  CPU   the last minutes' CPU per minute / minutes 2-4's (target <= 1.1)
-  RSS   RSS at the end / RSS at 2 minutes              (target <= 1.25)
+  CPU per minute over the last 3 minutes / CPU per minute of minutes 2-4   (target <= 1.1)
+  RSS at the end / RSS at 2 minutes                                        (target <= 1.25)
 
-Usage (release builds; benches/steady_state.sh builds them and runs the four configurations):
+The diagnosis history holds `max_windows` summaries per (process, device) (default 720: 12 min at
+a 1 s export, 2 h at 10 s). `--max-windows N` writes a config file with
+[diagnosis.history] max_windows = N, so the history of a 10 s export fills in N x 10 s
+(the cost of one window at a given fill does not depend on how long the full history is kept:
+compare its per-minute CPU after filling with the full-length 1 s run's). Run long enough for
+every history to be full (the script prints when the diagnosis history is full by the clock).
 
-  benches/steady_state.py --gpulse target/release/gpulse --nvml-lib target/release/libnvidia_ml.so \\
-      --gpus 8 --procs 64 --sample-interval 1s --export-interval 1s --minutes 15
+Standard library only. Reuses benches/peers/measure.py's sink, sleepers and scenario.
 
-The history of the trend rules keeps `[diagnosis.history] max_windows` windows (720 by
-default). At a 1 s export that is 12 minutes; at the default 10 s export, two hours. For the
-default export, `--max-windows N` runs with a smaller history (written to a config file), which
-fills in N × the export interval: per window, a full history of N windows costs what a full one
-of 720 does, except the walks over it that grow with its length, which `--max-windows` would
-hide; run once with the full 720 for those (two hours) or read docs/resources.md's reasoning.
-
-Standard library only; reuses benches/peers/measure.py's sink, sleepers and clocks. The CPU is
-the process's own CPU-time clock (all threads), the RSS VmRSS from /proc/<pid>/status, both read
-each minute. Run it on a quiet machine: figures are the process's own CPU, so other load moves
-them less than wall time, but a busy machine still adds cache misses and context switches.
+  benches/steady_state.py --gpulse target/release/gpulse --nvml-lib target/release/libnvidia_ml.so \
+      --gpus 8 --procs 64 --minutes 15 --export-interval 1s
 """
 
 import argparse
-import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
-import measure  # noqa: E402 (the path above)
+import measure  # noqa: E402  (the sibling benchmark's helpers)
 
 
-def rss_kib(pid):
+def status_kib(pid, key):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"/proc/{pid}/status has no VmRSS line")
+    raise RuntimeError(f"/proc/{pid}/status has no {key}")
 
 
-def parse_seconds(text):
-    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
-        number = text[: -len(suffix)]
-        if text.endswith(suffix) and number.replace(".", "", 1).isdigit():
-            return float(number) * scale
-    sys.exit(f"steady_state.py: {text!r} is not a duration: use e.g. 1s, 500ms, 10s")
-
-
-def ratios(rows):
-    """The end's CPU per minute over minutes 2-4's, and the end's RSS over minute 2's. The end
-    is the last three minutes (one minute alone is noisy at ~100 ms of CPU)."""
-    by_minute = {r["minute"]: r for r in rows}
-    early = [by_minute[m]["cpu_ms"] for m in (2, 3, 4) if m in by_minute]
-    late = [r["cpu_ms"] for r in rows[-3:]]
-    if len(early) < 3 or len(rows) < 7:
-        raise SystemExit("steady_state.py: run at least 7 minutes to compare the end with minutes 2-4")
-    cpu = (sum(late) / len(late)) / (sum(early) / len(early))
-    rss = rows[-1]["rss_mib"] / by_minute[2]["rss_mib"]
-    return cpu, rss
+def anonymous_kib(pid):
+    """Private anonymous memory (the heap and thread stacks, not the mapped binary), from
+    smaps_rollup: what grows when a structure grows."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1])
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpulse", required=True, help="the gpulse binary (a release build)")
+    ap.add_argument("--gpulse", required=True, help="gpulse binary (the release build)")
     ap.add_argument("--nvml-lib", required=True, help="nvml-sim's libnvidia_ml.so")
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--procs", type=int, default=64, help="real sleeping GPU processes, spread over the GPUs")
+    ap.add_argument("--procs", type=int, default=64, help="real sleeping GPU processes in all")
+    ap.add_argument("--minutes", type=int, default=15)
     ap.add_argument("--sample-interval", default="1s")
     ap.add_argument("--export-interval", default="1s")
-    ap.add_argument("--minutes", type=int, default=15)
-    ap.add_argument("--max-windows", type=int,
-                    help="[diagnosis.history] max_windows for this run (default: gpulse's, 720)")
+    ap.add_argument("--max-windows", type=int, help="[diagnosis.history] max_windows")
     ap.add_argument("--config-toml", default="",
-                    help="more gpulse config-file TOML for this run, e.g. to move a rule's "
-                         "min_duration and see what its walks cost")
-    ap.add_argument("--json", help="also write the rows and ratios here")
+                    help="more config-file TOML for the run (\\n for new lines), e.g. a rule's "
+                         "min_duration, to see what its work costs once it can judge a series")
     args = ap.parse_args()
+    if args.minutes < 6:
+        sys.exit("--minutes must be at least 6: the ratios compare minutes 2-4 with the last 3")
 
-    export_s = parse_seconds(args.export_interval)
-    windows = args.max_windows or 720
-    fill_minutes = windows * export_s / 60
-    if fill_minutes + 3 > args.minutes:
-        print(f"# note: the history fills after {fill_minutes:.0f} min; the run ends at "
-              f"{args.minutes} min, so its end is not the full state", file=sys.stderr)
-
+    workdir = tempfile.mkdtemp(prefix="gpulse-steady-")
     sink = measure.start_sink()
     endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
-    workdir = tempfile.mkdtemp(prefix="gpulse-steady-")
     sleepers = measure.Sleepers(args.procs)
-    proc = None
-    try:
-        scenario = os.path.join(workdir, "node.toml")
-        with open(scenario, "w") as f:
-            f.write(measure.scenario_text(args.gpus, args.procs, sleepers.pids))
-        argv = [
-            args.gpulse, "run", "--nvml-lib", args.nvml_lib,
-            "--sample-interval", args.sample_interval,
-            "--export-interval", args.export_interval,
+    scenario = os.path.join(workdir, "scenario.toml")
+    with open(scenario, "w") as f:
+        f.write(measure.scenario_text(args.gpus, args.procs, sleepers.pids))
+    argv = [args.gpulse, "run", "--nvml-lib", args.nvml_lib,
+            "--sample-interval", args.sample_interval, "--export-interval", args.export_interval,
             "--otlp-endpoint", endpoint, "--otlp-protocol", "http/protobuf",
-            "--kubelet-socket", "none", "--log-level", "warn",
-        ]
-        if args.max_windows or args.config_toml:
-            config = os.path.join(workdir, "gpulse.toml")
-            with open(config, "w") as f:
-                if args.max_windows:
-                    f.write(f"[diagnosis.history]\nmax_windows = {args.max_windows}\n")
-                f.write(args.config_toml.replace("\\n", "\n") + "\n")
-            argv += ["--config", config]
-        env = dict(os.environ, NVML_SIM_SCENARIO=scenario)
-        log = open(os.path.join(workdir, "gpulse.log"), "wb")
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
-        print(f"# gpulse run: {args.gpus} GPUs × {args.procs} real sleeping processes, sampling "
-              f"every {args.sample_interval}, exporting every {args.export_interval} over "
-              f"OTLP/HTTP to a local sink; history {windows} windows, full after "
-              f"{fill_minutes:.1f} min; {args.minutes} min; load average at start "
-              f"{os.getloadavg()[0]:.2f}", flush=True)
-        print("| minute | CPU ms in that minute | RSS MiB | load (1 min) |")
-        print("|---:|---:|---:|---:|", flush=True)
-        rows = []
-        start = time.monotonic()
-        before = measure.process_cpu_seconds(proc.pid)
+            "--kubelet-socket", "none", "--log-level", "warn"]
+    if args.max_windows or args.config_toml:
+        config = os.path.join(workdir, "gpulse.toml")
+        with open(config, "w") as f:
+            if args.max_windows:
+                f.write(f"[diagnosis.history]\nmax_windows = {args.max_windows}\n")
+            f.write(args.config_toml.replace("\\n", "\n") + "\n")
+        argv += ["--config", config]
+    env = dict(os.environ, NVML_SIM_SCENARIO=scenario)
+    log = open(os.path.join(workdir, "gpulse.log"), "w+b")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
+    windows = args.max_windows or 720
+    print(f"# gpulse {' '.join(argv[1:])}")
+    print(f"# {args.gpus} GPUs x {args.procs} real processes, nvml-sim, {args.minutes} min; "
+          f"diagnosis history {windows} windows, full by the clock after "
+          f"{windows} export intervals; {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.2f} at start")
+    print("| minute | CPU ms in that minute | RSS MiB | anonymous MiB | metric requests |")
+    print("|---:|---:|---:|---:|---:|", flush=True)
+    rows = []
+    start = time.monotonic()
+    last_cpu = measure.process_cpu_seconds(proc.pid)
+    try:
         for minute in range(1, args.minutes + 1):
-            time.sleep(max(0.0, start + minute * 60 - time.monotonic()))
+            time.sleep(max(0.0, start + 60 * minute - time.monotonic()))
             if proc.poll() is not None:
-                log.flush()
-                tail = open(log.name, "rb").read()[-2000:].decode(errors="replace")
-                raise SystemExit(f"steady_state.py: gpulse exited in minute {minute}: {tail}")
-            now = measure.process_cpu_seconds(proc.pid)
-            row = {
-                "minute": minute,
-                "cpu_ms": round((now - before) * 1000, 1),
-                "rss_mib": round(rss_kib(proc.pid) / 1024, 2),
-                "load_1m": round(os.getloadavg()[0], 2),
-            }
-            before = now
-            rows.append(row)
-            print(f"| {minute} | {row['cpu_ms']:.0f} | {row['rss_mib']:.1f} | {row['load_1m']:.2f} |",
-                  flush=True)
-        cpu, rss = ratios(rows)
-        exports = measure.Sink.count("/v1/metrics")
-        print(f"\nCPU per minute, last 3 minutes / minutes 2-4: {cpu:.2f} (target <= 1.1)")
-        print(f"RSS at the end / at 2 minutes: {rss:.2f} (target <= 1.25)")
-        print(f"peak RSS {measure.hwm_kib(proc.pid) / 1024:.1f} MiB; {exports} metric exports received")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"args": vars(args), "rows": rows, "cpu_ratio": cpu, "rss_ratio": rss,
-                           "metric_exports": exports}, f, indent=1)
+                log.seek(0)
+                sys.exit(f"gpulse exited in minute {minute}: {log.read()[-2000:].decode()}")
+            cpu = measure.process_cpu_seconds(proc.pid)
+            rss = status_kib(proc.pid, "VmRSS") / 1024
+            anon = anonymous_kib(proc.pid) / 1024
+            rows.append(((cpu - last_cpu) * 1000, rss, anon))
+            last_cpu = cpu
+            print(f"| {minute} | {rows[-1][0]:.0f} | {rss:.1f} | {anon:.1f} "
+                  f"| {measure.Sink.count('/v1/metrics')} |", flush=True)
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=10)
         sleepers.stop()
         sink.shutdown()
+    early = sum(r[0] for r in rows[1:4]) / 3
+    late = sum(r[0] for r in rows[-3:]) / 3
+    cpu_ratio, rss_ratio = late / early, rows[-1][1] / rows[1][1]
+    print(f"\nCPU/minute, last 3 minutes / minutes 2-4: {late:.0f} / {early:.0f} ms = "
+          f"{cpu_ratio:.2f} (target <= 1.1: {'met' if cpu_ratio <= 1.1 else 'NOT met'})")
+    print(f"RSS at the end / at 2 minutes: {rows[-1][1]:.1f} / {rows[1][1]:.1f} MiB = "
+          f"{rss_ratio:.2f} (target <= 1.25: {'met' if rss_ratio <= 1.25 else 'NOT met'})")
+    print(f"peak RSS (VmHWM) not read after exit; load average at end "
+          f"{os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

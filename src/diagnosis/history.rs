@@ -11,12 +11,20 @@
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
-use crate::diagnosis::max_queue::MaxQueue;
+use crate::diagnosis::max_queue::{MaxQueue, SlidingMax};
 use crate::fast_map::{FastMap, FastSet};
 use crate::sampling::{DeviceWindow, Window};
 use crate::schema::{DeviceField, GpmField};
 
 use crate::config::thresholds::HistoryLimits;
+
+/// The most one full series holds on the heap at the default `max_windows` (720): its 720
+/// summaries of 88 bytes (`StoredSummary`), a `MaxQueue` of 1024 slots (16 bytes each), the interconnect peak's
+/// candidates (16 bytes each, at most one a summary, where the rate falls every window; a deque
+/// of up to 1024 slots; none for a steady rate), its row in the PID map and
+/// its device UUID and its share of the maps' spare buckets (measured: 586 B at 256
+/// series; 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
+pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 88 + 1024 * 16 + 1024 * 16 + 1024;
 
 /// What one window said about one process on one device.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -240,12 +248,12 @@ impl StoredSummary {
 pub struct Series {
     pub device_index: u32,
     summaries: VecDeque<StoredSummary>,
-    /// The history's `max_windows`: the deque grows to room for exactly one more (the window
-    /// appended before the trim), not to the next power of two (720 would hold room for 1440).
-    max_windows: usize,
     /// Each summary's `gpu_memory_last_bytes`, by position: `memory_growth` takes the maximum
     /// of a stretch of a long history from it without walking the stretch.
     memory_last: MaxQueue,
+    /// The largest interconnect rate of the series' summaries on NVLink and on PCIe
+    /// (`Interconnect` order), for `interconnect_bound`'s peak without walking the history.
+    interconnect_peak: [SlidingMax; 2],
     /// Summaries with a `gpu_memory_last_bytes`.
     memory_points: usize,
     /// Neighbouring summaries of which the newer ends before the older (the wall clock stepped
@@ -292,6 +300,12 @@ impl Series {
         self.memory_last.max(positions)
     }
 
+    /// The largest `device_interconnect` rate among the summaries measured on `interconnect`,
+    /// 0.0 when none is positive: the fold over the summaries, in amortised O(1).
+    pub(crate) fn interconnect_peak(&self, interconnect: Interconnect) -> f64 {
+        self.interconnect_peak[interconnect as usize].max()
+    }
+
     /// How many summaries carry `gpu_memory_last_bytes`.
     pub(crate) fn memory_points(&self) -> usize {
         self.memory_points
@@ -303,7 +317,19 @@ impl Series {
         self.ends_out_of_order == 0
     }
 
-    fn push_back(&mut self, summary: WindowSummary) {
+    /// Appends `summary`, first dropping the oldest when the series already holds
+    /// `max_windows`, and grows the ring to no more than `max_windows` slots: a `VecDeque` left
+    /// to grow itself doubles, so 720 summaries would sit in 1024 slots.
+    fn push_back(&mut self, summary: WindowSummary, max_windows: usize) {
+        while self.summaries.len() >= max_windows.max(1) {
+            self.pop_front();
+        }
+        let len = self.summaries.len();
+        if len == self.summaries.capacity() {
+            // Doubling (from 4) up to the bound: amortised O(1) per push as before.
+            self.summaries
+                .reserve_exact(len.max(4).min(max_windows.max(1) - len));
+        }
         let stored = StoredSummary::store(&summary);
         if self
             .summaries
@@ -314,13 +340,16 @@ impl Series {
         }
         self.memory_points += usize::from(summary.gpu_memory_last_bytes.is_some());
         self.memory_last.push_back(summary.gpu_memory_last_bytes);
-        // Room for one past the bound: `record` appends the window before trimming the oldest.
-        let most = self.max_windows + 1;
-        let (len, capacity) = (self.summaries.len(), self.summaries.capacity());
-        if len == capacity && len < most {
-            // Double as the deque would, but never past the bound.
-            let room = len.max(4).min(most - len);
-            self.summaries.reserve_exact(room);
+        for (kind, peak) in [Interconnect::NvLink, Interconnect::Pcie]
+            .into_iter()
+            .zip(&mut self.interconnect_peak)
+        {
+            peak.push_back(
+                summary
+                    .device_interconnect
+                    .filter(|c| c.interconnect == kind)
+                    .map(|c| c.bytes_per_second),
+            );
         }
         self.summaries.push_back(stored);
     }
@@ -338,6 +367,9 @@ impl Series {
         }
         self.memory_points -= usize::from(oldest.present & PRESENT_MEMORY_LAST != 0);
         self.memory_last.pop_front();
+        self.interconnect_peak
+            .iter_mut()
+            .for_each(SlidingMax::pop_front);
     }
 }
 
@@ -436,8 +468,8 @@ impl History {
                         Series {
                             device_index: p.device_index,
                             summaries: VecDeque::new(),
-                            max_windows: self.limits.max_windows,
                             memory_last: MaxQueue::default(),
+                            interconnect_peak: Default::default(),
                             memory_points: 0,
                             ends_out_of_order: 0,
                             listed_in: recording,
@@ -449,7 +481,7 @@ impl History {
             let series = &mut rows[at].1;
             series.device_index = p.device_index;
             series.listed_in = recording;
-            series.push_back(summary);
+            series.push_back(summary, self.limits.max_windows);
         }
     }
 
@@ -552,6 +584,31 @@ impl History {
         self.series.values().map(Vec::len).sum()
     }
 
+    /// Bytes the history holds on the heap, from its structures' own capacities: each series'
+    /// ring of summaries and its `MaxQueue`, the device UUID it is keyed by, the per-PID rows
+    /// and the two maps' buckets (hashbrown: one control byte per bucket beside the entry).
+    /// [`HISTORY_BYTES_PER_SERIES`] bounds a full series; docs/resources.md states the total.
+    pub fn approx_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let mut bytes = self.series.capacity() * (size_of::<(u32, Vec<(String, Series)>)>() + 1);
+        for rows in self.series.values() {
+            bytes += rows.capacity() * size_of::<(String, Series)>();
+            for (uuid, series) in rows {
+                bytes += uuid.capacity()
+                    + series.summaries.capacity() * size_of::<StoredSummary>()
+                    + series.memory_last.heap_bytes()
+                    + series
+                        .interconnect_peak
+                        .iter()
+                        .map(SlidingMax::heap_bytes)
+                        .sum::<usize>();
+            }
+        }
+        bytes += self.devices.capacity() * (size_of::<(String, DeviceCounters)>() + 1);
+        bytes += self.devices.keys().map(String::capacity).sum::<usize>();
+        bytes
+    }
+
     /// Number of summaries held over all series.
     pub fn summary_count(&self) -> usize {
         self.series
@@ -571,6 +628,7 @@ impl Default for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnosis::rules::testkit::{device, process, window, GIB};
     use std::time::Duration;
 
     fn summary(seed: u64) -> WindowSummary {
@@ -615,7 +673,7 @@ mod tests {
 
     /// What docs/resources.md's history figure is computed from.
     #[test]
-    fn a_stored_summary_is_88_bytes_and_a_full_series_holds_room_for_max_windows_and_one() {
+    fn a_stored_summary_is_88_bytes_and_a_full_series_holds_room_for_max_windows_only() {
         assert_eq!(std::mem::size_of::<StoredSummary>(), 88);
         let limits = HistoryLimits {
             max_windows: 720,
@@ -624,20 +682,76 @@ mod tests {
         let mut series = Series {
             device_index: 0,
             summaries: VecDeque::new(),
-            max_windows: limits.max_windows,
             memory_last: MaxQueue::default(),
+            interconnect_peak: Default::default(),
             memory_points: 0,
             ends_out_of_order: 0,
             listed_in: 0,
         };
         for seed in 0..2000 {
-            series.push_back(summary(seed));
-            if series.len() > limits.max_windows {
-                series.pop_front();
-            }
+            series.push_back(summary(seed), limits.max_windows);
             assert!(series.summaries.capacity() >= series.len());
         }
         assert_eq!(series.len(), 720);
-        assert_eq!(series.summaries.capacity(), 721);
+        assert_eq!(series.summaries.capacity(), 720);
+    }
+
+    /// 8 devices and `procs` processes spread over them, one window ending at `at` seconds.
+    fn node_window(at: u64, procs: u32) -> Window {
+        // PCIe traffic falling window after window: the interconnect peak's worst case, one
+        // candidate per summary.
+        let pcie = 1e12 - at as f64;
+        let devices = (0..8)
+            .map(|d| {
+                let mut d = device(d, 0.75, 60 * GIB);
+                d.fields.set_gauge(
+                    DeviceField::PcieTx,
+                    Some(crate::diagnosis::rules::testkit::gauge(pcie)),
+                );
+                d
+            })
+            .collect();
+        let processes = (0..procs)
+            .map(|i| process(1000 + i, i % 8, 8 * GIB, Some(0.12)))
+            .collect();
+        window(at, devices, processes)
+    }
+
+    /// The budget (docs/resources.md): the history filled to both its bounds, `max_series`
+    /// series of `max_windows` summaries, holds no more than `HISTORY_BYTES_PER_SERIES` per
+    /// series, measured from the structures' capacities; a ring never grows past its bound.
+    #[test]
+    fn full_history_stays_within_its_stated_budget() {
+        assert_eq!(
+            std::mem::size_of::<StoredSummary>(),
+            88,
+            "update the budget"
+        );
+        let limits = HistoryLimits::default();
+        let mut history = History::new(limits.clone());
+        // More processes than max_series, for longer than max_windows (1 s windows, so that
+        // max_age, 1 h, does not trim first).
+        let procs = limits.max_series as u32 + 16;
+        for i in 1..=limits.max_windows as u64 + 5 {
+            let mut w = node_window(1000 + i, procs);
+            w.start = crate::diagnosis::rules::testkit::t(999 + i);
+            history.record(&w);
+        }
+        assert_eq!(history.series_count(), limits.max_series);
+        assert_eq!(
+            history.summary_count(),
+            limits.max_series * limits.max_windows
+        );
+        for series in history.series.values().flatten().map(|(_, s)| s) {
+            assert_eq!(series.summaries.capacity(), limits.max_windows);
+        }
+        let bytes = history.approx_bytes();
+        let budget = limits.max_series * HISTORY_BYTES_PER_SERIES;
+        assert!(bytes <= budget, "{bytes} B held, budget {budget} B");
+        // And the accounting counts what is there: at least the summaries themselves.
+        assert!(
+            bytes >= history.summary_count() * std::mem::size_of::<StoredSummary>(),
+            "{bytes} B"
+        );
     }
 }

@@ -6,7 +6,13 @@
 //! inner node the larger of its two children. A push or a pop rewrites one leaf and its
 //! ancestors; a push into a full ring first rebuilds it at twice the size (amortised O(1) per
 //! push, as a `VecDeque` grows). Memory is 16 bytes per ring slot: 16 to 32 bytes per reading.
+//!
+//! `SlidingMax`: the largest positive `f64` reading of the whole queue only (no stretches), as a
+//! monotonic deque: amortised O(1) per push and pop, and as many entries as there are readings
+//! larger than every newer one (one for a steady or rising signal, the whole history only for a
+//! strictly falling one).
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 /// A leaf or node with no reading under it. A reading is stored as `value + 1`, saturating: the
@@ -33,6 +39,11 @@ impl MaxQueue {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes of its node array on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<u64>()
     }
 
     fn capacity(&self) -> usize {
@@ -215,5 +226,90 @@ mod tests {
         assert_eq!(queue.max(2..2), None);
         queue.pop_front();
         assert_eq!(queue.max(0..2), Some(3));
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SlidingMax {
+    /// (position counted from the first push, reading), readings strictly falling front to back.
+    candidates: VecDeque<(u64, f64)>,
+    /// Position of the next push, and of the oldest position still held.
+    next: u64,
+    oldest: u64,
+}
+
+impl SlidingMax {
+    /// Appends a reading as the newest position; `None`, zero, negative and NaN readings take a
+    /// position and can never be the maximum (the rule's fold starts at 0.0 and skips NaN).
+    pub(crate) fn push_back(&mut self, reading: Option<f64>) {
+        if let Some(value) = reading.filter(|v| *v > 0.0) {
+            while self.candidates.back().is_some_and(|&(_, v)| v <= value) {
+                self.candidates.pop_back();
+            }
+            self.candidates.push_back((self.next, value));
+        }
+        self.next += 1;
+    }
+
+    /// Drops the oldest position; nothing when empty.
+    pub(crate) fn pop_front(&mut self) {
+        if self.oldest == self.next {
+            return;
+        }
+        if self
+            .candidates
+            .front()
+            .is_some_and(|&(at, _)| at == self.oldest)
+        {
+            self.candidates.pop_front();
+        }
+        self.oldest += 1;
+    }
+
+    /// The largest positive reading held, 0.0 when there is none.
+    pub(crate) fn max(&self) -> f64 {
+        self.candidates.front().map_or(0.0, |&(_, v)| v)
+    }
+
+    /// Bytes of its deque on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.candidates.capacity() * std::mem::size_of::<(u64, f64)>()
+    }
+}
+
+#[cfg(test)]
+mod sliding_max_tests {
+    use super::SlidingMax;
+
+    /// Against the fold it replaces, over random pushes and pops of a bounded window.
+    #[test]
+    fn matches_a_fold_over_the_window() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut queue = SlidingMax::default();
+        let mut window: std::collections::VecDeque<Option<f64>> = Default::default();
+        for _ in 0..20_000 {
+            let r = next();
+            let reading = match r % 7 {
+                0 => None,
+                1 => Some(-1.0),
+                2 => Some(f64::NAN),
+                _ => Some((r >> 8) as f64 % 1000.0),
+            };
+            queue.push_back(reading);
+            window.push_back(reading);
+            while window.len() > 1 + (r >> 40) as usize % 50 {
+                queue.pop_front();
+                window.pop_front();
+            }
+            let fold = window.iter().flatten().fold(0.0, |a: f64, &b| a.max(b));
+            assert_eq!(queue.max(), fold);
+        }
     }
 }

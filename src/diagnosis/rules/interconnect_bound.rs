@@ -138,22 +138,11 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
     let series = inputs.history.series(p.pid, &p.device_uuid)?;
     let latest = series.latest()?;
     let now = latest.device_interconnect?;
-    // The newest window must hold for any run to end at it: decided without the peak where it
-    // can be (busy SMs, little traffic), so a GPU at work does not walk its whole history for
-    // the peak every window. The peak is at least the newest rate, so the near-peak test is
-    // left to the walk.
-    let sm_now = latest.device_sm_activity_mean?;
-    if sm_now >= t.sm_activity_below || now.bytes_per_second < t.min_bytes_per_second {
-        return None;
-    }
     // The peak on the interconnect measured now (a GPU's NVLink rates may appear after PCIe
     // ones were used, on the first windows).
-    let peak = series
-        .summaries()
-        .filter_map(|s| s.device_interconnect)
-        .filter(|c| c.interconnect == now.interconnect)
-        .map(|c| c.bytes_per_second)
-        .fold(0.0, f64::max);
+    // Kept by the history as summaries come and go: a fold over the series here cost
+    // O(max_windows) per GPU per window once the history was full.
+    let peak = series.interconnect_peak(now.interconnect);
     let holds = |s: &WindowSummary| match (s.device_interconnect, s.device_sm_activity_mean) {
         (Some(c), Some(sm)) => {
             c.interconnect == now.interconnect
