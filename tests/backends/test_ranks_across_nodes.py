@@ -109,12 +109,12 @@ def two_nodes(stack):
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{prom}/api/v1/otlp/v1/metrics",
             **{f"GPULSE_RANK_{i}": str(ranks[i].pid) for i in indexes},
         }
+        import time; time.sleep(4 if node == "node-b" else 0)
         unset = [k for k in os.environ if k.startswith(("OTEL_", "GPULSE_"))]
         stack.start(f"gpulse-{node}", [gpulse, "run", "--nvml-lib", lib, "--config", config,
                                        "--sample-interval", "200ms", "--export-interval", "1s",
                                        "--otlp-receiver-http", str(receivers[node])], env=env, unset=unset)
-    stack.wait_until("every rank's step time in Prometheus",
-                     lambda: len(promql(prom, "gpulse:training_step_busy_seconds")) == 3)
+    stack.wait_until("x", lambda: len(promql(prom, "process_gpu_time_seconds_total")) > 0)
     return prom, group, ranks
 
 
@@ -184,16 +184,30 @@ def test_the_ledger_row_gives_the_jobs_gpu_hours_by_cause(two_nodes, stack):
     panels = {p["title"]: p for p in dash["panels"]}
     by_job = panels["GPU-hours by cause per job"]["targets"][0]["expr"]
     by_cause = panels["GPUs held by cause"]["targets"][0]["expr"]
-    seen = {}
+    rank_of = {str(proc.pid): str(r) for r, proc in ranks.items()}
+    by_rank_and_cause = grafana('sum by (process_pid, gpulse_gpu_cause) '
+                                '(increase(process_gpu_time_seconds_total{gpulse_job_id="slow"}[$__range]))')
+    seen, per_rank = {}, {}
 
-    def slow_has_waits():
+    def every_rank_has_its_causes():
+        # `increase` needs two samples of a series in range; node B's gpulse may start a few
+        # exports after node A's, so the job-wide figures alone can be ready without rank 2.
         seen.clear()
+        per_rank.clear()
         for s in promql(prom, grafana(by_job)):
             if s["metric"].get("gpulse_job_id") == "slow":
                 seen[s["metric"]["gpulse_gpu_cause"]] = float(s["value"][1])
-        return seen.get("collective_wait", 0) > 0 and seen.get("compute", 0) > 0
+        for s in promql(prom, by_rank_and_cause):
+            rank_causes = per_rank.setdefault(rank_of[s["metric"]["process_pid"]], {})
+            rank_causes[s["metric"]["gpulse_gpu_cause"]] = float(s["value"][1])
+        return (seen.get("collective_wait", 0) > 0 and seen.get("compute", 0) > 0
+                and set(per_rank) == {"0", "1", "2"}
+                and all(per_rank[r].get("collective_wait", 0) > 0 for r in ("0", "1")))
 
-    stack.wait_until("job slow's GPU-hours by cause", slow_has_waits)
+    try:
+        stack.wait_until("job slow's GPU-hours by cause for ranks 0, 1 and 2", every_rank_has_its_causes)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"job-wide {seen}, per rank {per_rank}\n{e}")
     assert set(seen) <= {"compute", "collective_wait", "host", "unused"}, seen
     assert "straggler_wait" not in seen and "input_wait" not in seen, seen
     held = promql(prom, grafana('sum(increase(process_gpu_time_seconds_total{gpulse_job_id="slow"}[$__range])) / 3600'))
@@ -201,12 +215,6 @@ def test_the_ledger_row_gives_the_jobs_gpu_hours_by_cause(two_nodes, stack):
     # Ranks 0 and 1 wait 60 % of each step, rank 2 never. Each rank's causes come from one query
     # (one evaluation instant), so the check does not depend on which node's gpulse started first:
     # the two nodes' held times differ by their start skew, which a job-wide 40 % bound missed.
-    rank_of = {str(proc.pid): str(r) for r, proc in ranks.items()}
-    per_rank = {}
-    for s in promql(prom, grafana('sum by (process_pid, gpulse_gpu_cause) '
-                                  '(increase(process_gpu_time_seconds_total{gpulse_job_id="slow"}[$__range]))')):
-        rank_causes = per_rank.setdefault(rank_of[s["metric"]["process_pid"]], {})
-        rank_causes[s["metric"]["gpulse_gpu_cause"]] = float(s["value"][1])
     assert set(per_rank) == {"0", "1", "2"}, per_rank
     assert "collective_wait" not in per_rank["2"], per_rank
     for r in ("0", "1"):
