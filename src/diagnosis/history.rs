@@ -19,12 +19,20 @@ use crate::schema::{DeviceField, GpmField};
 use crate::config::thresholds::HistoryLimits;
 
 /// The most one full series holds on the heap at the default `max_windows` (720): its 720
-/// summaries of 88 bytes (`StoredSummary`), a `MaxQueue` of 1024 slots (16 bytes each), the interconnect peak's
-/// candidates (16 bytes each, at most one a summary, where the rate falls every window; a deque
-/// of up to 1024 slots; none for a steady rate), its row in the PID map and
-/// its device UUID and its share of the maps' spare buckets (measured: 586 B at 256
-/// series; 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
-pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 88 + 1024 * 16 + 1024 * 16 + 1024;
+/// summaries of 40 bytes (`StoredSummary`), a `MaxQueue` of 1024 slots (16 bytes each), the
+/// interconnect peak's candidates (16 bytes each, at most one a summary, where the rate falls
+/// every window; a deque of up to 1024 slots; none for a steady rate), its row in the PID map
+/// and its device UUID and its share of the maps' spare buckets (measured: 586 B at 256 series;
+/// 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
+pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 40 + 1024 * 16 + 1024 * 16 + 1024;
+
+/// The most one recorded window's [`Frame`] holds beside the series, at the default
+/// `max_windows` (720 frames in a ring of up to 1024 slots of 48 bytes) and with each place
+/// (a device, or a MIG instance) the window listed: 48 bytes a place (`StoredFigures`), and the
+/// allocation's rounding.
+pub const HISTORY_BYTES_PER_FRAME: usize = 1024 * 48 / 720 + 1 + 32;
+/// See [`HISTORY_BYTES_PER_FRAME`].
+pub const HISTORY_BYTES_PER_PLACE: usize = 48;
 
 /// What one window said about one process on one device.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -119,25 +127,91 @@ impl DeviceFigures {
     }
 }
 
-/// A [`WindowSummary`] as a series stores it: the same figures, losslessly, in 88 bytes instead
-/// of 168 (times as nanoseconds from the epoch, each `Option` as a bit of `present` beside its
-/// value rather than a tag padded to the value's alignment). A full history is most of what
-/// gpulse holds once it has run a while (docs/resources.md), so its width is its memory.
+/// What a series stores of one window: the process's own figures, losslessly, in 40 bytes
+/// (168 as a `WindowSummary`). Its device's (or MIG instance's) figures and the window's times
+/// are the same for every process of the window on that place, so they are stored once, in
+/// the window's [`Frame`], and the summary names its frame (`recording`) and its place there.
+/// A full history is most of what gpulse holds once it has run a while (docs/resources.md), so
+/// its width is its memory.
 #[derive(Debug, Clone, Copy)]
 struct StoredSummary {
-    start_ns: i64,
-    end_ns: i64,
+    recording: u64,
     gpu_memory_last_bytes: u64,
     gpu_memory_max_bytes: u64,
     sm_utilization_mean: f64,
-    device_utilization_mean: f64,
-    device_sm_activity_mean: f64,
-    device_tensor_activity_mean: f64,
-    device_power_ratio_mean: f64,
-    interconnect_bytes_per_second: f64,
-    /// One bit per optional figure (the `PRESENT_*` constants), the interconnect's kind and
-    /// `on_mig_instance`.
+    /// Index of its device's or MIG instance's figures in the frame's `places`.
+    place: u32,
+    /// One bit per optional figure (`PRESENT_MEMORY_LAST`, `PRESENT_MEMORY_MAX`, `PRESENT_SM`).
     present: u16,
+}
+
+/// One place's (a device's, or on MIG an instance's) figures over one window, as
+/// `WindowSummary`'s `device_*` fields say them, each `Option` a bit of `present`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct StoredFigures {
+    utilization_mean: f64,
+    sm_activity_mean: f64,
+    tensor_activity_mean: f64,
+    power_ratio_mean: f64,
+    interconnect_bytes_per_second: f64,
+    /// `PRESENT_DEVICE_*`, the interconnect's kind and `ON_MIG_INSTANCE`.
+    present: u16,
+}
+
+/// One recorded window as the series' summaries of it share it: its times and the figures of
+/// each place its processes ran on.
+#[derive(Debug, Clone)]
+struct Frame {
+    start_ns: i64,
+    end_ns: i64,
+    places: Vec<StoredFigures>,
+}
+
+/// The frames of the last recordings, oldest first: frame `k` is recording `first + k`
+/// (every recording adds one), and the oldest still named by a summary is kept.
+#[derive(Debug, Clone, Default)]
+struct Frames {
+    first: u64,
+    ring: VecDeque<Frame>,
+}
+
+impl Frames {
+    fn get(&self, recording: u64) -> &Frame {
+        recording
+            .checked_sub(self.first)
+            .and_then(|k| self.ring.get(usize::try_from(k).ok()?))
+            .expect("a summary's frame is kept while the summary is")
+    }
+
+    fn end_ns(&self, s: &StoredSummary) -> i64 {
+        self.get(s.recording).end_ns
+    }
+
+    /// Adds the frame of `recording`, the one after the newest held.
+    fn push(&mut self, recording: u64, frame: Frame) {
+        if self.ring.is_empty() {
+            self.first = recording;
+        }
+        debug_assert_eq!(self.first + self.ring.len() as u64, recording);
+        self.ring.push_back(frame);
+    }
+
+    /// Drops the frames before `recording`.
+    fn drop_before(&mut self, recording: u64) {
+        while self.first < recording && !self.ring.is_empty() {
+            self.ring.pop_front();
+            self.first += 1;
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.ring.capacity() * std::mem::size_of::<Frame>()
+            + self
+                .ring
+                .iter()
+                .map(|f| f.places.capacity() * std::mem::size_of::<StoredFigures>())
+                .sum::<usize>()
+    }
 }
 
 const PRESENT_MEMORY_LAST: u16 = 1;
@@ -169,84 +243,132 @@ fn from_epoch_nanos(nanos: i64) -> SystemTime {
     }
 }
 
-impl StoredSummary {
+/// Sets `bit` in `present` when `value` holds.
+fn flag(present: &mut u16, value: bool, bit: u16) {
+    if value {
+        *present |= bit;
+    }
+}
+
+impl StoredFigures {
+    /// Its bits, for finding the same figures among a window's places.
+    fn key(&self) -> [u64; 6] {
+        [
+            self.utilization_mean.to_bits(),
+            self.sm_activity_mean.to_bits(),
+            self.tensor_activity_mean.to_bits(),
+            self.power_ratio_mean.to_bits(),
+            self.interconnect_bytes_per_second.to_bits(),
+            u64::from(self.present),
+        ]
+    }
+
     fn store(s: &WindowSummary) -> Self {
         let mut present = 0;
-        let mut flag = |value: bool, bit: u16| {
-            if value {
-                present |= bit;
-            }
-        };
-        flag(s.gpu_memory_last_bytes.is_some(), PRESENT_MEMORY_LAST);
-        flag(s.gpu_memory_max_bytes.is_some(), PRESENT_MEMORY_MAX);
-        flag(s.sm_utilization_mean.is_some(), PRESENT_SM);
         flag(
+            &mut present,
             s.device_utilization_mean.is_some(),
             PRESENT_DEVICE_UTILIZATION,
         );
-        flag(s.device_sm_activity_mean.is_some(), PRESENT_DEVICE_SM);
         flag(
+            &mut present,
+            s.device_sm_activity_mean.is_some(),
+            PRESENT_DEVICE_SM,
+        );
+        flag(
+            &mut present,
             s.device_tensor_activity_mean.is_some(),
             PRESENT_DEVICE_TENSOR,
         );
-        flag(s.device_power_ratio_mean.is_some(), PRESENT_POWER_RATIO);
-        flag(s.device_interconnect.is_some(), PRESENT_INTERCONNECT);
         flag(
+            &mut present,
+            s.device_power_ratio_mean.is_some(),
+            PRESENT_POWER_RATIO,
+        );
+        flag(
+            &mut present,
+            s.device_interconnect.is_some(),
+            PRESENT_INTERCONNECT,
+        );
+        flag(
+            &mut present,
             s.device_interconnect
                 .is_some_and(|c| c.interconnect == Interconnect::NvLink),
             INTERCONNECT_NVLINK,
         );
-        flag(s.on_mig_instance, ON_MIG_INSTANCE);
-        StoredSummary {
-            start_ns: to_epoch_nanos(s.start),
-            end_ns: to_epoch_nanos(s.end),
-            gpu_memory_last_bytes: s.gpu_memory_last_bytes.unwrap_or(0),
-            gpu_memory_max_bytes: s.gpu_memory_max_bytes.unwrap_or(0),
-            sm_utilization_mean: s.sm_utilization_mean.unwrap_or(0.0),
-            device_utilization_mean: s.device_utilization_mean.unwrap_or(0.0),
-            device_sm_activity_mean: s.device_sm_activity_mean.unwrap_or(0.0),
-            device_tensor_activity_mean: s.device_tensor_activity_mean.unwrap_or(0.0),
-            device_power_ratio_mean: s.device_power_ratio_mean.unwrap_or(0.0),
+        flag(&mut present, s.on_mig_instance, ON_MIG_INSTANCE);
+        StoredFigures {
+            utilization_mean: s.device_utilization_mean.unwrap_or(0.0),
+            sm_activity_mean: s.device_sm_activity_mean.unwrap_or(0.0),
+            tensor_activity_mean: s.device_tensor_activity_mean.unwrap_or(0.0),
+            power_ratio_mean: s.device_power_ratio_mean.unwrap_or(0.0),
             interconnect_bytes_per_second: s
                 .device_interconnect
                 .map_or(0.0, |c| c.bytes_per_second),
             present,
         }
     }
+}
 
-    fn summary(&self) -> WindowSummary {
+impl StoredSummary {
+    /// The process's part of `s`, in frame `recording` at `place`.
+    fn store(s: &WindowSummary, recording: u64, place: u32) -> Self {
+        let mut present = 0;
+        flag(
+            &mut present,
+            s.gpu_memory_last_bytes.is_some(),
+            PRESENT_MEMORY_LAST,
+        );
+        flag(
+            &mut present,
+            s.gpu_memory_max_bytes.is_some(),
+            PRESENT_MEMORY_MAX,
+        );
+        flag(&mut present, s.sm_utilization_mean.is_some(), PRESENT_SM);
+        StoredSummary {
+            recording,
+            gpu_memory_last_bytes: s.gpu_memory_last_bytes.unwrap_or(0),
+            gpu_memory_max_bytes: s.gpu_memory_max_bytes.unwrap_or(0),
+            sm_utilization_mean: s.sm_utilization_mean.unwrap_or(0.0),
+            place,
+            present,
+        }
+    }
+
+    /// The whole summary again, with its frame's times and its place's figures.
+    fn summary(&self, frames: &Frames) -> WindowSummary {
+        let frame = frames.get(self.recording);
+        let place = frame.places[self.place as usize];
         let has = |bit: u16| self.present & bit != 0;
-        let some = |bit: u16, value: f64| has(bit).then_some(value);
+        let place_has = |bit: u16| place.present & bit != 0;
+        let some = |bit: u16, value: f64| place_has(bit).then_some(value);
         WindowSummary {
-            start: from_epoch_nanos(self.start_ns),
-            end: from_epoch_nanos(self.end_ns),
+            start: from_epoch_nanos(frame.start_ns),
+            end: from_epoch_nanos(frame.end_ns),
             gpu_memory_last_bytes: has(PRESENT_MEMORY_LAST).then_some(self.gpu_memory_last_bytes),
             gpu_memory_max_bytes: has(PRESENT_MEMORY_MAX).then_some(self.gpu_memory_max_bytes),
-            sm_utilization_mean: some(PRESENT_SM, self.sm_utilization_mean),
-            device_utilization_mean: some(PRESENT_DEVICE_UTILIZATION, self.device_utilization_mean),
-            device_sm_activity_mean: some(PRESENT_DEVICE_SM, self.device_sm_activity_mean),
-            device_tensor_activity_mean: some(
-                PRESENT_DEVICE_TENSOR,
-                self.device_tensor_activity_mean,
-            ),
-            device_power_ratio_mean: some(PRESENT_POWER_RATIO, self.device_power_ratio_mean),
-            on_mig_instance: has(ON_MIG_INSTANCE),
-            device_interconnect: has(PRESENT_INTERCONNECT).then(|| InterconnectTraffic {
-                interconnect: if has(INTERCONNECT_NVLINK) {
+            sm_utilization_mean: has(PRESENT_SM).then_some(self.sm_utilization_mean),
+            device_utilization_mean: some(PRESENT_DEVICE_UTILIZATION, place.utilization_mean),
+            device_sm_activity_mean: some(PRESENT_DEVICE_SM, place.sm_activity_mean),
+            device_tensor_activity_mean: some(PRESENT_DEVICE_TENSOR, place.tensor_activity_mean),
+            device_power_ratio_mean: some(PRESENT_POWER_RATIO, place.power_ratio_mean),
+            on_mig_instance: place_has(ON_MIG_INSTANCE),
+            device_interconnect: place_has(PRESENT_INTERCONNECT).then(|| InterconnectTraffic {
+                interconnect: if place_has(INTERCONNECT_NVLINK) {
                     Interconnect::NvLink
                 } else {
                     Interconnect::Pcie
                 },
-                bytes_per_second: self.interconnect_bytes_per_second,
+                bytes_per_second: place.interconnect_bytes_per_second,
             }),
         }
     }
 }
 
-/// The summaries of one (pid, device), oldest first.
+/// The summaries of one (pid, device), oldest first, as the history keeps them.
 #[derive(Debug, Clone)]
-pub struct Series {
-    pub device_index: u32,
+struct StoredSeries {
+    device_index: u32,
     summaries: VecDeque<StoredSummary>,
     /// Each summary's `gpu_memory_last_bytes`, by position: `memory_growth` takes the maximum
     /// of a stretch of a long history from it without walking the stretch.
@@ -264,65 +386,103 @@ pub struct Series {
     listed_in: u64,
 }
 
-impl Series {
+/// The summaries of one (pid, device), oldest first: a series of the history, read with the
+/// frames its summaries name.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    stored: &'a StoredSeries,
+    frames: &'a Frames,
+}
+
+impl<'a> Series<'a> {
+    pub fn device_index(&self) -> u32 {
+        self.stored.device_index
+    }
+
     pub(crate) fn summaries(
         &self,
-    ) -> impl DoubleEndedIterator<Item = WindowSummary> + ExactSizeIterator + Clone + '_ {
-        self.summaries.iter().map(StoredSummary::summary)
+    ) -> impl DoubleEndedIterator<Item = WindowSummary> + ExactSizeIterator + Clone + 'a {
+        let frames = self.frames;
+        self.stored.summaries.iter().map(|s| s.summary(frames))
     }
 
     pub fn len(&self) -> usize {
-        self.summaries.len()
+        self.stored.summaries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.summaries.is_empty()
+        self.stored.summaries.is_empty()
     }
 
     pub(crate) fn latest(&self) -> Option<WindowSummary> {
-        self.summaries.back().map(StoredSummary::summary)
+        self.stored.summaries.back().map(|s| s.summary(self.frames))
     }
 
     /// The summary at `position`, 0 the oldest.
     pub(crate) fn get(&self, position: usize) -> Option<WindowSummary> {
-        self.summaries.get(position).map(StoredSummary::summary)
+        self.stored
+            .summaries
+            .get(position)
+            .map(|s| s.summary(self.frames))
     }
 
     /// The first position whose summary `before` says no to, by binary search: `before` must
     /// say yes to a prefix of the summaries and no to the rest.
     pub(crate) fn partition_point(&self, mut before: impl FnMut(&WindowSummary) -> bool) -> usize {
-        self.summaries
-            .partition_point(|stored| before(&stored.summary()))
+        self.stored
+            .summaries
+            .partition_point(|stored| before(&stored.summary(self.frames)))
     }
 
     /// The largest `gpu_memory_last_bytes` among the summaries at `positions`, in O(log n).
     pub(crate) fn memory_last_max(&self, positions: std::ops::Range<usize>) -> Option<u64> {
-        self.memory_last.max(positions)
+        self.stored.memory_last.max(positions)
     }
 
     /// The largest `device_interconnect` rate among the summaries measured on `interconnect`,
     /// 0.0 when none is positive: the fold over the summaries, in amortised O(1).
     pub(crate) fn interconnect_peak(&self, interconnect: Interconnect) -> f64 {
-        self.interconnect_peak[interconnect as usize].max()
+        self.stored.interconnect_peak[interconnect as usize].max()
     }
 
     /// How many summaries carry `gpu_memory_last_bytes`.
     pub(crate) fn memory_points(&self) -> usize {
-        self.memory_points
+        self.stored.memory_points
     }
 
     /// Whether each summary ends no earlier than the one before it, so that a run of times is a
     /// run of positions.
     pub(crate) fn ends_in_order(&self) -> bool {
-        self.ends_out_of_order == 0
+        self.stored.ends_out_of_order == 0
+    }
+}
+
+impl StoredSeries {
+    fn new(device_index: u32, recording: u64) -> Self {
+        StoredSeries {
+            device_index,
+            summaries: VecDeque::new(),
+            memory_last: MaxQueue::default(),
+            interconnect_peak: Default::default(),
+            memory_points: 0,
+            ends_out_of_order: 0,
+            listed_in: recording,
+        }
     }
 
-    /// Appends `summary`, first dropping the oldest when the series already holds
-    /// `max_windows`, and grows the ring to no more than `max_windows` slots: a `VecDeque` left
-    /// to grow itself doubles, so 720 summaries would sit in 1024 slots.
-    fn push_back(&mut self, summary: WindowSummary, max_windows: usize) {
+    /// Appends `summary`, stored as `stored` (its frame already in `frames`), first dropping
+    /// the oldest when the series already holds `max_windows`, and grows the ring to no more
+    /// than `max_windows` slots: a `VecDeque` left to grow itself doubles, so 720 summaries
+    /// would sit in 1024 slots.
+    fn push_back(
+        &mut self,
+        summary: &WindowSummary,
+        stored: StoredSummary,
+        frames: &Frames,
+        max_windows: usize,
+    ) {
         while self.summaries.len() >= max_windows.max(1) {
-            self.pop_front();
+            self.pop_front(frames);
         }
         let len = self.summaries.len();
         if len == self.summaries.capacity() {
@@ -330,11 +490,10 @@ impl Series {
             self.summaries
                 .reserve_exact(len.max(4).min(max_windows.max(1) - len));
         }
-        let stored = StoredSummary::store(&summary);
         if self
             .summaries
             .back()
-            .is_some_and(|last| stored.end_ns < last.end_ns)
+            .is_some_and(|last| to_epoch_nanos(summary.end) < frames.end_ns(last))
         {
             self.ends_out_of_order += 1;
         }
@@ -354,14 +513,14 @@ impl Series {
         self.summaries.push_back(stored);
     }
 
-    fn pop_front(&mut self) {
+    fn pop_front(&mut self, frames: &Frames) {
         let Some(oldest) = self.summaries.pop_front() else {
             return;
         };
         if self
             .summaries
             .front()
-            .is_some_and(|next| next.end_ns < oldest.end_ns)
+            .is_some_and(|next| frames.end_ns(next) < frames.end_ns(&oldest))
         {
             self.ends_out_of_order -= 1;
         }
@@ -389,7 +548,9 @@ pub struct History {
     limits: HistoryLimits,
     /// By PID, then device UUID: a process nearly always holds one device, so a series is found
     /// by hashing the PID and comparing one UUID, with no `(pid, uuid)` key to build.
-    series: FastMap<u32, Vec<(String, Series)>>,
+    series: FastMap<u32, Vec<(String, StoredSeries)>>,
+    /// The recorded windows' times and places, which the series' summaries name.
+    frames: Frames,
     devices: FastMap<String, DeviceCounters>,
     last_recorded_end: Option<SystemTime>,
     /// Windows recorded so far.
@@ -401,6 +562,7 @@ impl History {
         Self {
             limits,
             series: FastMap::default(),
+            frames: Frames::default(),
             devices: FastMap::default(),
             last_recorded_end: None,
             recordings: 0,
@@ -421,17 +583,22 @@ impl History {
         self.retain_series(|series| series.listed_in == recording);
         self.trim(window.end);
         self.evict_beyond_max_series(window.end);
+        self.drop_unnamed_frames(recording);
         self.record_device_counters(window);
     }
 
     /// Appends each listed process's summary of `window` to its series on its device, marking
-    /// the series as listed in `recording`.
+    /// the series as listed in `recording`, and the window's frame: its times and each distinct
+    /// place figures its summaries carry, stored once.
     fn append(&mut self, window: &Window, recording: u64) {
         let figures: FastMap<&str, DeviceFigures> = window
             .devices
             .iter()
             .map(|d| (d.info.uuid.as_str(), DeviceFigures::of(d)))
             .collect();
+        let mut places: Vec<StoredFigures> = Vec::new();
+        let mut place_of: FastMap<[u64; 6], u32> = FastMap::default();
+        let mut summaries = Vec::with_capacity(window.processes.len());
         for p in &window.processes {
             let device = figures
                 .get(p.device_uuid.as_str())
@@ -459,21 +626,33 @@ impl History {
                 summary.device_power_ratio_mean = None;
                 summary.on_mig_instance = true;
             }
+            // Places with the same figures (bit for bit) share one entry: nothing is lost, and
+            // the processes of one device or instance find theirs by its figures alone.
+            let place = StoredFigures::store(&summary);
+            let key = place.key();
+            let at = *place_of.entry(key).or_insert_with(|| {
+                places.push(place);
+                u32::try_from(places.len() - 1).expect("fewer places than processes")
+            });
+            summaries.push((StoredSummary::store(&summary, recording, at), summary));
+        }
+        self.frames.push(
+            recording,
+            Frame {
+                start_ns: to_epoch_nanos(window.start),
+                end_ns: to_epoch_nanos(window.end),
+                places: places.as_slice().to_vec(),
+            },
+        );
+        let max_windows = self.limits.max_windows;
+        for (p, (stored, summary)) in window.processes.iter().zip(summaries) {
             let rows = self.series.entry(p.pid).or_default();
             let at = match rows.iter().position(|(uuid, _)| *uuid == p.device_uuid) {
                 Some(at) => at,
                 None => {
                     rows.push((
                         p.device_uuid.clone(),
-                        Series {
-                            device_index: p.device_index,
-                            summaries: VecDeque::new(),
-                            memory_last: MaxQueue::default(),
-                            interconnect_peak: Default::default(),
-                            memory_points: 0,
-                            ends_out_of_order: 0,
-                            listed_in: recording,
-                        },
+                        StoredSeries::new(p.device_index, recording),
                     ));
                     rows.len() - 1
                 }
@@ -481,22 +660,41 @@ impl History {
             let series = &mut rows[at].1;
             series.device_index = p.device_index;
             series.listed_in = recording;
-            series.push_back(summary, self.limits.max_windows);
+            series.push_back(&summary, stored, &self.frames, max_windows);
         }
+    }
+
+    /// Forgets the frames older than every series' oldest summary (all of them, with no series
+    /// left): the frames held are at most the last `max_windows` recordings.
+    fn drop_unnamed_frames(&mut self, recording: u64) {
+        let oldest_named = self
+            .series
+            .values()
+            .flatten()
+            .filter_map(|(_, series)| series.summaries.front())
+            .map(|s| s.recording)
+            .min()
+            .unwrap_or(recording + 1);
+        self.frames.drop_before(oldest_named);
     }
 
     /// Drops the summaries past `max_windows` or older than `max_age` before `end`, then the
     /// series left empty.
     fn trim(&mut self, end: SystemTime) {
         let oldest_kept = end.checked_sub(self.limits.max_age);
+        let frames = &self.frames;
         for series in self.series.values_mut().flatten().map(|(_, series)| series) {
             while series.summaries.len() > self.limits.max_windows {
-                series.pop_front();
+                series.pop_front(frames);
             }
             if let Some(oldest) = oldest_kept {
                 let oldest = to_epoch_nanos(oldest);
-                while series.summaries.front().is_some_and(|s| s.end_ns < oldest) {
-                    series.pop_front();
+                while series
+                    .summaries
+                    .front()
+                    .is_some_and(|s| frames.end_ns(s) < oldest)
+                {
+                    series.pop_front(frames);
                 }
             }
         }
@@ -508,6 +706,7 @@ impl History {
         if self.series_count() > self.limits.max_series {
             // Keep the longest-running series: they carry the trends; a burst of short-lived
             // processes should not evict a training job's history.
+            let frames = &self.frames;
             let mut keys: Vec<((u32, String), SystemTime)> = self
                 .series
                 .iter()
@@ -515,9 +714,9 @@ impl History {
                     rows.iter().map(move |(uuid, s)| {
                         (
                             (pid, uuid.clone()),
-                            s.summaries
-                                .front()
-                                .map_or(end, |f| from_epoch_nanos(f.start_ns)),
+                            s.summaries.front().map_or(end, |f| {
+                                from_epoch_nanos(frames.get(f.recording).start_ns)
+                            }),
                         )
                     })
                 })
@@ -558,16 +757,19 @@ impl History {
     }
 
     /// The series of one process on one device.
-    pub fn series(&self, pid: u32, device_uuid: &str) -> Option<&Series> {
+    pub fn series(&self, pid: u32, device_uuid: &str) -> Option<Series<'_>> {
         self.series
             .get(&pid)?
             .iter()
             .find(|(uuid, _)| uuid == device_uuid)
-            .map(|(_, series)| series)
+            .map(|(_, stored)| Series {
+                stored,
+                frames: &self.frames,
+            })
     }
 
     /// Keeps the series `keep` says yes to, and the PIDs that still have one.
-    fn retain_series(&mut self, mut keep: impl FnMut(&Series) -> bool) {
+    fn retain_series(&mut self, mut keep: impl FnMut(&StoredSeries) -> bool) {
         self.series.retain(|_, rows| {
             rows.retain(|(_, series)| keep(series));
             !rows.is_empty()
@@ -590,9 +792,11 @@ impl History {
     /// [`HISTORY_BYTES_PER_SERIES`] bounds a full series; docs/resources.md states the total.
     pub fn approx_bytes(&self) -> usize {
         use std::mem::size_of;
-        let mut bytes = self.series.capacity() * (size_of::<(u32, Vec<(String, Series)>)>() + 1);
+        let mut bytes =
+            self.series.capacity() * (size_of::<(u32, Vec<(String, StoredSeries)>)>() + 1);
+        bytes += self.frames.heap_bytes();
         for rows in self.series.values() {
-            bytes += rows.capacity() * size_of::<(String, Series)>();
+            bytes += rows.capacity() * size_of::<(String, StoredSeries)>();
             for (uuid, series) in rows {
                 bytes += uuid.capacity()
                     + series.summaries.capacity() * size_of::<StoredSummary>()
@@ -658,42 +862,104 @@ mod tests {
         }
     }
 
+    /// `s` stored as a series stores it: its place's figures in a frame of their own.
+    fn round_trip(s: &WindowSummary) -> WindowSummary {
+        let mut frames = Frames::default();
+        frames.push(
+            7,
+            Frame {
+                start_ns: to_epoch_nanos(s.start),
+                end_ns: to_epoch_nanos(s.end),
+                places: vec![StoredFigures::default(), StoredFigures::store(s)],
+            },
+        );
+        StoredSummary::store(s, 7, 1).summary(&frames)
+    }
+
     #[test]
     fn a_stored_summary_reads_back_as_it_was_given() {
         for seed in 0..1024 {
             let s = summary(seed);
-            assert_eq!(StoredSummary::store(&s).summary(), s, "seed {seed}");
+            assert_eq!(round_trip(&s), s, "seed {seed}");
         }
         // Times before the epoch (a clock set back far) and at it.
         let mut s = summary(3);
         s.start = SystemTime::UNIX_EPOCH - Duration::new(5, 1);
         s.end = SystemTime::UNIX_EPOCH;
-        assert_eq!(StoredSummary::store(&s).summary(), s);
+        assert_eq!(round_trip(&s), s);
+    }
+
+    /// Each process reads its own device's figures from the frame its devices share, window
+    /// after window, and a frame holds one place per distinct figures, not one per process.
+    #[test]
+    fn processes_read_their_own_devices_figures_from_the_shared_frames() {
+        let mut history = History::default();
+        for at in 1..=50_u64 {
+            // Device d's utilisation changes every window; devices 2 and 3 read alike.
+            let util = |d: u32| (f64::from(d.min(2)) + at as f64) / 100.0;
+            let devices = (0..4).map(|d| device(d, util(d), 60 * GIB)).collect();
+            let processes = (0..16)
+                .map(|i| process(100 + i, i % 4, (at + u64::from(i)) * GIB, Some(0.5)))
+                .collect();
+            let mut w = window(at * 10, devices, processes);
+            if at == 30 {
+                // The wall clock stepped back: order is kept per series all the same.
+                w.end -= Duration::from_secs(25);
+            }
+            history.record(&w);
+            let newest = history.frames.get(history.recordings);
+            assert_eq!(newest.places.len(), 3, "window {at}");
+            for i in 0..16 {
+                let series = history
+                    .series(100 + i, &format!("GPU-0000000{}", i % 4))
+                    .unwrap();
+                let latest = series.latest().unwrap();
+                assert_eq!(
+                    latest.device_utilization_mean,
+                    Some(util(i % 4)),
+                    "pid {} at {at}",
+                    100 + i
+                );
+                assert_eq!(
+                    latest.gpu_memory_last_bytes,
+                    Some((at + u64::from(i)) * GIB)
+                );
+                assert_eq!(latest.end, w.end);
+                assert_eq!(series.ends_in_order(), at < 30, "window {at}");
+            }
+        }
+        assert_eq!(history.frames.ring.len(), 50, "every frame still named");
     }
 
     /// What docs/resources.md's history figure is computed from.
     #[test]
-    fn a_stored_summary_is_88_bytes_and_a_full_series_holds_room_for_max_windows_only() {
-        assert_eq!(std::mem::size_of::<StoredSummary>(), 88);
-        let limits = HistoryLimits {
+    fn a_stored_summary_is_40_bytes_and_a_full_series_holds_room_for_max_windows_only() {
+        assert_eq!(std::mem::size_of::<StoredSummary>(), 40);
+        assert_eq!(
+            std::mem::size_of::<StoredFigures>(),
+            HISTORY_BYTES_PER_PLACE
+        );
+        let mut history = History::new(HistoryLimits {
             max_windows: 720,
             ..HistoryLimits::default()
-        };
-        let mut series = Series {
-            device_index: 0,
-            summaries: VecDeque::new(),
-            memory_last: MaxQueue::default(),
-            interconnect_peak: Default::default(),
-            memory_points: 0,
-            ends_out_of_order: 0,
-            listed_in: 0,
-        };
-        for seed in 0..2000 {
-            series.push_back(summary(seed), limits.max_windows);
-            assert!(series.summaries.capacity() >= series.len());
+        });
+        for at in 0..2000 {
+            history.record(&window(
+                1000 + at,
+                vec![device(0, 0.5, GIB)],
+                vec![process(9, 0, GIB, None)],
+            ));
+            let series = history.series(9, "GPU-00000000").unwrap();
+            assert!(series.stored.summaries.capacity() >= series.len());
         }
+        let series = history.series(9, "GPU-00000000").unwrap();
         assert_eq!(series.len(), 720);
-        assert_eq!(series.summaries.capacity(), 720);
+        assert_eq!(series.stored.summaries.capacity(), 720);
+        assert_eq!(
+            history.frames.ring.len(),
+            720,
+            "the frames of the summaries only"
+        );
     }
 
     /// 8 devices and `procs` processes spread over them, one window ending at `at` seconds.
@@ -703,7 +969,8 @@ mod tests {
         let pcie = 1e12 - at as f64;
         let devices = (0..8)
             .map(|d| {
-                let mut d = device(d, 0.75, 60 * GIB);
+                // Each device its own figures: one place each in every frame.
+                let mut d = device(d, 0.75 + f64::from(d) / 100.0, 60 * GIB);
                 d.fields.set_gauge(
                     DeviceField::PcieTx,
                     Some(crate::diagnosis::rules::testkit::gauge(pcie)),
@@ -724,7 +991,7 @@ mod tests {
     fn full_history_stays_within_its_stated_budget() {
         assert_eq!(
             std::mem::size_of::<StoredSummary>(),
-            88,
+            40,
             "update the budget"
         );
         let limits = HistoryLimits::default();
@@ -745,8 +1012,12 @@ mod tests {
         for series in history.series.values().flatten().map(|(_, s)| s) {
             assert_eq!(series.summaries.capacity(), limits.max_windows);
         }
+        // One place a device: every process of a device reads alike.
+        assert_eq!(history.frames.ring.len(), limits.max_windows);
+        assert!(history.frames.ring.iter().all(|f| f.places.len() == 8));
         let bytes = history.approx_bytes();
-        let budget = limits.max_series * HISTORY_BYTES_PER_SERIES;
+        let budget = limits.max_series * HISTORY_BYTES_PER_SERIES
+            + limits.max_windows * (HISTORY_BYTES_PER_FRAME + 8 * HISTORY_BYTES_PER_PLACE);
         assert!(bytes <= budget, "{bytes} B held, budget {budget} B");
         // And the accounting counts what is there: at least the summaries themselves.
         assert!(

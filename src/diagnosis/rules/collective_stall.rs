@@ -133,7 +133,10 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &CollectiveStall) -> Vec<Finding>
             .iter()
             .map(|p| {
                 let series = inputs.history.series(p.pid, &p.device_uuid)?;
-                Some((process_device_ref_in(inputs.window, p), stalled(series, t)?))
+                Some((
+                    process_device_ref_in(inputs.window, p),
+                    stalled(&series, t)?,
+                ))
             })
             .collect();
         let Some(stalls) = stalls else { continue };

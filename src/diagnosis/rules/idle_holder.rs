@@ -34,7 +34,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &IdleHolder) -> Vec<Finding> {
         let idle = inputs
             .history
             .series(p.pid, &p.device_uuid)
-            .and_then(|s| idle_run(s, t));
+            .and_then(|s| idle_run(&s, t));
         let idle_long = idle.filter(|run| run.seconds >= t.min_duration.as_secs_f64());
         let orphan = t.orphans && inputs.parent_alive.get(&p.pid) == Some(&false);
         if idle_long.is_none() && !orphan {

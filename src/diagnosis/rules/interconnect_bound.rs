@@ -152,7 +152,7 @@ fn gpu_state(inputs: &Inputs<'_>, t: &InterconnectBound, p: &ProcessWindow) -> O
         }
         _ => false,
     };
-    let (since, seconds) = trailing_run(series, holds)?;
+    let (since, seconds) = trailing_run(&series, holds)?;
     if seconds < t.min_duration.as_secs_f64() {
         return None;
     }

@@ -25,7 +25,7 @@ use crate::diagnosis::framework::AllocatorPoint;
 use crate::diagnosis::history::{Series, WindowSummary};
 use crate::sampling::ProcessWindow;
 
-use super::{memory_room, process_device_ref_in, Inputs};
+use super::{memory_room, process_device_ref_in, slope_count, Inputs};
 
 const ADVICE: &str = "GPU memory keeps growing: look for tensors kept alive across steps \
 (appending loss instead of loss.item() to a list, caches keyed by input shape, autograd graphs \
@@ -81,7 +81,7 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
         let Some(series) = inputs.history.series(p.pid, &p.device_uuid) else {
             continue;
         };
-        let Some(trend) = fit(series, t) else {
+        let Some(trend) = fit(&series, t) else {
             continue;
         };
         if trend.slope < t.min_rate_bytes_per_second {
@@ -156,10 +156,10 @@ pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
 
 /// A series' last-value memory points as `(seconds since origin, bytes)`, oldest first; a
 /// point ending before `origin` is left out.
-fn memory_points(
-    series: &Series,
+fn memory_points<'a>(
+    series: &Series<'a>,
     origin: SystemTime,
-) -> impl DoubleEndedIterator<Item = (f64, f64)> + Clone + '_ {
+) -> impl DoubleEndedIterator<Item = (f64, f64)> + Clone + 'a {
     series.summaries().filter_map(move |s| {
         let m = s.gpu_memory_last_bytes?;
         let t = s.end.duration_since(origin).ok()?.as_secs_f64();
@@ -274,18 +274,10 @@ fn trend_of(
 }
 
 /// Whether at least half of the slopes [`theil_sen`] takes the median of (the pairs with
-/// distinct times) reach `rate`, that is the upper middle one of them when sorted.
+/// distinct times) reach `rate`, that is the upper middle one of them when sorted; counted in
+/// O(n log n) by [`slope_count::count`], which answers as the pairwise loop does.
 fn upper_middle_slope_reaches(points: &[(f64, f64)], rate: f64) -> bool {
-    let (mut slopes, mut reaching) = (0_usize, 0_usize);
-    for (i, a) in points.iter().enumerate() {
-        for b in &points[i + 1..] {
-            let dt = b.0 - a.0;
-            if dt > 0.0 {
-                slopes += 1;
-                reaching += usize::from((b.1 - a.1) / dt >= rate);
-            }
-        }
-    }
+    let (slopes, reaching) = slope_count::count(points, rate);
     slopes > 0 && reaching >= slopes - slopes / 2
 }
 
@@ -438,7 +430,7 @@ fn with_allocator(
         inputs
             .history
             .series(p.pid, &p.device_uuid)
-            .and_then(|series| fit(series, t))
+            .and_then(|series| fit(&series, t))
             .filter(|trend| trend.slope >= t.min_rate_bytes_per_second)
     })?;
     let summary = format!(
@@ -825,8 +817,8 @@ mod tests {
             let series = history
                 .series(9, "GPU-00000000")
                 .expect("the process's series");
-            let kept = fit(series, &thresholds);
-            assert_eq!(kept, walked_fit(series, &thresholds), "window {i}");
+            let kept = fit(&series, &thresholds);
+            assert_eq!(kept, walked_fit(&series, &thresholds), "window {i}");
             match kept {
                 Some(_) => trends += 1,
                 None if series.len() >= 150 => ruled_out += 1,

@@ -18,6 +18,7 @@ pub(crate) mod memory_pressure;
 #[cfg(test)]
 mod mig_tests;
 pub(crate) mod rank_straggler;
+mod slope_count;
 pub(crate) mod tensor_cores_idle;
 pub(crate) mod throttling;
 pub(crate) mod uneven_multi_gpu;
@@ -257,7 +258,7 @@ pub(crate) fn sustained_main_holders<'a>(
         .copied()
         .filter_map(|process| {
             let series = inputs.history.series(process.pid, &process.device_uuid)?;
-            let (since, seconds) = trailing_run(series, &holds)?;
+            let (since, seconds) = trailing_run(&series, &holds)?;
             if seconds < min_duration.as_secs_f64() {
                 return None;
             }
