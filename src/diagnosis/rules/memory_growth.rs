@@ -174,17 +174,19 @@ fn memory_points<'a>(
 /// which on a node of long, flat training jobs is almost none, over an evenly spaced subset
 /// taken by position when every summary has a point.
 fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Option<Trend> {
-    // In order, no summary ends before the first, so `duration_since` cannot fail.
-    let seconds = |s: &WindowSummary| {
-        s.end
-            .duration_since(first.end)
+    // In order, no summary ends before the first, so `duration_since` cannot fail. Ends and
+    // points are read alone ([`Series::memory_point`]): this runs for every series that
+    // passes the span and count tests, each window.
+    let seconds = |end: SystemTime| {
+        end.duration_since(first.end)
             .map_or(0.0, |since| since.as_secs_f64())
     };
-    let has_point = |s: &WindowSummary| s.gpu_memory_last_bytes.is_some();
-    let first_point = series.summaries().position(|s| has_point(&s))?;
-    let last_point = series.summaries().rposition(|s| has_point(&s))?;
-    let t0 = seconds(&series.get(first_point)?);
-    let span = seconds(&series.get(last_point)?) - t0;
+    let point = |position: usize| series.memory_point(position);
+    let has_point = |position: &usize| point(*position).is_some_and(|(_, m)| m.is_some());
+    let first_point = (0..series.len()).find(has_point)?;
+    let last_point = (0..series.len()).rev().find(has_point)?;
+    let t0 = seconds(point(first_point)?.0);
+    let span = seconds(point(last_point)?.0) - t0;
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
@@ -196,7 +198,7 @@ fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Opt
     // of a time never falls as time goes on, so each boundary is a binary search.
     let mut bounds = [first_point, 0, 0, 0, last_point + 1];
     for (k, bound) in bounds.iter_mut().enumerate().take(4).skip(1) {
-        *bound = series.partition_point(|s| quarter_of(seconds(s), t0, span) < k);
+        *bound = series.partition_point_by_end(|end| quarter_of(seconds(end), t0, span) < k);
     }
     let highest = std::array::from_fn(|k| {
         series
@@ -212,8 +214,8 @@ fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Opt
         let kept = count.min(MAX_FIT_POINTS);
         (0..kept)
             .filter_map(|i| {
-                let s = series.get(i * (count - 1) / (kept - 1).max(1))?;
-                Some((seconds(&s), s.gpu_memory_last_bytes? as f64))
+                let (end, memory) = point(i * (count - 1) / (kept - 1).max(1))?;
+                Some((seconds(end), memory? as f64))
             })
             .collect()
     } else {
