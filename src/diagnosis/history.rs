@@ -418,9 +418,9 @@ impl<'a> Series<'a> {
         self.stored.summaries.back().map(|s| s.summary(self.frames))
     }
 
-    /// The end and `gpu_memory_last_bytes` of the summary at `position` (0 the oldest), without decoding the
-    /// rest of it: `memory_growth` reads these alone, from a hundred positions of a quarter of
-    /// the series each window, where the whole summary cost four times as much.
+    /// The end and `gpu_memory_last_bytes` of the summary at `position` (0 the oldest), without
+    /// decoding the rest of it: `memory_growth` reads these alone, from about a hundred positions
+    /// of each series it fits, every window.
     pub(crate) fn memory_point(&self, position: usize) -> Option<(SystemTime, Option<u64>)> {
         let stored = self.stored.summaries.get(position)?;
         let end = from_epoch_nanos(self.frames.end_ns(stored));
