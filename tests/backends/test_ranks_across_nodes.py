@@ -109,12 +109,12 @@ def two_nodes(stack):
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{prom}/api/v1/otlp/v1/metrics",
             **{f"GPULSE_RANK_{i}": str(ranks[i].pid) for i in indexes},
         }
-        import time; time.sleep(4 if node == "node-b" else 0)
         unset = [k for k in os.environ if k.startswith(("OTEL_", "GPULSE_"))]
         stack.start(f"gpulse-{node}", [gpulse, "run", "--nvml-lib", lib, "--config", config,
                                        "--sample-interval", "200ms", "--export-interval", "1s",
                                        "--otlp-receiver-http", str(receivers[node])], env=env, unset=unset)
-    stack.wait_until("x", lambda: len(promql(prom, "process_gpu_time_seconds_total")) > 0)
+    stack.wait_until("every rank's step time in Prometheus",
+                     lambda: len(promql(prom, "gpulse:training_step_busy_seconds")) == 3)
     return prom, group, ranks
 
 
