@@ -8,6 +8,7 @@
 //! must not inherit its trend). Size is bounded by `HistoryLimits`: at most `max_series` series
 //! of at most `max_windows` summaries each, none older than `max_age`.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
@@ -22,8 +23,9 @@ use crate::config::thresholds::HistoryLimits;
 /// summaries of 40 bytes (`StoredSummary`), a `MaxQueue` of 1024 slots (16 bytes each), the
 /// interconnect peak's candidates (16 bytes each, at most one a summary, where the rate falls
 /// every window; a deque of up to 1024 slots; none for a steady rate), its row in the PID map
-/// and its device UUID and its share of the maps' spare buckets (measured: 586 B at 256 series;
-/// 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
+/// (one slot of 336 bytes: a row of the PID map is reserved exactly, where a `Vec` left to
+/// grow itself starts at 4) and its device UUID and its share of the maps' spare buckets
+/// (measured: 410 B at 256 series; 1024 allowed). [`History::approx_bytes`] measures it; the budget test holds the two together.
 pub const HISTORY_BYTES_PER_SERIES: usize = 720 * 40 + 1024 * 16 + 1024 * 16 + 1024;
 
 /// The most one recorded window's [`Frame`] holds beside the series, at the default
@@ -384,6 +386,49 @@ struct StoredSeries {
     /// The last recording (`History::recordings`) whose window listed this process on this
     /// device.
     listed_in: u64,
+    /// Summaries pushed since the series began: the summary at position `p` is the series'
+    /// number `pushed - len + p`, which stays its own while older ones leave.
+    pushed: u64,
+    /// `memory_growth`'s last slope over this series' sampled summaries: those are named by
+    /// number, and a summary never changes once stored, so the slope holds until the sample
+    /// does, which at a full history is once every few windows. The rules read the history
+    /// through shared references (`Inputs`), hence a `Cell`.
+    sampled_slope: Cell<Option<SampledSlope>>,
+    /// `idle_holder`'s trailing idle run as of the newest summary it saw: a series idle for
+    /// its whole history would otherwise be walked whole each window (see [`KeptRun`]).
+    idle_run: Cell<Option<KeptRun>>,
+}
+
+/// A trailing run of summaries a rule found in a series, kept so that the next window extends
+/// it by the one new summary instead of walking the run again. `key` is the rule's
+/// description of what belongs to a run (its thresholds); summaries are named by number
+/// ([`Series::first_number`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct KeptRun {
+    pub key: [u64; 2],
+    /// The number of the newest summary the run was found at.
+    pub through: u64,
+    /// `None` when that summary did not belong to a run.
+    pub run: Option<RunSoFar>,
+}
+
+/// A trailing run: its oldest summary and the highest figure in it, with the newest summary
+/// holding that figure (while that one is held, summaries leaving the run's old end cannot
+/// lower the peak).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RunSoFar {
+    pub start: u64,
+    pub peak: f64,
+    pub peak_at: u64,
+}
+
+/// A slope a rule computed over some of a series' summaries, and which ones (`key`, the
+/// rule's own description of them, e.g. their numbers and its threshold), so that the rule
+/// recomputes it only when the key changes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SampledSlope {
+    pub key: [u64; 4],
+    pub slope: Option<f64>,
 }
 
 /// The summaries of one (pid, device), oldest first: a series of the history, read with the
@@ -452,6 +497,29 @@ impl<'a> Series<'a> {
         self.stored.interconnect_peak[interconnect as usize].max()
     }
 
+    /// The number of the summary at position 0: summaries are numbered from 0 as they are
+    /// pushed onto the series, and keep their number while older ones leave.
+    pub(crate) fn first_number(&self) -> u64 {
+        self.stored.pushed - self.stored.summaries.len() as u64
+    }
+
+    /// The summary numbered `number`, when the series still holds it.
+    pub(crate) fn numbered(&self, number: u64) -> Option<WindowSummary> {
+        let position = usize::try_from(number.checked_sub(self.first_number())?).ok()?;
+        let stored = self.stored.summaries.get(position)?;
+        Some(stored.summary(self.frames))
+    }
+
+    /// The trailing run `idle_holder` last kept for this series (see [`KeptRun`]).
+    pub(crate) fn idle_run(&self) -> &'a Cell<Option<KeptRun>> {
+        &self.stored.idle_run
+    }
+
+    /// The slope `memory_growth` last kept for this series (see [`SampledSlope`]).
+    pub(crate) fn sampled_slope(&self) -> &'a Cell<Option<SampledSlope>> {
+        &self.stored.sampled_slope
+    }
+
     /// How many summaries carry `gpu_memory_last_bytes`.
     pub(crate) fn memory_points(&self) -> usize {
         self.stored.memory_points
@@ -474,6 +542,9 @@ impl StoredSeries {
             memory_points: 0,
             ends_out_of_order: 0,
             listed_in: recording,
+            pushed: 0,
+            sampled_slope: Cell::new(None),
+            idle_run: Cell::new(None),
         }
     }
 
@@ -518,6 +589,7 @@ impl StoredSeries {
             );
         }
         self.summaries.push_back(stored);
+        self.pushed += 1;
     }
 
     fn pop_front(&mut self, frames: &Frames) {
@@ -657,6 +729,9 @@ impl History {
             let at = match rows.iter().position(|(uuid, _)| *uuid == p.device_uuid) {
                 Some(at) => at,
                 None => {
+                    // Most processes use one device: a row left to grow itself starts at 4
+                    // slots of a few hundred bytes each.
+                    rows.reserve_exact(1);
                     rows.push((
                         p.device_uuid.clone(),
                         StoredSeries::new(p.device_index, recording),

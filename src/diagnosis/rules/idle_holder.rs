@@ -8,7 +8,7 @@ use crate::config::thresholds::IdleHolder;
 use crate::diagnosis::findings::{
     human_bytes, human_duration, pct, Finding, Layer, RuleId, Severity, Value,
 };
-use crate::diagnosis::history::{Series, WindowSummary};
+use crate::diagnosis::history::{KeptRun, RunSoFar, Series, WindowSummary};
 
 use super::{process_device_ref_in, Inputs};
 
@@ -134,29 +134,103 @@ fn idle_utilization(s: &WindowSummary) -> Option<(f64, &'static str)> {
         .or(s.device_utilization_mean.map(|u| (u, util_source)))
 }
 
+/// The trailing run of windows in which the process held memory and stayed idle. Read every
+/// window for every process that holds memory, and a process idle for days keeps its whole
+/// history in the run, so the run is kept with the series ([`KeptRun`]) and extended by the
+/// newest summary; it is walked again only when it was not kept for the previous window, or
+/// when the summary holding its peak utilisation left the history.
 fn idle_run(series: &Series, t: &IdleHolder) -> Option<IdleRun> {
     let latest = series.latest()?;
-    let mut run: Option<IdleRun> = None;
-    for s in series.summaries().rev() {
-        let holds = s
-            .gpu_memory_last_bytes
-            .is_some_and(|m| m > t.min_gpu_memory_bytes);
-        let Some((u, source)) = idle_utilization(&s) else {
+    let newest = series.first_number() + series.len() as u64 - 1;
+    let key = [t.min_gpu_memory_bytes, t.utilization_at_most.to_bits()];
+    let kept = series
+        .idle_run()
+        .get()
+        .filter(|k| k.key == key && k.through + 1 >= newest && k.through <= newest);
+    let run = match kept {
+        Some(k) if k.through == newest => k.run,
+        Some(k) => extend(series, k.run, &latest, newest, t),
+        None => walk(series, t),
+    };
+    series.idle_run().set(Some(KeptRun {
+        key,
+        through: newest,
+        run,
+    }));
+    let run = run?;
+    let since = series.numbered(run.start.max(series.first_number()))?.start;
+    let seconds = latest
+        .end
+        .duration_since(since)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    Some(IdleRun {
+        since,
+        seconds,
+        utilization: run.peak,
+        source: idle_utilization(&latest)?.1,
+    })
+}
+
+/// The utilisation of `s` when it belongs to an idle run: it holds more than the threshold's
+/// memory, and its utilisation is known and at most the threshold.
+fn idle_in(s: &WindowSummary, t: &IdleHolder) -> Option<f64> {
+    let holds = s
+        .gpu_memory_last_bytes
+        .is_some_and(|m| m > t.min_gpu_memory_bytes);
+    let (u, _) = idle_utilization(s)?;
+    (holds && u <= t.utilization_at_most).then_some(u)
+}
+
+/// The run as of the newest summary `latest` (numbered `newest`), from `previous`, the run as
+/// of the summary before it.
+fn extend(
+    series: &Series,
+    previous: Option<RunSoFar>,
+    latest: &WindowSummary,
+    newest: u64,
+    t: &IdleHolder,
+) -> Option<RunSoFar> {
+    let u = idle_in(latest, t)?;
+    let Some(run) = previous else {
+        return Some(RunSoFar {
+            start: newest,
+            peak: u,
+            peak_at: newest,
+        });
+    };
+    if run.peak_at < series.first_number() {
+        // The peak left with the oldest summaries; the rest of the run may peak lower.
+        return walk(series, t);
+    }
+    Some(if u >= run.peak {
+        RunSoFar {
+            peak: u,
+            peak_at: newest,
+            ..run
+        }
+    } else {
+        run
+    })
+}
+
+/// The run found by walking the series newest first.
+fn walk(series: &Series, t: &IdleHolder) -> Option<RunSoFar> {
+    let mut run: Option<RunSoFar> = None;
+    let first = series.first_number();
+    for (position, s) in series.summaries().enumerate().rev() {
+        let number = first + position as u64;
+        let Some(u) = idle_in(&s, t) else {
             break;
         };
-        if !holds || u > t.utilization_at_most {
-            break;
-        }
-        let seconds = latest
-            .end
-            .duration_since(s.start)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        run = Some(IdleRun {
-            since: s.start,
-            seconds,
-            utilization: run.map_or(u, |r| r.utilization.max(u)),
-            source: run.map_or(source, |r| r.source),
+        run = Some(match run {
+            // Ties keep the newer summary as the peak's: it leaves the history last.
+            Some(r) if r.peak >= u => RunSoFar { start: number, ..r },
+            _ => RunSoFar {
+                start: number,
+                peak: u,
+                peak_at: number,
+            },
         });
     }
     run
@@ -178,6 +252,90 @@ mod tests {
             })
             .collect();
         Fixture::new(windows)
+    }
+
+    /// The run as found before it was kept with the series: a walk newest first, each window.
+    fn walked_idle_run(series: &Series, t: &IdleHolder) -> Option<IdleRun> {
+        let latest = series.latest()?;
+        let mut run: Option<IdleRun> = None;
+        for s in series.summaries().rev() {
+            let holds = s
+                .gpu_memory_last_bytes
+                .is_some_and(|m| m > t.min_gpu_memory_bytes);
+            let Some((u, source)) = idle_utilization(&s) else {
+                break;
+            };
+            if !holds || u > t.utilization_at_most {
+                break;
+            }
+            let seconds = latest
+                .end
+                .duration_since(s.start)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            run = Some(IdleRun {
+                since: s.start,
+                seconds,
+                utilization: run.map_or(u, |r| r.utilization.max(u)),
+                source: run.map_or(source, |r| r.source),
+            });
+        }
+        run
+    }
+
+    #[test]
+    fn the_kept_run_equals_a_walk_over_a_long_random_series() {
+        use crate::config::thresholds::HistoryLimits;
+        use crate::diagnosis::history::History;
+        use std::time::Duration;
+
+        // 4000 windows through a history of at most 150 summaries and 10 minutes (so summaries
+        // leave by count and by age): idle stretches long enough to fill the history, with
+        // noisy low utilisation (its peak leaving the old end), busy windows, memory released
+        // and taken, per-process utilisation missing at times, and the thresholds changed
+        // midway. Each window, the kept run must be the walk's.
+        let mut history = History::new(HistoryLimits {
+            max_windows: 150,
+            max_age: Duration::from_secs(600),
+            ..HistoryLimits::default()
+        });
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut thresholds = IdleHolder::default();
+        let (mut at, mut runs, mut full_runs) = (1_000_u64, 0, 0);
+        for i in 0..4000_u64 {
+            at += 1 + next() % 6;
+            if i == 2000 {
+                thresholds.utilization_at_most = 0.02;
+            }
+            let busy = (i / 300) % 2 == 1 && next() % 40 == 0;
+            let sm = match next() % 100 {
+                _ if busy => Some(0.9),
+                0..=3 => None,
+                // Idle only once the threshold is raised.
+                4 => Some(0.015),
+                _ => Some((next() % 3) as f64 / 200.0),
+            };
+            let memory = if next() % 500 == 0 { 0 } else { 8 * GIB };
+            let p = process(42, 0, memory, sm);
+            history.record(&window(at, vec![device(0, 0.005, 10 * GIB)], vec![p]));
+            let series = history.series(42, "GPU-00000000").expect("the series");
+            let kept = idle_run(&series, &thresholds);
+            assert_eq!(kept, walked_idle_run(&series, &thresholds), "window {i}");
+            runs += usize::from(kept.is_some());
+            full_runs += usize::from(
+                kept.is_some_and(|r| r.since == series.summaries().next().unwrap().start),
+            );
+        }
+        assert!(
+            runs > 1000 && full_runs > 500,
+            "{runs} runs, {full_runs} of the whole history"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::diagnosis::findings::{
     human_bytes, human_duration, Finding, Layer, RuleId, Severity, Value,
 };
 use crate::diagnosis::framework::AllocatorPoint;
-use crate::diagnosis::history::{Series, WindowSummary};
+use crate::diagnosis::history::{SampledSlope, Series, WindowSummary};
 use crate::sampling::ProcessWindow;
 
 use super::{memory_room, process_device_ref_in, slope_count, Inputs};
@@ -143,14 +143,39 @@ pub(crate) fn evaluate(inputs: &Inputs<'_>, t: &MemoryGrowth) -> Vec<Finding> {
 /// `min_rate_bytes_per_second` (which every caller would drop). Every process is checked
 /// every export window, over up to `history.max_windows` summaries, so this is on the window's
 /// hot path: while the series is in time order (the wall clock never stepped back within it),
-/// [`fit_in_order`] rules it out in O(log n) instead of walking it.
+/// [`gate_in_order`] rules it out in O(log n) instead of walking it, and the slope of a series
+/// that passes is [`sampled_slope`]'s, recomputed only when its sample changes.
 pub(crate) fn fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
     let first = series.summaries().next()?;
-    if series.ends_in_order() {
-        fit_in_order(series, &first, t)
+    let gate = if series.ends_in_order() {
+        gate_in_order(series, &first, t)
     } else {
         // A quarter of the time is no longer a run of positions.
-        fit_points(memory_points(series, first.end), first.start, t)
+        gate(memory_points(series, first.end), t)
+    }?;
+    let slope = sampled_slope(series, t.min_rate_bytes_per_second)?;
+    Some(gate.trend(slope, first.start))
+}
+
+/// What a series' points must show before a slope is fitted: span, count and quarters.
+#[derive(Debug, Clone, Copy)]
+struct Gate {
+    span_seconds: f64,
+    count: usize,
+    rising_quarters: u32,
+    ends_at_max: bool,
+}
+
+impl Gate {
+    fn trend(self, slope: f64, first_start: SystemTime) -> Trend {
+        Trend {
+            slope,
+            span_seconds: self.span_seconds,
+            points: self.count,
+            rising_quarters: self.rising_quarters,
+            ends_at_max: self.ends_at_max,
+            first_start,
+        }
     }
 }
 
@@ -167,13 +192,11 @@ fn memory_points<'a>(
     })
 }
 
-/// [`fit`] of a series in time order, `first` its oldest summary: the span is read from the
+/// [`gate`] of a series in time order, `first` its oldest summary: the span is read from the
 /// ends, the count kept by the series, and each quarter's highest point taken from the
 /// series' [`MaxQueue`](crate::diagnosis::max_queue::MaxQueue) between positions found by
-/// binary search. The slope (quadratic in the points) is fitted only for a series that passes,
-/// which on a node of long, flat training jobs is almost none, over an evenly spaced subset
-/// taken by position when every summary has a point.
-fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Option<Trend> {
+/// binary search.
+fn gate_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Option<Gate> {
     // In order, no summary ends before the first, so `duration_since` cannot fail. Ends and
     // points are read alone ([`Series::memory_point`]): this runs for every series that
     // passes the span and count tests, each window.
@@ -205,74 +228,117 @@ fn fit_in_order(series: &Series, first: &WindowSummary, t: &MemoryGrowth) -> Opt
             .memory_last_max(bounds[k]..bounds[k + 1])
             .map_or(f64::NEG_INFINITY, |m| m as f64)
     });
-    let (rising, ends_at_max) = rising_quarters(highest);
-    if rising < 2 || !ends_at_max {
-        return None;
-    }
-    let sample = if count == series.len() {
-        // The subset `subsample` would take from all the points, without copying them all.
-        let kept = count.min(MAX_FIT_POINTS);
-        (0..kept)
-            .filter_map(|i| {
-                let (end, memory) = point(i * (count - 1) / (kept - 1).max(1))?;
-                Some((seconds(end), memory? as f64))
-            })
-            .collect()
-    } else {
-        let points: Vec<(f64, f64)> = memory_points(series, first.end).collect();
-        subsample(&points, MAX_FIT_POINTS)
-    };
-    trend_of(&sample, span, count, (rising, ends_at_max), first.start, t)
+    let (rising_quarters, ends_at_max) = rising_quarters(highest);
+    (rising_quarters >= 2 && ends_at_max).then_some(Gate {
+        span_seconds: span,
+        count,
+        rising_quarters,
+        ends_at_max,
+    })
 }
 
-/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first, walking them:
-/// the span is judged from the ends, so a series too young for a trend is not walked; the
-/// others are walked once for the count and the quarters, and collected only when those pass.
-pub(crate) fn fit_points(
+/// The gate over `(seconds, bytes)` points, oldest first, walking them: the span is judged
+/// from the ends, so a series too young for a trend is not walked; the others are walked once
+/// for the count and the quarters.
+fn gate(
     points: impl DoubleEndedIterator<Item = (f64, f64)> + Clone,
-    first_start: SystemTime,
     t: &MemoryGrowth,
-) -> Option<Trend> {
+) -> Option<Gate> {
     let (first, _) = points.clone().next()?;
     let (last, _) = points.clone().next_back()?;
     let span = last - first;
     if span <= 0.0 || span < t.min_duration.as_secs_f64() {
         return None;
     }
-    let (count, rising, ends_at_max) = quarters(points.clone(), first, span);
-    if count < t.min_windows.max(3) || rising < 2 || !ends_at_max {
-        return None;
-    }
-    let points: Vec<(f64, f64)> = points.collect();
-    let sample = subsample(&points, MAX_FIT_POINTS);
-    trend_of(&sample, span, count, (rising, ends_at_max), first_start, t)
+    let (count, rising_quarters, ends_at_max) = quarters(points, first, span);
+    (count >= t.min_windows.max(3) && rising_quarters >= 2 && ends_at_max).then_some(Gate {
+        span_seconds: span,
+        count,
+        rising_quarters,
+        ends_at_max,
+    })
 }
 
-/// The trend over `sample`, the evenly spaced subset of points whose span, count and quarters
-/// passed, `None` when its Theil–Sen slope is below `min_rate_bytes_per_second`. The median of
-/// the pairwise slopes reaches the rate only if their upper middle one does (with an even count
-/// the median is its mean with a lower one), so the slopes are first counted against the rate,
-/// which needs no storing nor selecting; a flat series stops there.
-fn trend_of(
-    sample: &[(f64, f64)],
-    span_seconds: f64,
-    count: usize,
-    (rising_quarters, ends_at_max): (u32, bool),
+/// The Theil–Sen slope of a series' sample when it reaches `rate`, else `None`. The sample is
+/// every `stride`-th summary by number ([`Series::first_number`]), `stride` the fewest that
+/// keeps it to [`MAX_FIT_POINTS`], those with a memory reading. Taken by number rather than
+/// by position, the sample stays the same while the history slides, until the next numbered
+/// summary joins or the oldest leaves: at a full history of 720 summaries, once every 8
+/// windows. A summary never changes once stored, so the slope is kept with the series under
+/// the sample's description and the rate ([`SampledSlope`]) and recomputed only when those
+/// change. Fitting every process's sample each window was the largest cost of a full history
+/// (docs/resources.md).
+fn sampled_slope(series: &Series, rate: f64) -> Option<f64> {
+    let len = series.len();
+    let stride = len.div_ceil(MAX_FIT_POINTS).max(1);
+    let first_number = series.first_number();
+    let step = stride as u64;
+    let first = usize::try_from((step - first_number % step) % step).ok()?;
+    if first >= len {
+        return None;
+    }
+    let last = first + (len - 1 - first) / stride * stride;
+    let key = [
+        step,
+        first_number + first as u64,
+        first_number + last as u64,
+        rate.to_bits(),
+    ];
+    let kept = series.sampled_slope();
+    if let Some(slope) = kept.get().filter(|k| k.key == key) {
+        return slope.slope;
+    }
+    let slope = sample_at(series, first, stride).and_then(|sample| slope_reaching(&sample, rate));
+    kept.set(Some(SampledSlope { key, slope }));
+    slope
+}
+
+/// The points at positions `first`, `first + stride`, … as `(seconds since the end of the
+/// summary at `first`, bytes)`, those with a memory reading; times before that end (the wall
+/// clock stepped back) are negative.
+fn sample_at(series: &Series, first: usize, stride: usize) -> Option<Vec<(f64, f64)>> {
+    let (origin, _) = series.memory_point(first)?;
+    let seconds = |end: SystemTime| match end.duration_since(origin) {
+        Ok(after) => after.as_secs_f64(),
+        Err(before) => -before.duration().as_secs_f64(),
+    };
+    Some(
+        (first..series.len())
+            .step_by(stride)
+            .filter_map(|position| {
+                let (end, memory) = series.memory_point(position)?;
+                Some((seconds(end), memory? as f64))
+            })
+            .collect(),
+    )
+}
+
+/// [`fit`] over `(seconds since the first point, bytes)` points, oldest first, that are not a
+/// series of the history (the allocator's readings): [`gate`], then the slope over an evenly
+/// spaced subset.
+pub(crate) fn fit_points(
+    points: impl DoubleEndedIterator<Item = (f64, f64)> + Clone,
     first_start: SystemTime,
     t: &MemoryGrowth,
 ) -> Option<Trend> {
-    if !upper_middle_slope_reaches(sample, t.min_rate_bytes_per_second) {
+    let gate = gate(points.clone(), t)?;
+    let points: Vec<(f64, f64)> = points.collect();
+    let slope = slope_reaching(
+        &subsample(&points, MAX_FIT_POINTS),
+        t.min_rate_bytes_per_second,
+    )?;
+    Some(gate.trend(slope, first_start))
+}
+
+/// The Theil–Sen slope of `sample`, `None` when it is below `rate`. The median of the pairwise
+/// slopes reaches the rate only if their upper middle one does (with an even count the median
+/// is its mean with a lower one), so the slopes are first counted against the rate, which
+/// needs no storing nor selecting; a flat series stops there.
+fn slope_reaching(sample: &[(f64, f64)], rate: f64) -> Option<f64> {
+    if !upper_middle_slope_reaches(sample, rate) {
         return None;
     }
-    let slope = theil_sen(sample)?;
-    (slope >= t.min_rate_bytes_per_second).then_some(Trend {
-        slope,
-        span_seconds,
-        points: count,
-        rising_quarters,
-        ends_at_max,
-        first_start,
-    })
+    theil_sen(sample).filter(|slope| *slope >= rate)
 }
 
 /// Whether at least half of the slopes [`theil_sen`] takes the median of (the pairs with
@@ -748,8 +814,10 @@ mod tests {
         }
     }
 
-    /// The fit as it was before the series kept its maxima and the slopes were counted against
-    /// the rate: a walk over every point, the median of all the subset's slopes, then the rate.
+    /// The fit as it was before the series kept its maxima and its slope and the slopes were
+    /// counted against the rate: a walk over every point for the gate, then the median of all
+    /// the sample's slopes, the sample collected afresh (every `stride`-th summary by number,
+    /// with `stride` the fewest that keeps it to `MAX_FIT_POINTS`), then the rate.
     fn walked_fit(series: &Series, t: &MemoryGrowth) -> Option<Trend> {
         let first = series.summaries().next()?;
         let points: Vec<(f64, f64)> = memory_points(series, first.end).collect();
@@ -762,7 +830,24 @@ mod tests {
         if count < t.min_windows.max(3) || rising_quarters < 2 || !ends_at_max {
             return None;
         }
-        let slope = theil_sen(&subsample(&points, MAX_FIT_POINTS))?;
+        let stride = series.len().div_ceil(MAX_FIT_POINTS) as u64;
+        let numbered: Vec<WindowSummary> = series
+            .summaries()
+            .zip(series.first_number()..)
+            .filter(|(_, number)| number % stride == 0)
+            .map(|(s, _)| s)
+            .collect();
+        let origin = numbered.first()?.end;
+        let signed = |end: SystemTime| match end.duration_since(origin) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => -e.duration().as_secs_f64(),
+        };
+        let sample: Vec<(f64, f64)> = numbered
+            .iter()
+            .filter_map(|s| Some((signed(s.end), s.gpu_memory_last_bytes? as f64)))
+            .collect();
+        assert!(sample.len() <= MAX_FIT_POINTS, "{} points", sample.len());
+        let slope = theil_sen(&sample)?;
         (slope >= t.min_rate_bytes_per_second).then_some(Trend {
             slope,
             span_seconds: span,
@@ -771,6 +856,41 @@ mod tests {
             ends_at_max,
             first_start: first.start,
         })
+    }
+
+    #[test]
+    fn a_full_series_fits_its_slope_once_per_stride_not_each_window() {
+        use crate::config::thresholds::HistoryLimits;
+        use crate::diagnosis::history::History;
+
+        // 720 windows a second apart of a steady 1 MiB/s leak, then 720 more: with the history
+        // full (720 summaries, a stride of 8), the kept slope's sample changes every 8 windows.
+        let mut history = History::new(HistoryLimits::default());
+        let thresholds = MemoryGrowth::default();
+        let (mut fits, mut found) = (0, 0);
+        let mut previous = None;
+        for i in 0..1440_u64 {
+            let memory = 20 * GIB + i * (1 << 20);
+            let p = process(9, 0, memory, Some(0.5));
+            history.record(&window(1_000 + i, vec![device(0, 0.9, GIB)], vec![p]));
+            let series = history.series(9, "GPU-00000000").expect("the series");
+            let trend = fit(&series, &thresholds);
+            assert_eq!(trend, walked_fit(&series, &thresholds), "window {i}");
+            let kept = series.sampled_slope().get();
+            if i >= 720 {
+                let trend = trend.expect("a steady leak over a full history");
+                assert!((trend.slope - MIB).abs() < 1.0, "window {i}: {trend:?}");
+                found += 1;
+                fits += usize::from(kept != previous);
+            }
+            previous = kept;
+        }
+        assert_eq!(found, 720);
+        assert_eq!(
+            fits,
+            720 / 8,
+            "the slope was fitted {fits} times in 720 windows"
+        );
     }
 
     #[test]
