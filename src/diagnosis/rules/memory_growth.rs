@@ -46,7 +46,8 @@ process on this GPU needs the memory.";
 /// Per-epoch peaks of `max_allocated` must rise this many times in a row to count as growth.
 const RISING_EPOCHS: usize = 3;
 
-/// Theil–Sen is O(n²) in the points; beyond this many, an evenly spaced subset is used.
+/// Theil–Sen is O(n²) in the points; beyond this many, a subset is used: every `stride`-th
+/// summary of a series ([`sampled_slope`]), evenly spaced points of the allocator's readings.
 const MAX_FIT_POINTS: usize = 96;
 
 /// A fitted trend over one series.
